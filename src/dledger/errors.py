@@ -1,0 +1,95 @@
+"""Exceptions of dledger.
+
+A leaf module (standard library only). Every error that maps to a DLedger response
+code carries it as a plain ``int`` in ``code``; ``dledger.protocol.DLedgerResponseCode``
+is an ``IntEnum`` with the same numbers, so the two compare equal without this module
+importing the protocol.
+
+Two families, kept apart on purpose:
+- local misuse (the host called us wrongly): ``ValueError``/``TypeError`` subclasses or
+  ``DLedgerError`` with the matching code;
+- bad data found on disk or on the wire: ``CorruptEntryError`` / ``CorruptStoreError`` /
+  ``StoreLayoutError`` name the file and byte offset, so an operator can find it.
+"""
+
+from __future__ import annotations
+
+# Response code numbers used below (same values as Java DLedger's DLedgerResponseCode).
+INDEX_OUT_OF_RANGE = 410
+UNEXPECTED_ARGUMENT = 411
+DISK_ERROR = 414
+DISK_FULL = 415
+INDEX_LESS_THAN_LOCAL_BEGIN = 419
+INCONSISTENT_TERM = 407
+INCONSISTENT_INDEX = 408
+INCONSISTENT_STATE = 406
+INTERNAL_ERROR = 500
+
+
+class DLedgerError(Exception):
+    """An error with a DLedger response code (``code``, an int)."""
+
+    code: int = INTERNAL_ERROR
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class EntryTooLargeError(DLedgerError, ValueError):
+    """An entry body exceeds the configured maximum entry size."""
+
+    code = UNEXPECTED_ARGUMENT
+
+
+class CorruptEntryError(DLedgerError):
+    """A record's bytes do not form a valid entry (bad magic, size, body length or CRC).
+
+    ``path`` and ``offset`` (file-relative) are set when the record came from a file;
+    ``position`` is the global log position when known.
+    """
+
+    code = DISK_ERROR
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
+                 position: int | None = None) -> None:
+        where = []
+        if path is not None:
+            where.append(f"file {path}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        if position is not None:
+            where.append(f"log position {position}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.path = path
+        self.offset = offset
+        self.position = position
+
+
+class CorruptStoreError(CorruptEntryError):
+    """Durable data of a store is damaged; the store refuses to serve or open past it."""
+
+
+class StoreLayoutError(DLedgerError):
+    """A store directory is not laid out as expected (file names, sizes, gaps, foreign files)."""
+
+    code = DISK_ERROR
+
+
+class TermFileError(DLedgerError):
+    """The ``currterm`` file exists but cannot be parsed; startup must stop."""
+
+    code = DISK_ERROR
+
+
+class StoreClosedError(DLedgerError):
+    """An operation was attempted on a closed store."""
+
+    code = INTERNAL_ERROR
+
+
+class ReadOnlyStoreError(DLedgerError):
+    """A write was attempted on a store opened read-only."""
+
+    code = UNEXPECTED_ARGUMENT

@@ -1,0 +1,287 @@
+"""DLedgerMemoryStore: the store interface with nothing on disk (tests, simulations, caches).
+
+It behaves like ``DLedgerMmapFileStore`` in everything but durability, and fixes the Java
+memory store's quirks (SPEC §11.8): ``truncate`` removes the whole suffix, ``reset`` really
+drops the prefix, the before-begin term starts at -1, unknown indices raise instead of
+returning null, followers are checked for index continuity. Positions are computed exactly as
+the file store lays records out in segments of ``data_file_size`` bytes (blank padding
+included), so a memory node and a file node agree on every entry's ``pos``.
+
+Records are kept encoded, so ``get_raw`` and pushes cost no re-encoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from dledger.entry import (BODY_OFFSET, MAGIC_NORMAL, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
+                           VALID_MAGICS, DLedgerEntry, crc32, decode)
+from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN,
+                            INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
+from dledger.store.follower_batch import next_position, plan_follower_batch
+from dledger.store.mmap_file_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
+
+
+class DLedgerMemoryStore:
+    """In-memory log with the file store's interface."""
+
+    durability = "memory"
+    read_only = False
+
+    def __init__(self, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
+                 max_entry_size: int = MAX_RECORD_SIZE) -> None:
+        self.data_file_size = data_file_size
+        self.max_entry_size = min(max_entry_size, data_file_size - MIN_BLANK_LEN)
+        self.ledger_before_begin_index = -1
+        self.ledger_before_begin_term = -1
+        self.ledger_end_index = -1
+        self.ledger_end_term = -1
+        self.committed_index = -1
+        self.is_disk_full = False
+        self.loaded = True
+        self.closed = False
+        self._records: list[bytes] = []      # entry ledger_before_begin_index+1+k at k
+        self._positions: list[int] = []
+        self._next_pos = 0
+        self._term = 0
+        self._vote: str | None = None
+        self._hooks: list[AppendHook] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def load(self) -> "DLedgerMemoryStore":
+        return self
+
+    def flush(self, *, checkpoint: bool = True) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+    shutdown = close
+
+    def clean(self, now: float | None = None) -> int:
+        return 0
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError("memory store is closed")
+
+    # -- term and vote ---------------------------------------------------------------------
+    @property
+    def current_term(self) -> int:
+        return self._term
+
+    @property
+    def vote_for(self) -> str | None:
+        return self._vote
+
+    def persist_term(self, term: int, vote_for: str | None) -> None:
+        if term < self._term:
+            raise DLedgerError(f"term may not go backwards ({self._term} -> {term})", INCONSISTENT_TERM)
+        self._term, self._vote = term, vote_for
+
+    def add_append_hook(self, hook: AppendHook) -> None:
+        if hook not in self._hooks:
+            self._hooks.append(hook)
+
+    def update_committed_index(self, index: int) -> None:
+        if index > self.committed_index:
+            self.committed_index = min(index, self.ledger_end_index)
+
+    # -- appending -------------------------------------------------------------------------
+    def _reserve(self, size: int) -> int:
+        pos = self._next_pos
+        start, off = next_position(pos - pos % self.data_file_size, pos % self.data_file_size, size,
+                                   self.data_file_size)
+        return start + off
+
+    def append_as_leader(self, entry: DLedgerEntry) -> DLedgerEntry:
+        self._append_leader((entry.body,), entry.magic, [entry])
+        return entry
+
+    def batch_append_as_leader(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendBatchResult:
+        return self._append_leader(bodies, magic, None)
+
+    def _append_leader(self, bodies, magic, entries) -> AppendBatchResult:
+        self._check_open()
+        if magic not in VALID_MAGICS:
+            raise ValueError(f"invalid magic {magic}")
+        limit = self.max_entry_size - BODY_OFFSET
+        for b in bodies:
+            if len(b) > limit:
+                raise EntryTooLargeError(f"entry body of {len(b)} bytes exceeds the maximum of {limit} bytes")
+        term = self._term
+        if term < self.ledger_end_term:
+            raise DLedgerError(f"current term {term} is below the last entry's term "
+                               f"{self.ledger_end_term}", INCONSISTENT_TERM)
+        first = index = self.ledger_end_index + 1
+        positions = []
+        for k, body in enumerate(bodies):
+            size = BODY_OFFSET + len(body)
+            pos = self._reserve(size)
+            rec = bytearray(size)
+            RECORD_PREFIX.pack_into(rec, 0, magic, size, index, term, pos, 0, 0, 0, len(body))
+            rec[BODY_OFFSET:] = body
+            entry = entries[k] if entries is not None else None
+            if self._hooks:
+                entry = entry or DLedgerEntry(body=body, magic=magic)
+                entry.index, entry.term, entry.pos, entry.size = index, term, pos, size
+                with memoryview(rec) as view:
+                    for hook in self._hooks:
+                        hook(entry, view, BODY_OFFSET)
+            crc = crc32(memoryview(rec)[BODY_OFFSET:])
+            RECORD_PREFIX.pack_into(rec, 0, magic, size, index, term, pos, 0, 0, crc, len(body))
+            if entry is not None:
+                entry.index, entry.term, entry.pos, entry.size, entry.magic = index, term, pos, size, magic
+                entry.body, entry.body_crc = bytes(rec[BODY_OFFSET:]), crc
+            self._records.append(bytes(rec))
+            self._positions.append(pos)
+            self._next_pos = pos + size
+            positions.append(pos)
+            index += 1
+        if positions:
+            self.ledger_end_index, self.ledger_end_term = index - 1, term
+        return AppendBatchResult(first, term, positions)
+
+    def append_as_follower(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> DLedgerEntry:
+        size = BODY_OFFSET + len(entry.body)
+        entry.size = size
+        rec = bytearray(size)
+        RECORD_PREFIX.pack_into(rec, 0, entry.magic, size, entry.index, entry.term, entry.pos,
+                                entry.channel, entry.chain_crc, entry.body_crc, len(entry.body))
+        rec[BODY_OFFSET:] = entry.body
+        self.batch_append_as_follower(rec, leader_term, leader_id)
+        return entry
+
+    def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
+        self._check_open()
+        if leader_term != self._term:
+            raise DLedgerError(f"leader term {leader_term} differs from local term {self._term}",
+                               INCONSISTENT_TERM)
+        view = memoryview(records)
+        empty_without_position = not self._records and self._next_pos == 0 and \
+            (self.ledger_end_index >= 0 or self.ledger_before_begin_index >= 0)
+        plan = plan_follower_batch(view, expect_index=self.ledger_end_index + 1,
+                                   last_term=self.ledger_end_term, leader_term=leader_term,
+                                   next_pos=None if empty_without_position else self._next_pos,
+                                   file_size=self.data_file_size, max_entry_size=self.max_entry_size)
+        for rec in plan:
+            self._records.append(bytes(view[rec.offset:rec.offset + rec.size]))
+            self._positions.append(rec.pos)
+            self._next_pos = rec.pos + rec.size
+        if plan:
+            self.ledger_end_index, self.ledger_end_term = plan[-1].index, plan[-1].term
+        return self.ledger_end_index
+
+    # -- reading ---------------------------------------------------------------------------
+    def _slot(self, index: int) -> int:
+        self._check_open()
+        if index < 0 or index > self.ledger_end_index:
+            raise DLedgerError(f"index {index} out of range (end {self.ledger_end_index})", INDEX_OUT_OF_RANGE)
+        if index <= self.ledger_before_begin_index:
+            raise DLedgerError(f"index {index} is before the log's begin "
+                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+        return index - self.ledger_before_begin_index - 1
+
+    def get(self, index: int) -> DLedgerEntry:
+        return decode(self._records[self._slot(index)])
+
+    def get_raw(self, index: int) -> bytes:
+        return self._records[self._slot(index)]
+
+    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30) -> tuple[bytes, int]:
+        k = self._slot(begin_index)
+        out = [self._records[k]]
+        nbytes = len(out[0])
+        end_slot = min(len(self._records), k + max_count)
+        j = k + 1
+        while j < end_slot and nbytes + len(self._records[j]) <= max_bytes and \
+                self._positions[j] == self._positions[j - 1] + len(self._records[j - 1]):
+            nbytes += len(self._records[j])
+            out.append(self._records[j])
+            j += 1
+        return b"".join(out), len(out)
+
+    def get_entry_term(self, index: int) -> int:
+        if index == self.ledger_before_begin_index:
+            return self.ledger_before_begin_term
+        return RECORD_PREFIX.unpack_from(self._records[self._slot(index)], 0)[3]
+
+    def iter_entries(self, begin: int | None = None, end: int | None = None) -> Iterator[DLedgerEntry]:
+        lo = self.ledger_before_begin_index + 1 if begin is None else max(begin, self.ledger_before_begin_index + 1)
+        hi = self.ledger_end_index if end is None else min(end, self.ledger_end_index)
+        for i in range(lo, hi + 1):
+            yield self.get(i)
+
+    __iter__ = iter_entries
+
+    def get_first_log_of_target_term(self, term: int, end_index: int) -> DLedgerEntry | None:
+        found = None
+        i = min(end_index, self.ledger_end_index)
+        while i > self.ledger_before_begin_index:
+            t = self.get_entry_term(i)
+            if t == term:
+                found = i
+            elif t < term:
+                break
+            i -= 1
+        return self.get(found) if found is not None else None
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list:
+        return []
+
+    # -- truncation and reset --------------------------------------------------------------
+    def truncate(self, truncate_index: int) -> int:
+        self._check_open()
+        if truncate_index > self.ledger_end_index:
+            return self.ledger_end_index
+        if truncate_index <= self.ledger_before_begin_index:
+            raise DLedgerError(f"cannot truncate at {truncate_index}: log begins at "
+                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+        if truncate_index <= self.committed_index:
+            raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
+                               f"(committed index {self.committed_index})", INCONSISTENT_STATE)
+        k = truncate_index - self.ledger_before_begin_index - 1
+        self._next_pos = self._positions[k]
+        del self._records[k:], self._positions[k:]
+        self.ledger_end_index = truncate_index - 1
+        self.ledger_end_term = (self.get_entry_term(self.ledger_end_index) if self._records
+                                else self.ledger_before_begin_term)
+        return self.ledger_end_index
+
+    def truncate_to_entry(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> int:
+        self._check_open()
+        if self.ledger_before_begin_index < entry.index <= self.ledger_end_index:
+            if self.get(entry.index) == entry:
+                if entry.index < self.ledger_end_index:
+                    self.truncate(entry.index + 1)
+                return self.ledger_end_index
+            self.truncate(entry.index)
+        elif entry.index != self.ledger_end_index + 1:
+            if entry.index <= self.committed_index:
+                raise DLedgerError(f"refusing to replace committed entry {entry.index}", INCONSISTENT_STATE)
+            self._records.clear()
+            self._positions.clear()
+            self.ledger_before_begin_index = self.ledger_end_index = entry.index - 1
+            self.ledger_before_begin_term = self.ledger_end_term = -1
+            self._next_pos = entry.pos
+        self.append_as_follower(entry, leader_term, leader_id)
+        return self.ledger_end_index
+
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
+        self._check_open()
+        if before_begin_index <= self.ledger_before_begin_index:
+            return self.ledger_before_begin_index + 1
+        if before_begin_index >= self.ledger_end_index:
+            self._records.clear()
+            self._positions.clear()
+            if next_pos is not None:
+                self._next_pos = next_pos
+            self.ledger_end_index, self.ledger_end_term = before_begin_index, before_begin_term
+        else:
+            k = before_begin_index - self.ledger_before_begin_index
+            del self._records[:k], self._positions[:k]
+        self.ledger_before_begin_index = before_begin_index
+        self.ledger_before_begin_term = before_begin_term
+        self.committed_index = max(self.committed_index, min(before_begin_index, self.ledger_end_index))
+        return before_begin_index + 1

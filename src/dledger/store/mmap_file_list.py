@@ -1,0 +1,295 @@
+"""MmapFileList: a directory of equally sized segments addressed as one linear byte space.
+
+Rules (SPEC §1.4-1.5):
+- Segment names are their global start offsets (20 digits); consecutive segments differ by
+  exactly ``mapped_file_size``. ``load`` refuses (``StoreLayoutError`` naming the file) a name
+  that is not 20 digits, a file of the wrong size, an offset that is not a multiple of the size,
+  or a gap between segments.
+- ``pre_append(n, use_blank=True)``: a record goes into the last segment only if
+  ``n + 8 <= remaining``; otherwise the rest of that segment is filled with one blank record and the record starts a new segment. Data files
+  always end with a blank of >= 8 bytes. Index lists use ``use_blank=False``: a unit must fit.
+- ``reset_offset(off)`` removes everything before ``off`` logically: segments wholly before it
+  are deleted and the segment holding it gets a head blank of ``off % size`` bytes (when that
+  is > 8). The head blank is how the start survives a restart.
+- ``truncate_offset(off)`` removes everything from ``off`` on: later segments are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from dledger.entry import MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN, encode_blank
+from dledger.errors import DISK_ERROR, DLedgerError, ReadOnlyStoreError, StoreLayoutError
+from dledger.store.mmap_file import MmapFile, file_name_for, fsync_dir
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^\d{20}$")
+
+
+class MmapFileList:
+    """Segments of one list (data or index) in ``store_path``."""
+
+    def __init__(self, store_path: str, mapped_file_size: int, *, read_only: bool = False) -> None:
+        if mapped_file_size < 64:
+            raise ValueError(f"mapped_file_size must be at least 64 bytes, got {mapped_file_size}")
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.read_only = read_only
+        self.files: list[MmapFile] = []
+        self.flushed_where = 0
+        self.committed_where = 0
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map every segment of the directory (creating the directory if missing)."""
+        if not os.path.isdir(self.store_path):
+            if self.read_only:
+                return
+            os.makedirs(self.store_path, exist_ok=True)
+        names = sorted(os.listdir(self.store_path))
+        for name in names:
+            path = os.path.join(self.store_path, name)
+            if not _NAME.match(name):
+                raise StoreLayoutError(f"unexpected file {path}: segment names are 20-digit offsets")
+            if not os.path.isfile(path):
+                raise StoreLayoutError(f"unexpected entry {path}: not a regular file")
+            size = os.path.getsize(path)
+            if size != self.mapped_file_size:
+                raise StoreLayoutError(f"segment {path} has {size} bytes, expected "
+                                       f"{self.mapped_file_size} (mapped file size)")
+            offset = int(name)
+            if offset % self.mapped_file_size:
+                raise StoreLayoutError(f"segment {path} starts at {offset}, not a multiple of the "
+                                       f"mapped file size {self.mapped_file_size}")
+        for name in names:
+            self.files.append(MmapFile(os.path.join(self.store_path, name), int(name),
+                                       self.mapped_file_size, read_only=self.read_only))
+        self.check_self()
+        if self.files:
+            first = self.files[0]
+            head_magic, head_size = MAGIC_SIZE.unpack_from(first.mm, 0)
+            if head_magic == MAGIC_BLANK and MIN_BLANK_LEN < head_size < self.mapped_file_size:
+                first.start_position = head_size
+
+    def check_self(self) -> None:
+        """Consecutive segments must be exactly one file size apart."""
+        for prev, cur in zip(self.files, self.files[1:]):
+            if cur.file_from_offset - prev.file_from_offset != self.mapped_file_size:
+                raise StoreLayoutError(
+                    f"gap in segments: {cur.path} follows {prev.path} "
+                    f"(expected offset {prev.file_from_offset + self.mapped_file_size})")
+
+    # -- addressing ------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        if not self.files:
+            return 0
+        first = self.files[0]
+        return first.file_from_offset + first.start_position
+
+    def max_wrote_position(self) -> int:
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    max_read_position = max_wrote_position
+
+    def find_file(self, pos: int) -> MmapFile | None:
+        """The segment containing global position ``pos`` (None if outside the list)."""
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        if pos < first:
+            return None
+        i = (pos - first) // self.mapped_file_size
+        if i >= len(files):
+            return None
+        return files[i]
+
+    def get_data(self, pos: int, size: int) -> bytes | None:
+        """``size`` bytes at global ``pos`` (never across segments); None if not all written."""
+        f = self.find_file(pos)
+        if f is None:
+            return None
+        off = pos - f.file_from_offset
+        if off + size > f.wrote_position or off < f.start_position:
+            return None
+        return f.read(off, size)
+
+    # -- appending -------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.store_path} is opened read-only")
+
+    def _new_file(self, offset: int) -> MmapFile:
+        self._check_writable()
+        os.makedirs(self.store_path, exist_ok=True)
+        f = MmapFile(os.path.join(self.store_path, file_name_for(offset)), offset,
+                     self.mapped_file_size, create=True)
+        fsync_dir(self.store_path)
+        self.files.append(f)
+        return f
+
+    def last_file_for_append(self, start_offset: int = 0) -> MmapFile:
+        """The last segment, creating the first (or next, when full) one if needed."""
+        if not self.files:
+            return self._new_file(start_offset - start_offset % self.mapped_file_size)
+        last = self.files[-1]
+        if last.is_full():
+            return self._new_file(last.file_from_offset + self.mapped_file_size)
+        return last
+
+    def reserve(self, length: int, use_blank: bool = True) -> MmapFile:
+        """Make room for a record of ``length`` bytes; returns the segment it will go into.
+
+        Writes the end-of-segment blank and creates the next segment when needed.
+        """
+        need = length + MIN_BLANK_LEN if use_blank else length
+        if need > self.mapped_file_size:
+            raise DLedgerError(f"a record of {length} bytes cannot fit in a segment of "
+                               f"{self.mapped_file_size} bytes", DISK_ERROR)
+        f = self.last_file_for_append()
+        if need > f.remaining():
+            if use_blank:
+                rest = f.remaining()
+                f.write_at(f.wrote_position, encode_blank(rest))
+                f.wrote_position = f.file_size
+            else:
+                if f.remaining():
+                    raise DLedgerError(f"{self.store_path}: record of {length} bytes does not fit "
+                                       f"the {f.remaining()} bytes left in {f.path}", DISK_ERROR)
+            f = self._new_file(f.file_from_offset + self.mapped_file_size)
+        return f
+
+    def pre_append(self, length: int, use_blank: bool = True) -> int:
+        """The global position a record of ``length`` bytes will be written at."""
+        f = self.reserve(length, use_blank)
+        return f.file_from_offset + f.wrote_position
+
+    def append(self, data, use_blank: bool = True) -> int:
+        """Append ``data`` as one record (never split across segments); returns its position."""
+        f = self.reserve(len(data), use_blank)
+        pos = f.file_from_offset + f.wrote_position
+        f.append_message(data)
+        return pos
+
+    # -- removing --------------------------------------------------------------------------
+    def truncate_offset(self, offset: int) -> None:
+        """Drop everything at and after global ``offset`` (``-1`` drops everything).
+
+        On a read-only list this only changes the in-memory view (files are closed, not deleted).
+        """
+        keep: list[MmapFile] = []
+        for f in self.files:
+            if f.file_from_offset + f.file_size > offset:
+                if offset >= f.file_from_offset:
+                    f.set_positions(offset - f.file_from_offset)
+                    keep.append(f)
+                elif self.read_only:
+                    f.close()
+                else:
+                    f.destroy()
+            else:
+                keep.append(f)
+        removed = len(keep) != len(self.files)
+        self.files = keep
+        if removed and not self.read_only:
+            fsync_dir(self.store_path)
+        mw = self.max_wrote_position()
+        self.flushed_where = min(self.flushed_where, mw)
+        self.committed_where = min(self.committed_where, mw)
+
+    def reset_offset(self, offset: int) -> None:
+        """Drop everything before global ``offset``; the segment holding it gets a head blank."""
+        self._check_writable()
+        keep: list[MmapFile] = []
+        for f in self.files:
+            if f.file_from_offset + f.file_size <= offset:
+                f.destroy()
+                continue
+            if f.file_from_offset <= offset:
+                start = offset - f.file_from_offset
+                f.start_position = start
+                if start > MIN_BLANK_LEN:
+                    f.write_at(0, encode_blank(start))
+                    f.flush_range(0, start)
+                f.wrote_position = max(f.wrote_position, start)
+                f.committed_position = max(f.committed_position, start)
+                f.flushed_position = max(f.flushed_position, start)
+            keep.append(f)
+        if len(keep) != len(self.files):
+            fsync_dir(self.store_path)
+        self.files = keep
+        self.flushed_where = max(self.flushed_where, self.min_offset())
+        self.committed_where = max(self.committed_where, self.min_offset())
+
+    def rebuild_with_pos(self, pos: int) -> None:
+        """Discard every segment and start afresh with ``pos`` as both start and end."""
+        self.truncate_offset(-1)
+        f = self._new_file(pos - pos % self.mapped_file_size)
+        f.set_positions(pos - f.file_from_offset)
+        f.flushed_position = f.wrote_position
+        self.reset_offset(pos)
+        self.flushed_where = self.committed_where = pos
+        if not (self.max_wrote_position() == pos == self.min_offset()):
+            raise DLedgerError(f"{self.store_path}: rebuild at {pos} failed", DISK_ERROR)
+
+    def delete_first_file(self) -> MmapFile | None:
+        """Remove the first segment (retention); never the last one."""
+        self._check_writable()
+        if len(self.files) < 2:
+            return None
+        f = self.files.pop(0)
+        f.destroy()
+        fsync_dir(self.store_path)
+        return f
+
+    def check_first_file_all_blank(self) -> bool:
+        """Delete the first segment when it holds nothing but blank records; True if deleted."""
+        if not self.files or len(self.files) < 2 or self.read_only:
+            return False
+        f = self.files[0]
+        off = 0
+        while off + MIN_BLANK_LEN <= f.file_size:
+            magic, size = MAGIC_SIZE.unpack_from(f.mm, off)
+            if magic != MAGIC_BLANK or size < MIN_BLANK_LEN:
+                return False
+            off += size
+        if off != f.file_size:
+            return False
+        self.delete_first_file()
+        return True
+
+    # -- durability ------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """msync every segment with unflushed bytes; True when something was flushed."""
+        did = False
+        for f in self.files:
+            if f.flushed_position < f.wrote_position:
+                before = f.flushed_position
+                f.flush(least_pages)
+                did = did or f.flushed_position != before
+        if self.files:
+            # flushed_where: the first position not yet known durable.
+            where = self.min_offset()
+            for f in self.files:
+                where = f.file_from_offset + f.flushed_position
+                if f.flushed_position < f.wrote_position:
+                    break
+            self.flushed_where = where
+        self.committed_where = self.max_wrote_position()
+        return did
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
+
+    def destroy(self) -> None:
+        for f in self.files:
+            f.destroy()
+        self.files = []

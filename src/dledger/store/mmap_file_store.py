@@ -1,0 +1,794 @@
+"""DLedgerMmapFileStore: the Raft log on disk (data + index segment lists, term file, checkpoint).
+
+Layout of a store directory (SPEC §1.6)::
+
+    <dir>/data/<20-digit offset>   data segments (entries, blank padding)
+    <dir>/index/<20-digit offset>  index segments (32-byte units, unit k at byte k*32)
+    <dir>/currterm                 term and vote (TermFile)
+    <dir>/checkpoint               endIndex / committedIndex (+ beforeBegin*) (Checkpoint)
+
+Invariants kept by every mutation:
+- entries ``ledger_before_begin_index < i <= ledger_end_index`` are contiguous, their terms do
+  not decrease, index unit ``i`` names entry ``i``'s local position and size;
+- an entry's ``pos`` field equals its local position: leaders stamp it, followers refuse a
+  record whose ``pos`` differs from where it would land (replicas are byte-identical);
+- ``body_crc`` is the CRC-32 of the final body (after append hooks) and is checked on every
+  read; a record that fails a check is never returned.
+
+Recovery (``load``), stronger than SPEC §2.6:
+- the log up to the checkpoint's ``endIndex`` (flushed before the checkpoint was written) is
+  trusted after one spot check, so restart time does not grow with the log;
+- what follows is scanned record by record (header, chain of index/term, CRC, index unit);
+  the first bad record there ends the log: a torn tail is truncated, never served;
+- without a usable checkpoint the scan starts at most three segments from the end (as Java);
+  a bad record that is followed by intact entries is mid-log corruption and stops the open
+  with ``CorruptStoreError`` naming the file and offset, instead of truncating it away;
+- damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
+  same way, never served.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
+                           MAGIC_NORMAL, MAGIC_SIZE, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
+                           VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode, decode_header)
+from dledger.errors import (DISK_ERROR, DISK_FULL, INCONSISTENT_INDEX, INCONSISTENT_STATE,
+                            INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE,
+                            CorruptEntryError, CorruptStoreError, DLedgerError, EntryTooLargeError,
+                            ReadOnlyStoreError, StoreClosedError)
+from dledger.store.follower_batch import plan_follower_batch
+from dledger.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from dledger.store.mmap_file import MmapFile
+from dledger.store.mmap_file_list import MmapFileList
+from dledger.store.term_file import TermFile
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
+DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
+
+PAGE_CACHE = "page_cache"
+FSYNC = "fsync"
+DURABILITY_MODES = (PAGE_CACHE, FSYNC)
+
+_ZERO8 = bytes(MIN_BLANK_LEN)
+
+AppendHook = Callable[[DLedgerEntry, memoryview, int], None]
+
+
+@dataclass(slots=True)
+class AppendBatchResult:
+    """What a batch append wrote: indices ``first_index .. first_index+len(positions)-1``."""
+
+    first_index: int
+    term: int
+    positions: list[int]
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self.positions) - 1
+
+
+class DLedgerMmapFileStore:
+    """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
+
+    def __init__(self, store_dir: str, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
+                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, durability: str = PAGE_CACHE,
+                 max_entry_size: int = MAX_RECORD_SIZE, data_path: str | None = None,
+                 read_only: bool = False, file_reserved_hours: float = 72,
+                 delete_when: str = "04", disk_space_ratio_to_check_expired: float = 0.70,
+                 disk_space_ratio_to_force_clean: float = 0.85, enable_disk_force_clean: bool = True,
+                 disk_usage: Callable[[str], tuple] = shutil.disk_usage) -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
+        if index_file_size % INDEX_UNIT_SIZE:
+            raise ValueError(f"index_file_size must be a multiple of {INDEX_UNIT_SIZE}, "
+                             f"got {index_file_size}")
+        if max_entry_size < BODY_OFFSET:
+            raise ValueError(f"max_entry_size must be at least {BODY_OFFSET}, got {max_entry_size}")
+        self.store_dir = store_dir
+        self.durability = durability
+        self.read_only = read_only
+        self.max_entry_size = min(max_entry_size, data_file_size - MIN_BLANK_LEN)
+        self.data_path = data_path or os.path.join(store_dir, "data")
+        self.index_path = os.path.join(store_dir, "index")
+        self.data_list = MmapFileList(self.data_path, data_file_size, read_only=read_only)
+        self.index_list = MmapFileList(self.index_path, index_file_size, read_only=read_only)
+        self.term_file = TermFile(store_dir, read_only=read_only)
+        self.file_reserved_hours = max(1.0, file_reserved_hours)
+        self.delete_when = {int(h) for h in delete_when.split(";") if h.strip()}
+        self.ratio_check_expired = disk_space_ratio_to_check_expired
+        self.ratio_force_clean = disk_space_ratio_to_force_clean
+        self.disk_full_ratio = min(disk_space_ratio_to_force_clean + 0.05, 0.95)
+        self.enable_disk_force_clean = enable_disk_force_clean
+        self._disk_usage = disk_usage
+
+        self.ledger_before_begin_index = -1
+        self.ledger_before_begin_term = -1
+        self.ledger_end_index = -1
+        self.ledger_end_term = -1
+        self.committed_index = -1
+        self.is_disk_full = False
+        self.loaded = False
+        self.closed = False
+        self._hooks: list[AppendHook] = []
+        self._encode_buf = bytearray()
+        # read-only opens cannot rewrite a damaged index tail: the rebuilt units live here.
+        self._index_overrides: dict[int, IndexUnit] = {}
+        self._checkpoint: Checkpoint | None = None
+
+    @classmethod
+    def open(cls, store_dir: str, **kwargs) -> "DLedgerMmapFileStore":
+        store = cls(store_dir, **kwargs)
+        store.load()
+        return store
+
+    # =====================================================================================
+    # term and vote
+    # =====================================================================================
+    @property
+    def current_term(self) -> int:
+        return self.term_file.term
+
+    @property
+    def vote_for(self) -> str | None:
+        return self.term_file.vote_for
+
+    def persist_term(self, term: int, vote_for: str | None) -> None:
+        """Make ``term``/``vote_for`` durable (returns only once they are)."""
+        self._check_open()
+        if term < self.term_file.term:
+            raise DLedgerError(f"term may not go backwards ({self.term_file.term} -> {term})",
+                               INCONSISTENT_TERM)
+        self.term_file.save(term, vote_for)
+
+    # =====================================================================================
+    # hooks, committed index
+    # =====================================================================================
+    def add_append_hook(self, hook: AppendHook) -> None:
+        """``hook(entry, record, body_offset)`` runs on the leader before a record is written.
+
+        ``record`` is a writable view of the whole encoded record (index, term and pos already
+        set); the hook may change body bytes in place. The CRC is computed afterwards, over the
+        final body. The view is only valid during the call.
+        """
+        if hook not in self._hooks:
+            self._hooks.append(hook)
+
+    def update_committed_index(self, index: int) -> None:
+        """Record the commit index (persisted with the next checkpoint). Never goes backwards."""
+        if index > self.committed_index:
+            self.committed_index = min(index, self.ledger_end_index)
+
+    # =====================================================================================
+    # appending
+    # =====================================================================================
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"store {self.store_dir} is closed")
+        if not self.loaded:
+            raise DLedgerError(f"store {self.store_dir} is not loaded; call load() first", INCONSISTENT_STATE)
+
+    def _check_append(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
+        if self.is_disk_full:
+            raise DLedgerError(f"disk full: store {self.store_dir} refuses appends", DISK_FULL)
+        expected = (self.ledger_end_index + 1) * INDEX_UNIT_SIZE
+        if self.index_list.max_wrote_position() != expected and self.index_list.files:
+            raise DLedgerError(f"index list at {self.index_list.max_wrote_position()}, expected "
+                               f"{expected}", DISK_ERROR)
+
+    def _ensure_index_start(self) -> None:
+        if not self.index_list.files:
+            self.index_list.rebuild_with_pos((self.ledger_end_index + 1) * INDEX_UNIT_SIZE)
+
+    def append_as_leader(self, entry: DLedgerEntry) -> DLedgerEntry:
+        """Append one entry as leader: index, term (the current term) and pos are assigned here.
+
+        Returns the same entry with ``index``, ``term``, ``pos``, ``size``, ``body_crc`` set
+        and ``body`` holding the bytes as written (after hooks).
+        """
+        self._append_leader((entry.body,), entry.magic, [entry])
+        return entry
+
+    def batch_append_as_leader(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendBatchResult:
+        """Append many bodies in one call (one fsync in ``fsync`` mode)."""
+        return self._append_leader(bodies, magic, None)
+
+    def _append_leader(self, bodies: Sequence[bytes], magic: int,
+                       entries: list[DLedgerEntry] | None) -> AppendBatchResult:
+        self._check_append()
+        if magic not in VALID_MAGICS:
+            raise ValueError(f"invalid magic {magic}")
+        if not bodies:
+            return AppendBatchResult(self.ledger_end_index + 1, self.term_file.term, [])
+        limit = self.max_entry_size - BODY_OFFSET
+        if max(map(len, bodies)) > limit:
+            big = next(i for i, b in enumerate(bodies) if len(b) > limit)
+            raise EntryTooLargeError(f"entry body of {len(bodies[big])} bytes exceeds the maximum "
+                                     f"of {limit} bytes (max_entry_size {self.max_entry_size})")
+        term = self.term_file.term
+        if term < self.ledger_end_term:
+            raise DLedgerError(f"current term {term} is below the last entry's term "
+                               f"{self.ledger_end_term}", INCONSISTENT_TERM)
+        self._ensure_index_start()
+        first_index = index = self.ledger_end_index + 1
+        data, idx = self.data_list, self.index_list
+        start_pos = data.max_wrote_position()
+        positions: list[int] = []
+        add = positions.append
+        pack_rec = RECORD_PREFIX.pack_into
+        pack_idx = INDEX_UNIT.pack_into
+        hooks = self._hooks
+        df = data.files[-1] if data.files else None
+        xf = idx.files[-1]
+        try:
+            for body in bodies:
+                n = len(body)
+                size = BODY_OFFSET + n
+                if df is None or df.file_size - df.wrote_position < size + MIN_BLANK_LEN:
+                    df = data.reserve(size)
+                wp = df.wrote_position
+                pos = df.file_from_offset + wp
+                mm = df.mm
+                if hooks:
+                    self._write_hooked(df, wp, body, magic, index, term, pos, entries, len(positions))
+                else:
+                    crc = crc32(body)
+                    pack_rec(mm, wp, magic, size, index, term, pos, 0, 0, crc, n)
+                    mm[wp + BODY_OFFSET:wp + size] = body
+                    if entries is not None:
+                        e = entries[len(positions)]
+                        e.index, e.term, e.pos, e.size, e.body_crc, e.magic = index, term, pos, size, crc, magic
+                df.wrote_position = wp + size
+                if xf.file_size - xf.wrote_position < INDEX_UNIT_SIZE:
+                    xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
+                xw = xf.wrote_position
+                pack_idx(xf.mm, xw, magic, pos, size, index, term)
+                xf.wrote_position = xw + INDEX_UNIT_SIZE
+                add(pos)
+                index += 1
+        finally:
+            if positions:
+                self.ledger_end_index = first_index + len(positions) - 1
+                self.ledger_end_term = term
+                self._mark_end(df)
+                if self.durability == FSYNC:
+                    self._sync_range(data, start_pos)
+                    self._sync_range(idx, first_index * INDEX_UNIT_SIZE)
+        return AppendBatchResult(first_index, term, positions)
+
+    def _write_hooked(self, df: MmapFile, wp: int, body: bytes, magic: int, index: int, term: int,
+                      pos: int, entries: list[DLedgerEntry] | None, k: int) -> None:
+        size = BODY_OFFSET + len(body)
+        buf = self._encode_buf
+        if len(buf) < size:
+            buf.extend(bytes(size - len(buf)))
+        RECORD_PREFIX.pack_into(buf, 0, magic, size, index, term, pos, 0, 0, 0, len(body))
+        buf[BODY_OFFSET:size] = body
+        entry = entries[k] if entries is not None else DLedgerEntry(body=body, magic=magic)
+        entry.index, entry.term, entry.pos, entry.size, entry.magic = index, term, pos, size, magic
+        with memoryview(buf) as whole, whole[:size] as view:
+            for hook in self._hooks:
+                hook(entry, view, BODY_OFFSET)
+        final_body = bytes(buf[BODY_OFFSET:size])
+        crc = crc32(final_body)
+        RECORD_PREFIX.pack_into(buf, 0, magic, size, index, term, pos, 0, 0, crc, len(body))
+        df.mm[wp:wp + size] = buf[:size]
+        entry.body, entry.body_crc = final_body, crc
+
+    @staticmethod
+    def _mark_end(f: MmapFile | None) -> None:
+        """Zero the 8 bytes after the last record, so bytes left behind by an earlier truncation
+        never read as a continuation of the log."""
+        if f is not None and f.wrote_position + MIN_BLANK_LEN <= f.file_size:
+            f.mm[f.wrote_position:f.wrote_position + MIN_BLANK_LEN] = _ZERO8
+
+    @staticmethod
+    def _sync_range(lst: MmapFileList, start: int) -> None:
+        """msync everything in ``lst`` from global ``start`` to its end (fsync mode)."""
+        for f in lst.files:
+            if f.file_from_offset + f.file_size <= start:
+                continue
+            lo = max(start - f.file_from_offset, 0)
+            f.flush_range(lo, f.wrote_position)
+
+    def append_as_follower(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> DLedgerEntry:
+        """Append an entry received from the leader at the leader's position (``entry.pos``).
+
+        The role and leader id are the core's to check; the store checks what it can see:
+        the index continues the log, the term is sane, the position and the CRC match.
+        """
+        if entry.size != BODY_OFFSET + len(entry.body):
+            entry.size = BODY_OFFSET + len(entry.body)
+        rec = bytearray(entry.size)
+        RECORD_PREFIX.pack_into(rec, 0, entry.magic, entry.size, entry.index, entry.term, entry.pos,
+                                entry.channel, entry.chain_crc, entry.body_crc, len(entry.body))
+        rec[BODY_OFFSET:] = entry.body
+        self.batch_append_as_follower(rec, leader_term, leader_id)
+        return entry
+
+    def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
+        """Append encoded records exactly as they lie in the leader's data file.
+
+        ``records`` is a bytes-like object of consecutive records (blank records in it are
+        skipped: this store writes its own padding, at the same places). Everything is checked
+        before anything is written; a bad batch changes nothing. Returns the new end index.
+        """
+        self._check_append()
+        if leader_term != self.term_file.term:
+            raise DLedgerError(f"leader term {leader_term} differs from local term "
+                               f"{self.term_file.term}", INCONSISTENT_TERM)
+        view = memoryview(records)
+        data = self.data_list
+        has_position = bool(data.files) or (self.ledger_end_index < 0 and self.ledger_before_begin_index < 0)
+        plan = plan_follower_batch(view, expect_index=self.ledger_end_index + 1,
+                                   last_term=self.ledger_end_term, leader_term=leader_term,
+                                   next_pos=data.max_wrote_position() if has_position else None,
+                                   file_size=data.mapped_file_size, max_entry_size=self.max_entry_size)
+        if not plan:
+            return self.ledger_end_index
+        if not data.files and plan[0][2] != 0:
+            data.rebuild_with_pos(plan[0][2])
+        self._ensure_index_start()
+        start_pos = data.max_wrote_position()
+        first_index = plan[0][3]
+        idx = self.index_list
+        xf = idx.files[-1]
+        done = 0
+        last_df = None
+        try:
+            for off, size, pos, index, term, magic in plan:
+                df = data.reserve(size)
+                wp = df.wrote_position
+                df.mm[wp:wp + size] = view[off:off + size]
+                last_df = df
+                df.wrote_position = wp + size
+                if xf.file_size - xf.wrote_position < INDEX_UNIT_SIZE:
+                    xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
+                INDEX_UNIT.pack_into(xf.mm, xf.wrote_position, magic, pos, size, index, term)
+                xf.wrote_position += INDEX_UNIT_SIZE
+                done += 1
+        finally:
+            if done:
+                self.ledger_end_index = plan[done - 1][3]
+                self.ledger_end_term = plan[done - 1][4]
+                self._mark_end(last_df)
+                if self.durability == FSYNC:
+                    self._sync_range(data, start_pos)
+                    self._sync_range(idx, first_index * INDEX_UNIT_SIZE)
+        return self.ledger_end_index
+
+    # =====================================================================================
+    # reading
+    # =====================================================================================
+    def _index_unit(self, index: int) -> IndexUnit:
+        unit = self._index_overrides.get(index) if self._index_overrides else None
+        if unit is not None:
+            return unit
+        pos = index * INDEX_UNIT_SIZE
+        f = self.index_list.find_file(pos)
+        off = pos - f.file_from_offset if f is not None else -1
+        if f is None or off + INDEX_UNIT_SIZE > f.wrote_position:
+            raise CorruptStoreError(f"index unit {index} is missing", path=self.index_path,
+                                    position=pos)
+        unit = IndexUnit._make(INDEX_UNIT.unpack_from(f.mm, off))
+        if unit.index != index or unit.size < BODY_OFFSET or unit.magic not in VALID_MAGICS:
+            raise CorruptStoreError(f"index unit {index} is corrupt: {unit}", path=f.path, offset=off)
+        return unit
+
+    def _check_range(self, index: int) -> None:
+        self._check_open()
+        if index < 0 or index > self.ledger_end_index:
+            raise DLedgerError(f"index {index} out of range (end {self.ledger_end_index})",
+                               INDEX_OUT_OF_RANGE)
+        if index <= self.ledger_before_begin_index:
+            raise DLedgerError(f"index {index} is before the log's begin "
+                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+
+    def _locate(self, index: int) -> tuple[IndexUnit, MmapFile, int]:
+        unit = self._index_unit(index)
+        f = self.data_list.find_file(unit.pos)
+        if f is None or unit.pos - f.file_from_offset + unit.size > f.wrote_position:
+            raise CorruptStoreError(f"index unit {index} points outside the data ({unit.pos}, "
+                                    f"{unit.size} bytes)", path=self.data_path, position=unit.pos)
+        return unit, f, unit.pos - f.file_from_offset
+
+    def get(self, index: int) -> DLedgerEntry:
+        """The entry at ``index``; ``CorruptStoreError`` (file, offset) if its bytes fail a check."""
+        self._check_range(index)
+        unit, f, off = self._locate(index)
+        try:
+            entry = decode(f.mm, off, limit=f.wrote_position, path=f.path, base=f.file_from_offset)
+        except CorruptEntryError as exc:
+            raise CorruptStoreError(f"entry {index} is corrupt: {exc.args[0].split(' (')[0]}",
+                                    path=f.path, offset=off, position=unit.pos) from None
+        if entry.index != index or entry.term != unit.term or entry.size != unit.size:
+            raise CorruptStoreError(f"entry at the position of index {index} is (index "
+                                    f"{entry.index}, term {entry.term}, size {entry.size}), index unit "
+                                    f"says (term {unit.term}, size {unit.size})", path=f.path, offset=off,
+                                    position=unit.pos)
+        return entry
+
+    def get_raw(self, index: int) -> bytes:
+        """The encoded record of ``index`` exactly as stored (header checked, CRC checked)."""
+        entry = self.get(index)
+        unit = self._index_unit(index)
+        return self.data_list.get_data(unit.pos, entry.size)
+
+    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30) -> tuple[bytes, int]:
+        """Encoded records from ``begin_index`` on, up to ``max_bytes`` (at least one record).
+
+        Returns ``(records, count)``; records never span a segment boundary within one call's
+        contiguous copy, and blanks between segments are not included.
+        """
+        self._check_range(begin_index)
+        end = min(self.ledger_end_index, begin_index + max_count - 1)
+        first_unit, f, off = self._locate(begin_index)
+        # Extend within the same segment as far as the limits allow.
+        count, nbytes = 1, first_unit.size
+        while begin_index + count <= end:
+            unit = self._index_unit(begin_index + count)
+            if unit.pos != first_unit.pos + nbytes or nbytes + unit.size > max_bytes:
+                break
+            nbytes += unit.size
+            count += 1
+        chunk = f.read(off, nbytes)
+        self._verify_chunk(chunk, begin_index, count, f.path, off)
+        return chunk, count
+
+    def _verify_chunk(self, chunk: bytes, first: int, count: int, path: str, base_off: int) -> None:
+        off = 0
+        for i in range(first, first + count):
+            fields = decode_header(chunk, off, path=path)
+            if fields[2] != i or (fields[7] and crc32(memoryview(chunk)[off + BODY_OFFSET:off + fields[1]]) != fields[7]):
+                raise CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
+            off += fields[1]
+
+    def get_entry_term(self, index: int) -> int:
+        """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""
+        if index == self.ledger_before_begin_index:
+            return self.ledger_before_begin_term
+        self._check_range(index)
+        return self._index_unit(index).term
+
+    def iter_entries(self, begin: int | None = None, end: int | None = None) -> Iterator[DLedgerEntry]:
+        """Entries ``begin..end`` (inclusive; default: the whole log), each checked as by ``get``."""
+        lo = self.ledger_before_begin_index + 1 if begin is None else max(begin, self.ledger_before_begin_index + 1)
+        hi = self.ledger_end_index if end is None else min(end, self.ledger_end_index)
+        for i in range(lo, hi + 1):
+            yield self.get(i)
+
+    __iter__ = iter_entries
+
+    def get_first_log_of_target_term(self, term: int, end_index: int) -> DLedgerEntry | None:
+        found = None
+        i = min(end_index, self.ledger_end_index)
+        while i > self.ledger_before_begin_index:
+            t = self._index_unit(i).term
+            if t == term:
+                found = i
+            elif t < term:
+                break
+            i -= 1
+        return self.get(found) if found is not None else None
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[CorruptStoreError]:
+        """Read and check every entry; returns the errors found (empty when the log is sound)."""
+        errors: list[CorruptStoreError] = []
+        for i in range(self.ledger_before_begin_index + 1, self.ledger_end_index + 1):
+            try:
+                self.get(i)
+            except CorruptStoreError as exc:
+                errors.append(exc)
+            if progress is not None:
+                progress(i)
+        return errors
+
+    # =====================================================================================
+    # truncation and reset
+    # =====================================================================================
+    def _zero_header_at(self, pos: int) -> None:
+        """Erase the record head at ``pos`` so that recovery cannot resurrect what follows."""
+        f = self.data_list.find_file(pos)
+        if f is None:
+            return
+        off = pos - f.file_from_offset
+        if off + MIN_BLANK_LEN <= f.file_size:
+            f.write_at(off, bytes(MIN_BLANK_LEN))
+            f.mm.flush(off & ~4095, off - (off & ~4095) + MIN_BLANK_LEN)
+
+    def truncate(self, truncate_index: int) -> int:
+        """Remove ``truncate_index`` and every later entry; returns the new end index.
+
+        Refuses to remove a committed entry.
+        """
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
+        if truncate_index > self.ledger_end_index:
+            return self.ledger_end_index
+        if truncate_index <= self.ledger_before_begin_index:
+            raise DLedgerError(f"cannot truncate at {truncate_index}: log begins at "
+                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+        if truncate_index <= self.committed_index:
+            raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
+                               f"(committed index {self.committed_index})", INCONSISTENT_STATE)
+        unit = self._index_unit(truncate_index)
+        self._zero_header_at(unit.pos)
+        self.data_list.truncate_offset(unit.pos)
+        if self.data_list.max_wrote_position() != unit.pos:
+            self.data_list.rebuild_with_pos(unit.pos)
+        self._truncate_index_to(truncate_index)
+        if truncate_index - 1 == self.ledger_before_begin_index:
+            self.ledger_end_index, self.ledger_end_term = truncate_index - 1, self.ledger_before_begin_term
+        else:
+            self.ledger_end_index = truncate_index - 1
+            self.ledger_end_term = self._index_unit(truncate_index - 1).term
+        if self._checkpoint is not None and self._checkpoint.end_index > self.ledger_end_index:
+            self._write_checkpoint(self.ledger_end_index)
+        return self.ledger_end_index
+
+    def _truncate_index_to(self, index: int) -> None:
+        pos = index * INDEX_UNIT_SIZE
+        idx = self.index_list
+        if idx.files and idx.min_offset() <= pos <= idx.max_wrote_position():
+            # Erase the dropped units: stale units must not vouch for stale data after a crash.
+            for f in idx.files:
+                lo = max(pos - f.file_from_offset, f.start_position)
+                if lo < f.wrote_position:
+                    f.mm[lo:f.wrote_position] = bytes(f.wrote_position - lo)
+                    f.flush_range(lo, f.wrote_position)
+            idx.truncate_offset(pos)
+        else:
+            idx.rebuild_with_pos(pos)
+
+    def truncate_to_entry(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> int:
+        """Make ``entry`` the last entry, at ``entry.pos`` (legacy TRUNCATE of SPEC §2.3).
+
+        Keeps a local copy equal to ``entry``; otherwise everything from ``entry.index`` on is
+        dropped and ``entry`` is written. When ``entry.pos`` lies outside the local data, the
+        store is rebuilt to start at ``entry`` (its before-begin index becomes ``index - 1``).
+        """
+        self._check_open()
+        if leader_term != self.term_file.term:
+            raise DLedgerError(f"leader term {leader_term} differs from local term "
+                               f"{self.term_file.term}", INCONSISTENT_TERM)
+        existed = False
+        if self.ledger_before_begin_index < entry.index <= self.ledger_end_index:
+            try:
+                existed = self.get(entry.index) == entry
+            except DLedgerError:
+                existed = False
+        if existed:
+            if entry.index < self.ledger_end_index:
+                self.truncate(entry.index + 1)
+            return self.ledger_end_index
+        if entry.index <= self.committed_index:
+            raise DLedgerError(f"refusing to replace committed entry {entry.index}", INCONSISTENT_STATE)
+        data = self.data_list
+        inside = (self.ledger_before_begin_index < entry.index <= self.ledger_end_index + 1
+                  and data.files and data.min_offset() <= entry.pos <= data.max_wrote_position())
+        if inside:
+            if entry.index <= self.ledger_end_index:
+                self.truncate(entry.index)
+        else:
+            self._zero_header_at(entry.pos)
+            data.rebuild_with_pos(entry.pos)
+            self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
+            self.ledger_before_begin_index = entry.index - 1
+            self.ledger_before_begin_term = -1
+            self.ledger_end_index, self.ledger_end_term = entry.index - 1, -1
+        self.append_as_follower(entry, leader_term, leader_id)
+        self._write_checkpoint(min(self._checkpoint.end_index if self._checkpoint else -1,
+                                   self.ledger_end_index))
+        return self.ledger_end_index
+
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
+        """Drop the log prefix up to and including ``before_begin_index`` (after a snapshot).
+
+        When the whole log goes, the log restarts empty after ``before_begin_index``; the next
+        entry lands at ``next_pos`` when given (a follower installing the leader's snapshot),
+        else where the old data ended. Returns the new begin index.
+        """
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
+        if before_begin_index <= self.ledger_before_begin_index:
+            return self.ledger_before_begin_index + 1
+        data = self.data_list
+        if before_begin_index >= self.ledger_end_index:
+            if next_pos is not None:
+                data.rebuild_with_pos(next_pos)
+            elif self.ledger_end_index > self.ledger_before_begin_index:
+                unit = self._index_unit(self.ledger_end_index)
+                data.reset_offset(unit.pos + unit.size)
+            elif data.files:
+                data.reset_offset(data.max_wrote_position())
+            self.index_list.rebuild_with_pos((before_begin_index + 1) * INDEX_UNIT_SIZE)
+            self.ledger_end_index, self.ledger_end_term = before_begin_index, before_begin_term
+        else:
+            unit = self._index_unit(before_begin_index + 1)
+            data.reset_offset(unit.pos)
+            self.index_list.reset_offset((before_begin_index + 1) * INDEX_UNIT_SIZE)
+        self.ledger_before_begin_index = before_begin_index
+        self.ledger_before_begin_term = before_begin_term
+        self.committed_index = max(self.committed_index, min(before_begin_index, self.ledger_end_index))
+        self._write_checkpoint(self.ledger_end_index if self._checkpoint is None
+                               else min(max(self._checkpoint.end_index, before_begin_index),
+                                        self.ledger_end_index))
+        return before_begin_index + 1
+
+    # =====================================================================================
+    # durability
+    # =====================================================================================
+    def flush(self, *, checkpoint: bool = True) -> None:
+        """Make every appended entry durable (msync data, then index), then write the checkpoint."""
+        self._check_open()
+        if self.read_only:
+            return
+        end = self.ledger_end_index
+        self.data_list.flush(0)
+        self.index_list.flush(0)
+        if checkpoint and (self._checkpoint is None or self._checkpoint.end_index != end
+                           or self._checkpoint.committed_index != self.committed_index):
+            self._write_checkpoint(end)
+
+    def _write_checkpoint(self, end_index: int) -> None:
+        if self.read_only:
+            return
+        cp = Checkpoint(end_index, min(self.committed_index, end_index),
+                        self.ledger_before_begin_index, self.ledger_before_begin_term)
+        write_checkpoint(self.store_dir, cp)
+        self._checkpoint = cp
+
+    def close(self) -> None:
+        """Flush (unless read-only) and unmap everything. Idempotent."""
+        if self.closed:
+            return
+        if self.loaded and not self.read_only:
+            self.flush()
+        self.data_list.close()
+        self.index_list.close()
+        self.closed = True
+
+    shutdown = close
+
+    def __enter__(self) -> "DLedgerMmapFileStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # =====================================================================================
+    # cleaning and disk-full guard (SPEC §2.8), driven by the caller's clock
+    # =====================================================================================
+    def _disk_ratio(self, path: str) -> float:
+        if not os.path.exists(path):
+            return -1.0
+        usage = self._disk_usage(path)
+        total, used, free = usage[0], usage[1], usage[2]
+        entire = used + free
+        if entire <= 0:
+            return -1.0
+        return -(-used * 100 // entire) / 100
+
+    def clean(self, now: float | None = None) -> int:
+        """One pass of expired-file cleaning; updates ``is_disk_full``. Returns files deleted.
+
+        ``now`` is wall-clock seconds since the epoch (file ages are file modification times).
+        A data segment is deleted only if it is not the last one, it is expired (or space is
+        short and force cleaning is on), and every entry in it is committed.
+        """
+        self._check_open()
+        if self.read_only:
+            return 0
+        now = time.time() if now is None else now
+        base_ratio = self._disk_ratio(self.store_dir)
+        data_ratio = self._disk_ratio(self.data_path)
+        self.is_disk_full = base_ratio > self.disk_full_ratio or data_ratio > self.disk_full_ratio
+        time_up = time.localtime(now).tm_hour in self.delete_when
+        check_expired = max(base_ratio, data_ratio) > self.ratio_check_expired
+        force = max(base_ratio, data_ratio) > self.ratio_force_clean and self.enable_disk_force_clean
+        if not (time_up or check_expired):
+            return 0
+        deleted = 0
+        while deleted < 10 and len(self.data_list.files) > 1:
+            first, second = self.data_list.files[0], self.data_list.files[1]
+            expired = os.path.getmtime(first.path) + self.file_reserved_hours * 3600 <= now
+            if not (expired or force):
+                break
+            next_first = self._first_index_in(second)
+            if next_first is None or next_first - 1 > self.committed_index:
+                break
+            self.data_list.delete_first_file()
+            deleted += 1
+            log.info("deleted expired data segment %s", first.path)
+        if deleted:
+            self._revise_before_begin()
+            self._write_checkpoint(self.ledger_end_index if self._checkpoint is None
+                                   else self._checkpoint.end_index)
+        return deleted
+
+    def _first_index_in(self, f: MmapFile) -> int | None:
+        off = f.start_position
+        while off + BODY_OFFSET <= f.wrote_position:
+            magic, size = MAGIC_SIZE.unpack_from(f.mm, off)
+            if magic == MAGIC_BLANK and size >= MIN_BLANK_LEN:
+                off += size
+                continue
+            try:
+                return decode_header(f.mm, off, limit=f.wrote_position)[2]
+            except CorruptEntryError:
+                return None
+        return None
+
+    def _revise_before_begin(self) -> None:
+        """Set the begin index from the first data record and blank the index before it."""
+        self.data_list.check_first_file_all_blank()
+        if not self.data_list.files:
+            return
+        first = self._first_index_in(self.data_list.files[0])
+        if first is None:
+            return
+        if first - 1 != self.ledger_before_begin_index:
+            self.ledger_before_begin_index = first - 1
+            if self.ledger_before_begin_index >= 0 and self.ledger_end_index >= first - 1:
+                self.ledger_before_begin_term = self._before_begin_term_hint(first - 1)
+        if not self.read_only and self.index_list.files and \
+                self.index_list.min_offset() < first * INDEX_UNIT_SIZE <= self.index_list.max_wrote_position():
+            self.index_list.reset_offset(first * INDEX_UNIT_SIZE)
+
+    def _before_begin_term_hint(self, before_begin: int) -> int:
+        """Term of the before-begin index: from its index unit if still there, else the checkpoint."""
+        try:
+            pos = before_begin * INDEX_UNIT_SIZE
+            f = self.index_list.find_file(pos)
+            if f is not None and pos - f.file_from_offset >= f.start_position:
+                unit = IndexUnit._make(INDEX_UNIT.unpack_from(f.mm, pos - f.file_from_offset))
+                if unit.index == before_begin:
+                    return unit.term
+        except Exception:  # pragma: no cover - defensive: damaged unit
+            pass
+        cp = self._checkpoint
+        if cp is not None and cp.before_begin_index == before_begin:
+            return cp.before_begin_term
+        return -1
+
+    # =====================================================================================
+    # recovery
+    # =====================================================================================
+    def load(self) -> "DLedgerMmapFileStore":
+        """Open the directory and recover it (see the module docstring)."""
+        if self.loaded:
+            return self
+        from dledger.store.recovery import recover  # one concept per module
+        if not self.read_only:
+            os.makedirs(self.store_dir, exist_ok=True)
+        self.term_file.load()
+        self.data_list.load()
+        self.index_list.load()
+        recover(self)
+        self.loaded = True
+        if self.ledger_end_index >= 0 and self.term_file.term < self.ledger_end_term:
+            if self.term_file.existed:
+                log.warning("term file says term %d below the last entry's term %d; raising it",
+                            self.term_file.term, self.ledger_end_term)
+            if not self.read_only:
+                self.term_file.save(self.ledger_end_term, None)
+            else:
+                self.term_file.term = self.ledger_end_term
+        return self
+
+    def __repr__(self) -> str:
+        return (f"DLedgerMmapFileStore({self.store_dir!r}, begin={self.ledger_before_begin_index + 1}, "
+                f"end={self.ledger_end_index}, term={self.ledger_end_term})")

@@ -1,0 +1,91 @@
+"""The ``currterm`` file: the durable current term and vote of a node (SPEC §1.7).
+
+Format (Java ``Properties`` text, key order free)::
+
+    voteLeader=n0
+    currTerm=3
+
+Rules:
+- ``save`` returns only after the new content is durable (tmp file, fsync, rename, directory
+  fsync). Callers answer a vote or act on a new term only after ``save`` returned.
+- A ``currterm`` that exists but cannot be parsed raises ``TermFileError`` naming the file:
+  startup stops (Java logs and carries on at term 0, which can double-vote).
+- When ``currterm`` is missing but a ``currterm.tmp`` or ``currterm.bak`` left by an interrupted
+  rewrite validates, the copy with the highest term is used (the Java writer deletes ``currterm``
+  before renaming its ``.tmp``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from dledger.errors import TermFileError
+from dledger.store.properties import read_properties, write_properties_atomic
+
+log = logging.getLogger(__name__)
+
+TERM_FILE_NAME = "currterm"
+
+
+def _parse(path: str) -> tuple[int, str | None] | None:
+    try:
+        props = read_properties(path)
+    except ValueError as exc:
+        raise TermFileError(f"term file {path} is corrupt: {exc}") from exc
+    if props is None:
+        return None
+    raw = props.get("currTerm")
+    if raw is None:
+        raise TermFileError(f"term file {path} is corrupt: no currTerm")
+    try:
+        term = int(raw)
+    except ValueError as exc:
+        raise TermFileError(f"term file {path} is corrupt: currTerm={raw!r}") from exc
+    if term < 0:
+        raise TermFileError(f"term file {path} is corrupt: negative currTerm {term}")
+    vote = props.get("voteLeader") or None
+    return term, vote
+
+
+class TermFile:
+    """Current term and vote, persisted in ``<dir>/currterm``."""
+
+    def __init__(self, directory: str, *, read_only: bool = False) -> None:
+        self.path = os.path.join(directory, TERM_FILE_NAME)
+        self.read_only = read_only
+        self.term = 0
+        self.vote_for: str | None = None
+        #: True when the file was missing and the state was taken from a leftover copy.
+        self.recovered_from: str | None = None
+        self.existed = False
+
+    def load(self) -> None:
+        found = _parse(self.path)
+        if found is not None:
+            self.existed = True
+            self.term, self.vote_for = found
+            return
+        best: tuple[int, str | None, str] | None = None
+        for suffix in (".tmp", ".bak"):
+            path = self.path + suffix
+            try:
+                got = _parse(path)
+            except TermFileError as exc:
+                log.warning("ignoring leftover %s", exc)
+                continue
+            if got is not None and (best is None or got[0] > best[0]):
+                best = (got[0], got[1], path)
+        if best is not None:
+            self.term, self.vote_for, self.recovered_from = best
+            self.existed = True
+            log.warning("term file %s missing; recovered term %d from %s", self.path, best[0], best[2])
+
+    def save(self, term: int, vote_for: str | None) -> None:
+        """Persist ``term`` and ``vote_for`` durably, then update the in-memory copy."""
+        if term < 0:
+            raise ValueError(f"term must be >= 0, got {term}")
+        if not self.read_only:
+            write_properties_atomic(self.path, [("voteLeader", vote_for or ""), ("currTerm", str(term))])
+        self.term, self.vote_for = term, vote_for
+        self.existed = True
