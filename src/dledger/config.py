@@ -85,8 +85,8 @@ class DLedgerConfig:
     # -- election ---------------------------------------------------------------------------
     heart_beat_time_interval_ms: int = 100      # heartbeat period (DLedger 2000)
     max_heart_beat_leak: int = 3                # a follower gives up after leak x interval
-    min_vote_interval_ms: int = 150             # random delay before a vote round, lower bound (DLedger 300)
-    max_vote_interval_ms: int = 300             # ... upper bound (DLedger 1000)
+    min_vote_interval_ms: int = 100             # random delay before a vote round, lower bound (DLedger 300)
+    max_vote_interval_ms: int = 200             # ... upper bound (DLedger 1000)
     min_take_leadership_vote_interval_ms: int = 30   # shorter delays while taking leadership
     max_take_leadership_vote_interval_ms: int = 100
     max_leadership_transfer_wait_index: int = 1000   # max lag of a transferee
