@@ -86,6 +86,7 @@ class EntryHandler:
             return self._answer(req, Code.INCONSISTENT_LEADER)
         if self.matched_term != req.term:
             self.matched_term, self.matched_index = req.term, -1
+        self.node.elector.last_leader_heartbeat_ms = now      # a push proves the leader alive too
         t = req.type
         if t == PushEntryType.APPEND:
             if req.count <= 0 or not req.entries:

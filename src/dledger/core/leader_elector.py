@@ -150,6 +150,7 @@ class LeaderElector:
         self.take_leadership_task: tuple[Reply | None, int] | None = None
         self.transfer_wait: tuple[LeadershipTransferRequest, Reply | None, int] | None = None
         self.read_waiters: list[_ReadWaiter] = []
+        self.contact: dict[str, int] = {}
         self.next_preferred_check_ms = node.now_ms + self.cfg.preferred_leader_check_interval_ms
 
     # =====================================================================================
@@ -169,6 +170,22 @@ class LeaderElector:
         else:
             lo, hi = c.min_vote_interval_ms, c.max_vote_interval_ms
         return lo + self.rng.randrange(hi - lo + 1)
+
+    def note_contact(self, peer: str, sent_ms: int) -> None:
+        """A request sent at ``sent_ms`` in this leadership was answered SUCCESS by ``peer``.
+
+        Any such answer (heartbeat or push) proves the peer followed this leader at
+        ``sent_ms``; once a quorum has, leadership is confirmed as of the quorum's oldest
+        such time (check-quorum and the read lease count from there). Under load, pushes
+        keep the leader confirmed even when heartbeat answers queue behind them.
+        """
+        contact = self.contact
+        if sent_ms > contact.get(peer, -1):
+            contact[peer] = sent_ms
+            times = sorted(contact.values(), reverse=True)
+            need = self.ms.quorum_size() - 1            # this node counts itself
+            if 0 < need <= len(times) and times[need - 1] > self.last_succ_heartbeat_ms:
+                self.last_succ_heartbeat_ms = times[need - 1]
 
     def lease_valid(self, now: int) -> bool:
         return (self.ms.role is Role.LEADER and self.last_succ_heartbeat_ms >= 0
@@ -364,6 +381,7 @@ class LeaderElector:
         self.next_time_to_request_vote = now + delay
 
     def _become_leader(self, now: int, term: int) -> None:
+        self.contact = {}
         self.ms.change_to_leader(term)
         self.last_send_heartbeat_ms = -1
         self.last_succ_heartbeat_ms = now

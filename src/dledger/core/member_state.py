@@ -91,6 +91,9 @@ class MemberState:
         return self.store.ledger_end_term
 
     # -- roles --------------------------------------------------------------------------------
+    def quorum_size(self) -> int:
+        return len(self.peer_ids) // 2 + 1
+
     def is_quorum(self, count: int) -> bool:
         return is_quorum(count, len(self.peer_ids))
 

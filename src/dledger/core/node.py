@@ -112,7 +112,7 @@ class Node:
     def send(self, peer: str, msg: Any, on_response) -> int:
         rid = self._next_rid
         self._next_rid += 1
-        self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms)
+        self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms, self.now_ms, self.ms.curr_term)
         self._messages.append(Envelope(self.ms.self_id, peer, rid, False, msg))
         return rid
 
@@ -152,6 +152,9 @@ class Node:
         if env.is_response:
             entry = self._rpcs.pop(env.request_id, None)
             if entry is not None:
+                if getattr(env.msg, "code", None) == Code.SUCCESS and entry[3] == self.ms.curr_term \
+                        and self.ms.role is Role.LEADER:
+                    self.elector.note_contact(env.src, entry[2])
                 entry[0](now, env.src, env.msg)
         else:
             try:
@@ -272,7 +275,7 @@ class Node:
         rpcs = self._rpcs
         while rpcs:
             rid = next(iter(rpcs))
-            cb, deadline = rpcs[rid]
+            cb, deadline = rpcs[rid][:2]
             if deadline > now:
                 break
             del rpcs[rid]
