@@ -99,7 +99,9 @@ class Node:
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, tuple[Any, int]] = {}
-        self._next_rid = 1
+        # request ids start at a random point so that answers meant for an earlier
+        # incarnation of this node cannot be taken for answers to this one's requests
+        self._next_rid = (rng.getrandbits(30) << 20) + 1
         self._seen_changes = 0
         self._reacted = 0
         self.stopped = False
@@ -112,7 +114,8 @@ class Node:
     def send(self, peer: str, msg: Any, on_response) -> int:
         rid = self._next_rid
         self._next_rid += 1
-        self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms, self.now_ms, self.ms.curr_term)
+        self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms, self.now_ms, self.ms.curr_term,
+                           RESPONSE_OF[type(msg)], peer)
         self._messages.append(Envelope(self.ms.self_id, peer, rid, False, msg))
         return rid
 
@@ -150,8 +153,9 @@ class Node:
     def receive(self, now_ms: int, env: Envelope) -> None:
         now = self._clock(now_ms)
         if env.is_response:
-            entry = self._rpcs.pop(env.request_id, None)
-            if entry is not None:
+            entry = self._rpcs.get(env.request_id)
+            if entry is not None and type(env.msg) is entry[4] and env.src == entry[5]:
+                del self._rpcs[env.request_id]
                 if getattr(env.msg, "code", None) == Code.SUCCESS and entry[3] == self.ms.curr_term \
                         and self.ms.role is Role.LEADER:
                     self.elector.note_contact(env.src, entry[2])
