@@ -58,7 +58,8 @@ TRANSITIONS: dict[DispatchState, tuple[DispatchState, ...]] = {
 
 class EntryDispatcher:
     __slots__ = ("peer", "state", "write_index", "match_index", "in_flight", "ctl_sent_ms", "ctl_seq",
-                 "retry_at", "commit_sent", "commit_outstanding", "quota_second", "quota_bytes", "seq")
+                 "retry_at", "commit_sent", "commit_outstanding", "quota_second", "quota_bytes", "seq",
+                 "last_push_ms")
 
     def __init__(self, peer: str, write_index: int) -> None:
         self.peer = peer
@@ -74,6 +75,7 @@ class EntryDispatcher:
         self.quota_second = -1
         self.quota_bytes = 0
         self.seq = 0
+        self.last_push_ms = 0
 
     def change_state(self, state: DispatchState, end_index: int) -> None:
         if self.state is DispatchState.APPEND and state is DispatchState.COMPARE:
@@ -243,6 +245,8 @@ class EntryPusher:
                 if d.state is DispatchState.APPEND:
                     if d.in_flight:
                         out.append(next(iter(d.in_flight.values()))[0] + timeout)
+                    elif not d.commit_outstanding:
+                        out.append(d.last_push_ms + timeout)
                     if d.write_index <= end and len(d.in_flight) < self.cfg.max_push_in_flight:
                         out.append(now)
                 elif d.ctl_sent_ms >= 0:
@@ -326,16 +330,20 @@ class EntryPusher:
             req = self._request(d, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1)
             d.in_flight[first] = (now, count)
+            d.last_push_ms = now
             d.write_index = first + count
             d.commit_sent = self.ms.committed_index
             self.node.send(d.peer, req, lambda now_, src, resp, f=first, c=count:
                            self._on_append_response(now_, d, term, f, c, resp))
         if not d.in_flight and d.write_index > end and not d.commit_outstanding \
-                and d.commit_sent < self.ms.committed_index:
+                and (d.commit_sent < self.ms.committed_index or now - d.last_push_ms >= cfg.max_push_timeout_ms):
+            # forward the commit index; when idle, also a keepalive whose answer carries the
+            # follower's end index (a follower that lost its log is found this way)
             d.commit_outstanding = True
             d.commit_sent = self.ms.committed_index
+            d.last_push_ms = now
             self.node.send(d.peer, self._request(d, PushEntryType.COMMIT),
-                           lambda now_, src, resp: self._on_commit_response(d))
+                           lambda now_, src, resp, m=d.match_index: self._on_commit_response(d, term, m, resp))
 
     def _current(self, d: EntryDispatcher, term: int, resp) -> bool:
         ms = self.ms
@@ -346,8 +354,17 @@ class EntryPusher:
             return False
         return True
 
-    def _on_commit_response(self, d: EntryDispatcher) -> None:
+    def _on_commit_response(self, d: EntryDispatcher, term: int, match_at_send: int, resp) -> None:
         d.commit_outstanding = False
+        if resp is None or not self._current(d, term, resp):
+            return
+        if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= d.match_index \
+                and d.state is DispatchState.APPEND:
+            # the follower holds less than it acknowledged: its store was lost or replaced
+            log.warning("%s: %s now ends at %d below its water mark %d; comparing again",
+                        self.ms.self_id, d.peer, resp.end_index, d.match_index)
+            d.match_index = resp.end_index
+            d.change_state(DispatchState.COMPARE, self.store.ledger_end_index)
 
     def _on_ctl_response(self, now: int, d: EntryDispatcher, seq: int, term: int, ctx, resp) -> None:
         if not self._current(d, term, resp) or seq != d.ctl_seq:

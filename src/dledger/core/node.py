@@ -208,6 +208,22 @@ class Node:
             self.complete(token, resp)
         self._after(now)
 
+    def force_role(self, now_ms: int, leader_id: str, term: int | None = None) -> None:
+        """Test harness only (SPEC §9 ``launchServer`` with the elector disabled): make this
+        node the leader of ``term`` (default: its current term) if ``leader_id`` is itself,
+        else a follower of ``leader_id``. The term is persisted first."""
+        now = self._clock(now_ms)
+        ms = self.ms
+        if term is not None:
+            ms.adopt_term(term)
+        if leader_id == ms.self_id:
+            ms.store.persist_term(ms.curr_term, ms.self_id)
+            self.elector._become_leader(now, ms.curr_term)
+        else:
+            ms.change_to_follower(ms.curr_term, leader_id)
+            self.elector.last_leader_heartbeat_ms = now
+        self._after(now)
+
     def take_ready(self) -> Ready:
         changes = self.ms.changes
         ready = Ready(self._messages, self._completions, changes[self._seen_changes:] if changes else [],

@@ -41,7 +41,7 @@ SIM_DEFAULTS = dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_fo
 class Cluster:
     def __init__(self, n: int = 3, seed: int = 0, store: str = "memory", base_dir=None, *,
                  network: NetworkOptions | None = None, record_applies: bool = True, strict_history: bool = True,
-                 **config) -> None:
+                 leader: str | None = None, state_machine_factory=None, **config) -> None:
         if store not in ("memory", "file"):
             raise ValueError(f"store must be 'memory' or 'file', got {store!r}")
         self.n = n
@@ -66,6 +66,12 @@ class Cluster:
         self.invariants = InvariantChecker()
         self.state_machines: dict[str, RecordingStateMachine] = {}
         self._memory: dict[str, DLedgerMemoryStore] = {}
+        self.state_machine_factory = state_machine_factory
+        #: forced roles (SPEC §9's harness with the elector disabled): the leader's id
+        self.forced_leader = leader
+        self.forced_term: int | None = None
+        if leader is not None:
+            self.config_overrides["enable_leader_elector"] = False
         for node_id in self.ids:
             self._boot(node_id)
 
@@ -85,7 +91,9 @@ class Cluster:
                 store = self._memory[node_id] = DLedgerMemoryStore(data_file_size=cfg.mapped_file_size_for_entry_data)
             store.closed = False
         sm = None
-        if self.record_applies:
+        if self.state_machine_factory is not None:
+            sm = self.state_machine_factory(node_id)
+        elif self.record_applies:
             sm = self.state_machines[node_id] = RecordingStateMachine(node_id, self.invariants.problems)
         server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id), runtime=self.scheduler,
                                rng=random.Random(self.rng.getrandbits(64)), state_machine=sm)
@@ -97,7 +105,21 @@ class Cluster:
             lambda ready: self.invariants.observe(node_id, inc, self.scheduler.now, ready, st.ledger_end_index))
         self.servers[node_id] = server
         self.crashed.discard(node_id)
+        if self.forced_leader is not None:
+            self._force(node_id)
         return server
+
+    def _force(self, node_id: str) -> None:
+        server = self.servers[node_id]
+        server.driver.node.force_role(self.now_ms, self.forced_leader, self.forced_term)
+        server.driver._process()
+
+    def force_roles(self, leader: str, term: int | None = None) -> None:
+        """Elector disabled: make ``leader`` the leader (of ``term``) and everyone else its
+        follower, now and after every restart (SPEC §9's ``launchServer``)."""
+        self.forced_leader, self.forced_term = leader, term
+        for node_id in self.live():
+            self._force(node_id)
 
     def crash(self, node_id: str) -> None:
         """Kill the node's process: in-flight client calls fail, nothing is flushed."""

@@ -1,15 +1,17 @@
 """The seeded swarm run behind the seed sweep and ``python -m dledger.sim``.
 
-Every parameter comes from the seed (TigerBeetle VOPR style): network delays, how often
-clients append, how often faults strike. A run has two phases:
+Every parameter comes from the seed (TigerBeetle VOPR style): network delay (up to 2-30 ms,
+so messages reorder), message loss (0-10 %) and duplication (0-20 %), how often clients
+append, how often faults strike. A run has two phases:
 - safety phase (``duration_ms``): several clients append unique bodies through the current
   leader (now and then through a random node), while the nemesis partitions the cluster
   into random halves, isolates single nodes, cuts one-way links, heals, crashes nodes
   (any number, even a majority) and restarts them;
 - liveness phase: everything is healed and restarted; a leader must appear, every client
   call must finish, and one more append must succeed, within ``liveness_ms``.
-Then ``Cluster.check()`` runs every checker. Loss and duplication are left at zero here
-(the core copes with them; the sweep turns them on once the deeper fault issue lands).
+Then ``Cluster.check()`` runs every checker. Loss and duplication stop in the liveness
+phase only through healing partitions; they keep going (the core must cope with them).
+Storage faults (power loss, torn writes, bit flips) are not injected yet.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ class SwarmOptions:
 def run_swarm(opts: SwarmOptions, base_dir=None) -> Cluster:
     """Run one seed; raises ``InvariantViolation`` (with the reproduce command) on failure."""
     rng = random.Random(opts.seed * 7919 + opts.nodes)
-    max_delay = rng.choice([2, 5, 10, 30])
-    c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir,
-                network=NetworkOptions(min_delay_ms=1, max_delay_ms=max_delay))
+    net = NetworkOptions(min_delay_ms=1, max_delay_ms=rng.choice([2, 5, 10, 30]),
+                         loss=rng.choice([0.0, 0.0, 0.02, 0.1]), duplicate=rng.choice([0.0, 0.0, 0.05, 0.2]))
+    c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir, network=net)
     try:
         _safety_phase(c, rng, opts)
         _liveness_phase(c, opts)

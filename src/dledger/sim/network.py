@@ -54,6 +54,8 @@ class SimNetwork:
         self.options = options or NetworkOptions()
         self.endpoints: dict[str, SimEndpoint] = {}
         self.blocked: set[tuple[str, str]] = set()
+        #: optional ``drop_if(envelope) -> bool``: a test's own message filter
+        self.drop_if = None
         self.sent = 0
         self.delivered = 0
         self.dropped = 0
@@ -88,7 +90,8 @@ class SimNetwork:
     def _send(self, env: Envelope) -> None:
         self.sent += 1
         o = self.options
-        if (env.src, env.dst) in self.blocked or (o.loss and self.rng.random() < o.loss):
+        if (env.src, env.dst) in self.blocked or (o.loss and self.rng.random() < o.loss) \
+                or (self.drop_if is not None and self.drop_if(env)):
             self.dropped += 1
             return
         now = self.scheduler.now
