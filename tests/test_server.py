@@ -5,6 +5,7 @@ sleeps. Each test gets its own event loop thread and hub, so tests do not share 
 """
 
 import asyncio
+import pathlib
 import struct
 import threading
 
@@ -203,3 +204,14 @@ def test_a_follower_refuses_appends_with_the_leader_hint(group):
     follower = next(s for s in group.servers.values() if s is not lead)
     r = follower.append(b"y").result(5)
     assert r.code == Code.NOT_LEADER
+
+
+def test_the_demo_survives_its_leader_stop_and_verifies_every_replica(tmp_path):
+    import io
+    from dledger.demo import run_demo
+    out = io.StringIO()
+    r = run_demo(str(tmp_path), 3_000, progress=False, out=out, window=64)
+    assert r.ok, out.getvalue()
+    assert r.entries == 3_000 and len(r.store_dirs) == 3
+    assert all(pathlib.Path(d, "data").is_dir() for d in r.store_dirs)   # kept for an audit
+    assert "time without a leader" in out.getvalue()
