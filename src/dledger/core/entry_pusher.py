@@ -15,7 +15,7 @@ One ``EntryDispatcher`` per follower walks DLedger's states::
   index after ``max_push_timeout_ms``; a follower lagging more than 1000 entries gets at most
   ``peer_push_quota`` bytes per second; when idle, a COMMIT push forwards the commit index.
 
-Pending appends (``pending[term][last_index]``) complete with SUCCESS once committed (and
+Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once committed (and
 applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
 when the term moves on; more than ``max_pending_requests_num`` of them makes new appends
 fail at once with LEADER_PENDING_FULL. The commit index follows ``quorum.next_commit_index``.
@@ -24,6 +24,7 @@ fail at once with LEADER_PENDING_FULL. The commit index follows ``quorum.next_co
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -103,7 +104,7 @@ class EntryPusher:
         self.cfg = node.config
         self.term = -1
         self.dispatchers: dict[str, EntryDispatcher] = {}
-        self.pending: dict[int, dict[int, Pending]] = {}
+        self.pending: dict[int, deque[Pending]] = {}
 
     # =====================================================================================
     # roles
@@ -145,7 +146,7 @@ class EntryPusher:
                 node.fail(token, Code.REQUEST_WITH_EMPTY_BODYS)
             elif room <= 0:
                 node.fail(token, Code.LEADER_PENDING_FULL)
-            elif any(len(b) > limit for b in bodies):
+            elif len(bodies) == 1 and len(bodies[0]) > limit or len(bodies) > 1 and max(map(len, bodies)) > limit:
                 node.fail(token, Code.UNEXPECTED_ARGUMENT)
             else:
                 room -= 1
@@ -167,13 +168,16 @@ class EntryPusher:
                 i = j
                 continue
             term = ms.curr_term
-            table = self.pending.setdefault(term, {})
+            table = self.pending.get(term)
+            if table is None:
+                table = self.pending[term] = deque()
             k = 0
+            deadline = now + self.cfg.max_wait_ack_time_ms
+            first_index, positions = result.first_index, result.positions
             for token, bodies, _m in accepted[i:j]:
                 n = len(bodies) or 1
-                first = result.first_index + k
-                table[first + n - 1] = Pending(token, first, first + n - 1, result.positions[k:k + n],
-                                               now + self.cfg.max_wait_ack_time_ms)
+                first = first_index + k
+                table.append(Pending(token, first, first + n - 1, positions[k:k + n], deadline))
                 k += n
             i = j
 
@@ -193,18 +197,13 @@ class EntryPusher:
     def _expire_other_terms(self) -> None:
         term = self.ms.curr_term
         for t in [t for t in self.pending if t != term]:
-            for p in self.pending.pop(t).values():
+            for p in self.pending.pop(t):
                 self.node.fail(p.token, Code.EXPIRED_TERM)
 
     def check_timeouts(self, now: int) -> None:
         table = self.pending.get(self.ms.curr_term)
-        while table:
-            key = next(iter(table))
-            p = table[key]
-            if p.deadline > now:
-                break
-            del table[key]
-            self.node.fail(p.token, Code.WAIT_QUORUM_ACK_TIMEOUT)
+        while table and table[0].deadline <= now:
+            self.node.fail(table.popleft().token, Code.WAIT_QUORUM_ACK_TIMEOUT)
 
     def complete_applied(self, applied_index: int, results: dict) -> None:
         """Complete pending appends of the current term up to ``applied_index``."""
@@ -212,15 +211,16 @@ class EntryPusher:
             return
         term = self.ms.curr_term
         table = self.pending.get(term)
-        while table:
-            key = next(iter(table))
-            if key > applied_index:
-                break
-            p = table.pop(key)
-            self.node.complete(p.token, AppendEntryResponse(
-                group=self.ms.group, local_id=self.ms.self_id, code=Code.SUCCESS, term=term,
-                leader_id=self.ms.self_id, index=p.last_index, pos=p.positions[-1] if p.positions else -1,
-                positions=p.positions), results.get(key))
+        if not table:
+            return
+        group, self_id, complete = self.ms.group, self.ms.self_id, self.node.complete
+        while table and table[0].last_index <= applied_index:
+            p = table.popleft()
+            key = p.last_index
+            complete(p.token, AppendEntryResponse(
+                group=group, local_id=self_id, code=Code.SUCCESS, term=term, leader_id=self_id, index=key,
+                pos=p.positions[-1] if p.positions else -1, positions=p.positions),
+                results.get(key) if results else None)
 
     def _advance_commit(self) -> None:
         ms = self.ms
@@ -234,7 +234,7 @@ class EntryPusher:
         out = []
         table = self.pending.get(self.ms.curr_term)
         if table:
-            out.append(next(iter(table.values())).deadline)
+            out.append(table[0].deadline)
         if self.ms.role is Role.LEADER:
             timeout = self.cfg.max_push_timeout_ms
             end = self.store.ledger_end_index
@@ -414,6 +414,6 @@ class EntryPusher:
 
     def fail_all(self, code: int) -> None:
         for table in self.pending.values():
-            for p in table.values():
+            for p in table:
                 self.node.fail(p.token, code)
         self.pending.clear()

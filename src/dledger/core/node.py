@@ -26,6 +26,7 @@ matched by request id, and requests unanswered after ``rpc_timeout_ms`` are give
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,8 @@ class Node:
         self.handler = EntryHandler(self)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
-        self._rpcs: dict[int, tuple[Any, int]] = {}
+        self._rpcs: dict[int, tuple] = {}
+        self._rpc_order: deque = deque()          # (deadline, request id), in send order
         # request ids start at a random point so that answers meant for an earlier
         # incarnation of this node cannot be taken for answers to this one's requests
         self._next_rid = (rng.getrandbits(30) << 20) + 1
@@ -114,6 +116,7 @@ class Node:
     def send(self, peer: str, msg: Any, on_response) -> int:
         rid = self._next_rid
         self._next_rid += 1
+        self._rpc_order.append((self.now_ms + self.config.rpc_timeout_ms, rid))
         self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms, self.now_ms, self.ms.curr_term,
                            RESPONSE_OF[type(msg)], peer)
         self._messages.append(Envelope(self.ms.self_id, peer, rid, False, msg))
@@ -243,7 +246,7 @@ class Node:
         now = self.now_ms
         cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline()]
         if self._rpcs:
-            cands.append(next(iter(self._rpcs.values()))[1])
+            cands.append(self._first_rpc_deadline())
         cands = [c for c in cands if c is not None]
         return max(min(cands), now) if cands else None
 
@@ -291,15 +294,19 @@ class Node:
         c = self.ms.committed_index
         return c >= 0 and c > self.store.ledger_before_begin_index and self.store.get_entry_term(c) == self.ms.curr_term
 
+    def _first_rpc_deadline(self) -> int | None:
+        order, rpcs = self._rpc_order, self._rpcs
+        while order and order[0][1] not in rpcs:
+            order.popleft()
+        return order[0][0] if order else None
+
     def _expire_rpcs(self, now: int) -> None:
-        rpcs = self._rpcs
-        while rpcs:
-            rid = next(iter(rpcs))
-            cb, deadline = rpcs[rid][:2]
-            if deadline > now:
-                break
-            del rpcs[rid]
-            cb(now, None, None)
+        order, rpcs = self._rpc_order, self._rpcs
+        while order and order[0][0] <= now:
+            _deadline, rid = order.popleft()
+            entry = rpcs.pop(rid, None)
+            if entry is not None:
+                entry[0](now, None, None)
 
     def _after(self, now: int) -> None:
         """Run after every entry point: role reactions, elector, pusher, applying."""
