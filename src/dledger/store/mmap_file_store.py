@@ -229,17 +229,27 @@ class DLedgerMmapFileStore:
         pack_rec = RECORD_PREFIX.pack_into
         pack_idx = INDEX_UNIT.pack_into
         hooks = self._hooks
+        # The loop keeps each segment's state in locals and writes it back on segment switches
+        # and at the end: attribute traffic was a third of the per-entry cost.
         df = data.files[-1] if data.files else None
+        if df is None:
+            df = data.reserve(BODY_OFFSET + len(bodies[0]))
+        wp, dsize, base, mm, ready = df.wrote_position, df.file_size, df.file_from_offset, df.mm, df.populated_to
         xf = idx.files[-1]
+        xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
         try:
             for body in bodies:
                 n = len(body)
                 size = BODY_OFFSET + n
-                if df is None or df.file_size - df.wrote_position < size + MIN_BLANK_LEN:
+                if wp + size + MIN_BLANK_LEN > dsize:
+                    df.wrote_position = wp
                     df = data.reserve(size)
-                wp = df.wrote_position
-                pos = df.file_from_offset + wp
-                mm = df.mm
+                    wp, dsize, base, mm, ready = (df.wrote_position, df.file_size, df.file_from_offset,
+                                                  df.mm, df.populated_to)
+                if wp + size > ready:
+                    df.populate(wp, wp + size)
+                    ready = df.populated_to
+                pos = base + wp
                 if hooks:
                     self._write_hooked(df, wp, body, magic, index, term, pos, entries, len(positions))
                 else:
@@ -249,15 +259,18 @@ class DLedgerMmapFileStore:
                     if entries is not None:
                         e = entries[len(positions)]
                         e.index, e.term, e.pos, e.size, e.body_crc, e.magic = index, term, pos, size, crc, magic
-                df.wrote_position = wp + size
-                if xf.file_size - xf.wrote_position < INDEX_UNIT_SIZE:
+                wp += size
+                if xw + INDEX_UNIT_SIZE > xsize:
+                    xf.wrote_position = xw
                     xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
-                xw = xf.wrote_position
-                pack_idx(xf.mm, xw, magic, pos, size, index, term)
-                xf.wrote_position = xw + INDEX_UNIT_SIZE
+                    xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
+                pack_idx(xmm, xw, magic, pos, size, index, term)
+                xw += INDEX_UNIT_SIZE
                 add(pos)
                 index += 1
         finally:
+            df.wrote_position = wp
+            xf.wrote_position = xw
             if positions:
                 self.ledger_end_index = first_index + len(positions) - 1
                 self.ledger_end_term = term
@@ -350,6 +363,8 @@ class DLedgerMmapFileStore:
             for off, size, pos, index, term, magic in plan:
                 df = data.reserve(size)
                 wp = df.wrote_position
+                if wp + size > df.populated_to:
+                    df.populate(wp, wp + size)
                 df.mm[wp:wp + size] = view[off:off + size]
                 last_df = df
                 df.wrote_position = wp + size
