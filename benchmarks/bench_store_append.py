@@ -165,8 +165,8 @@ def main() -> None:
         n = args.reopen_entries or (1_000_000 if args.quick else 10_000_000)
         best, build = reopen_time(n, workdir)
         print_table("reopen (recovery) of a store of small entries",
-                    ["entries", "build s", "reopen s (best of 3)"],
-                    [[f"{n:,}", f"{build:.1f}", f"{best:.3f}"]])
+                    ["entries", "build s", "reopen ms (best of 3)"],
+                    [[f"{n:,}", f"{build:.1f}", f"{best * 1000:.1f}"]])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
