@@ -299,3 +299,18 @@ def test_a_memory_and_a_file_store_agree_on_positions_across_segments(open_file_
     m = DLedgerMemoryStore(data_file_size=1024)
     bodies = [bytes((i * 97) % 700) for i in range(60)]
     assert f.batch_append_as_leader(bodies).positions == m.batch_append_as_leader(bodies).positions
+
+
+def test_periodic_flush_follows_the_callers_clock(open_file_store):
+    store = open_file_store(flush_interval_ms=10, checkpoint_interval_ms=1000)
+    store.batch_append_as_leader([b"a"] * 3)
+    assert store.flush_if_due(0)
+    cp = os.path.join(store.store_dir, "checkpoint")
+    assert "endIndex=2" in open(cp).read()
+    store.append_as_leader(DLedgerEntry(body=b"b"))
+    assert not store.flush_if_due(5)  # within the flush interval
+    assert store.flush_if_due(20)
+    assert all(f.flushed_position == f.wrote_position for f in store.data_list.files)
+    assert "endIndex=2" in open(cp).read()  # checkpoint only every second
+    assert store.flush_if_due(1000)
+    assert "endIndex=3" in open(cp).read()

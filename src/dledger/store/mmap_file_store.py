@@ -85,7 +85,8 @@ class DLedgerMmapFileStore:
                  read_only: bool = False, file_reserved_hours: float = 72,
                  delete_when: str = "04", disk_space_ratio_to_check_expired: float = 0.70,
                  disk_space_ratio_to_force_clean: float = 0.85, enable_disk_force_clean: bool = True,
-                 disk_usage: Callable[[str], tuple] = shutil.disk_usage) -> None:
+                 disk_usage: Callable[[str], tuple] = shutil.disk_usage,
+                 flush_interval_ms: int = 10, checkpoint_interval_ms: int = 1000) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
         if index_file_size % INDEX_UNIT_SIZE:
@@ -109,6 +110,10 @@ class DLedgerMmapFileStore:
         self.disk_full_ratio = min(disk_space_ratio_to_force_clean + 0.05, 0.95)
         self.enable_disk_force_clean = enable_disk_force_clean
         self._disk_usage = disk_usage
+        self.flush_interval_ms = flush_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._last_flush_ms: float | None = None
+        self._last_checkpoint_ms: float | None = None
 
         self.ledger_before_begin_index = -1
         self.ledger_before_begin_term = -1
@@ -657,6 +662,23 @@ class DLedgerMmapFileStore:
         if checkpoint and (self._checkpoint is None or self._checkpoint.end_index != end
                            or self._checkpoint.committed_index != self.committed_index):
             self._write_checkpoint(end)
+
+    def flush_if_due(self, now_ms: float) -> bool:
+        """The periodic flush of ``page_cache`` mode, driven by the caller's clock.
+
+        msyncs every ``flush_interval_ms`` (Java's FlushDataService period, 10 ms) and writes the
+        checkpoint every ``checkpoint_interval_ms``. Returns True when it flushed.
+        """
+        if self.read_only or self.closed:
+            return False
+        if self._last_flush_ms is not None and now_ms - self._last_flush_ms < self.flush_interval_ms:
+            return False
+        self._last_flush_ms = now_ms
+        due = self._last_checkpoint_ms is None or now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms
+        self.flush(checkpoint=due)
+        if due:
+            self._last_checkpoint_ms = now_ms
+        return True
 
     def _write_checkpoint(self, end_index: int) -> None:
         if self.read_only:
