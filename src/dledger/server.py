@@ -66,7 +66,6 @@ class DLedgerServer:
         self._inbox: deque = deque()
         self._drain_scheduled = False
         self._flush_timer = None
-        self._last_checkpoint_ms = 0
         self.node: Node | None = None
         self.driver: Driver | None = None
         self.started = False
@@ -108,7 +107,8 @@ class DLedgerServer:
                 file_reserved_hours=c.file_reserved_hours, delete_when=c.delete_when,
                 disk_space_ratio_to_check_expired=c.disk_space_ratio_to_check_expired,
                 disk_space_ratio_to_force_clean=c.disk_space_ratio_to_force_clean,
-                enable_disk_force_clean=c.enable_disk_force_clean)
+                enable_disk_force_clean=c.enable_disk_force_clean, flush_interval_ms=c.flush_file_interval,
+                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
         return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
 
     def startup(self) -> "DLedgerServer":
@@ -131,7 +131,6 @@ class DLedgerServer:
             self.started = True
             self.driver.start()
             if isinstance(self._store, DLedgerMmapFileStore) and self.config.durability == "page_cache":
-                self._last_checkpoint_ms = rt.now_ms()
                 self._flush_timer = rt.call_at(rt.now_ms() + self.config.flush_file_interval, self._flush_tick)
 
         rt.run_sync(start)
@@ -142,11 +141,8 @@ class DLedgerServer:
             return
         rt = self.runtime
         now = rt.now_ms()
-        checkpoint = now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS
-        if checkpoint:
-            self._last_checkpoint_ms = now
         try:
-            self._store.flush(checkpoint=checkpoint)
+            self._store.flush_if_due(now)
         except DLedgerError as exc:
             log.error("%s: flush failed: %s", self.config.self_id, exc)
         self._flush_timer = rt.call_at(now + self.config.flush_file_interval, self._flush_tick)
