@@ -27,6 +27,16 @@ class Role(Enum):
     FOLLOWER = "FOLLOWER"
 
 
+#: Every role transition and what causes it (docs/architecture-core.md draws this table).
+ROLE_TRANSITIONS: tuple[tuple[Role, Role, str], ...] = (
+    (Role.CANDIDATE, Role.LEADER, "a quorum accepts its vote request"),
+    (Role.CANDIDATE, Role.FOLLOWER, "heartbeat of its term from a leader"),
+    (Role.CANDIDATE, Role.CANDIDATE, "round lost or higher term seen (next term)"),
+    (Role.FOLLOWER, Role.CANDIDATE, "no heartbeat or push for leak x interval, higher term, or taking leadership"),
+    (Role.LEADER, Role.CANDIDATE, "no quorum for leak x interval (check-quorum) or higher term seen"),
+)
+
+
 @dataclass(slots=True, frozen=True)
 class RoleChange:
     """A role transition, as told to role-change handlers."""
