@@ -104,12 +104,16 @@ class EntryPusher:
         self.cfg = node.config
         self.term = -1
         self.dispatchers: dict[str, EntryDispatcher] = {}
+        # the last ranges read for pushes, shared by the dispatchers: a leader's log only grows
+        # while it leads, so a range read for one follower is valid for the others
+        self._ranges: dict[int, tuple[bytes, int, int]] = {}
         self.pending: dict[int, deque[Pending]] = {}
 
     # =====================================================================================
     # roles
     # =====================================================================================
     def on_role_change(self, now: int, change) -> None:
+        self._ranges = {}
         if change.role is Role.LEADER:
             self.term = change.term
             end = self.store.ledger_end_index
@@ -319,8 +323,15 @@ class EntryPusher:
                     return
             first = d.write_index
             try:
-                raw, count = store.get_raw_range(first, cfg.max_batch_append_size, cfg.max_batch_append_count)
-                last_term = store.get_entry_term(first + count - 1)
+                cached = self._ranges.get(first)
+                if cached is None:
+                    raw, count = store.get_raw_range(first, cfg.max_batch_append_size, cfg.max_batch_append_count)
+                    last_term = store.get_entry_term(first + count - 1)
+                    if len(self._ranges) >= 256:
+                        del self._ranges[next(iter(self._ranges))]
+                    self._ranges[first] = (raw, count, last_term)
+                else:
+                    raw, count, last_term = cached
             except DLedgerError as exc:
                 log.warning("%s: cannot read entries from %d for %s: %s", self.ms.self_id, first, d.peer, exc)
                 d.retry_at = now + cfg.max_push_timeout_ms
