@@ -45,3 +45,18 @@ def test_empty_marks_and_zero_members_are_errors():
         quorum_index([])
     with pytest.raises(ValueError):
         quorum_size(0)
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(marks=st.lists(st.integers(-1, 50), min_size=1, max_size=7), committed=st.integers(-1, 50),
+       terms=st.lists(st.integers(0, 5), min_size=51, max_size=51), current=st.integers(0, 5))
+def test_commit_rule_properties(marks, committed, terms, current):
+    terms = sorted(terms)                       # terms never decrease along a log
+    new = next_commit_index(marks, committed, current, terms.__getitem__)
+    assert new >= committed                                  # never backwards
+    if new > committed:
+        held = sum(m >= new for m in marks)
+        assert is_quorum(held, len(marks))                   # a quorum holds it
+        assert terms[new] == current                         # through a current-term entry

@@ -365,6 +365,12 @@ class EntryPusher:
             return False
         return True
 
+    def _retry_delay(self, code: int) -> int:
+        """NOT_FOLLOWER right after an election means the push overtook the first heartbeat:
+        retry soon. Anything else: after a heartbeat interval."""
+        interval = self.cfg.heart_beat_time_interval_ms
+        return max(1, interval // 10) if code == Code.NOT_FOLLOWER else interval
+
     def _on_commit_response(self, d: EntryDispatcher, term: int, match_at_send: int, resp) -> None:
         d.commit_outstanding = False
         if resp is None or not self._current(d, term, resp):
@@ -394,7 +400,7 @@ class EntryPusher:
                 d.ctl_seq += 1
             else:
                 d.ctl_seq += 1
-                d.retry_at = now + self.cfg.heart_beat_time_interval_ms
+                d.retry_at = now + self._retry_delay(resp.code)
         elif d.state is DispatchState.TRUNCATE:
             if resp.code == Code.SUCCESS:
                 d.change_state(DispatchState.APPEND, end)
@@ -402,7 +408,7 @@ class EntryPusher:
             else:
                 d.change_state(DispatchState.COMPARE, end)
                 d.write_index = end + 1
-                d.retry_at = now + self.cfg.heart_beat_time_interval_ms
+                d.retry_at = now + self._retry_delay(resp.code)
 
     def _on_append_response(self, now: int, d: EntryDispatcher, term: int, first: int, count: int, resp) -> None:
         if resp is None or not self._current(d, term, resp) or d.state is not DispatchState.APPEND:
@@ -421,7 +427,7 @@ class EntryPusher:
         else:
             d.in_flight.clear()
             d.write_index = d.match_index + 1
-            d.retry_at = now + self.cfg.heart_beat_time_interval_ms
+            d.retry_at = now + self._retry_delay(code)
 
     def fail_all(self, code: int) -> None:
         for table in self.pending.values():

@@ -34,14 +34,18 @@ Changes from Java, on purpose (see docs/architecture-core.md):
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
 from dledger.core.member_state import Role
+from dledger.errors import DLedgerError
 from dledger.protocol import (DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse,
                               LeadershipTransferRequest, LeadershipTransferResponse, VoteRequest,
                               VoteResponse, VoteResult)
+
+log = logging.getLogger(__name__)
 
 Reply = Callable[[Any], None]
 
@@ -152,6 +156,8 @@ class LeaderElector:
         self.read_waiters: list[_ReadWaiter] = []
         self.contact: dict[str, int] = {}
         self.next_preferred_check_ms = node.now_ms + self.cfg.preferred_leader_check_interval_ms
+        #: after a store error (the term file could not be written) wait before retrying
+        self.backoff_until = -1
 
     # =====================================================================================
     # timing
@@ -206,6 +212,8 @@ class LeaderElector:
         if not self.cfg.enable_leader_elector:
             return None
         out = []
+        if now < self.backoff_until:
+            return self.backoff_until
         if self.need_increase_term_immediately:
             return now
         if ms.role is Role.LEADER:
@@ -227,6 +235,17 @@ class LeaderElector:
     # the state maintainer (one step)
     # =====================================================================================
     def maintain(self, now: int) -> None:
+        if now < self.backoff_until:
+            return
+        try:
+            self._maintain(now)
+        except DLedgerError as exc:
+            # the term file could not be written: nothing was answered on the unsaved state;
+            # try again after a heartbeat interval
+            log.error("%s: election step failed: %s; retrying", self.ms.self_id, exc)
+            self.backoff_until = now + self.cfg.heart_beat_time_interval_ms
+
+    def _maintain(self, now: int) -> None:
         if self.transfer_wait is not None:
             self._check_transfer_wait(now)
         if not self.cfg.enable_leader_elector:
@@ -431,7 +450,13 @@ class LeaderElector:
         if not self_vote and self.is_taking_leadership() and req.ledger_end_term == ms.ledger_end_term \
                 and ms.ledger_end_index >= req.ledger_end_index:
             return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
-        ms.set_vote_for(candidate)              # durable before the answer leaves
+        try:
+            ms.set_vote_for(candidate)          # durable before the answer leaves
+        except DLedgerError as exc:
+            log.error("%s: cannot persist the vote for %s in term %d: %s", ms.self_id, candidate, req.term, exc)
+            resp = answer(VoteResult.UNKNOWN)
+            resp.code = exc.code
+            return resp
         return answer(VoteResult.ACCEPT)
 
     def handle_heartbeat(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:

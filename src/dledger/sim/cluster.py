@@ -28,6 +28,7 @@ from dledger.config import DLedgerConfig
 from dledger.core import Role
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code
 from dledger.server import DLedgerServer
+from dledger.sim.disk import FaultyStore
 from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
 from dledger.sim.history import History, LogEntry, check_commit_log
 from dledger.sim.network import NetworkOptions, SimNetwork
@@ -41,7 +42,8 @@ SIM_DEFAULTS = dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_fo
 class Cluster:
     def __init__(self, n: int = 3, seed: int = 0, store: str = "memory", base_dir=None, *,
                  network: NetworkOptions | None = None, record_applies: bool = True, strict_history: bool = True,
-                 leader: str | None = None, state_machine_factory=None, **config) -> None:
+                 leader: str | None = None, state_machine_factory=None, disk_faults: bool = False,
+                 **config) -> None:
         if store not in ("memory", "file"):
             raise ValueError(f"store must be 'memory' or 'file', got {store!r}")
         self.n = n
@@ -67,6 +69,9 @@ class Cluster:
         self.state_machines: dict[str, RecordingStateMachine] = {}
         self._memory: dict[str, DLedgerMemoryStore] = {}
         self.state_machine_factory = state_machine_factory
+        #: with ``disk_faults=True`` every node's store is wrapped in a ``FaultyStore`` (here)
+        self.disk_faults = disk_faults
+        self.disks: dict[str, FaultyStore] = {}
         #: forced roles (SPEC §9's harness with the elector disabled): the leader's id
         self.forced_leader = leader
         self.forced_term: int | None = None
@@ -90,6 +95,12 @@ class Cluster:
             if store is None:
                 store = self._memory[node_id] = DLedgerMemoryStore(data_file_size=cfg.mapped_file_size_for_entry_data)
             store.closed = False
+        if self.disk_faults:
+            if store is None:
+                store = DLedgerMmapFileStore.open(
+                    cfg.default_path, data_file_size=cfg.mapped_file_size_for_entry_data,
+                    index_file_size=cfg.mapped_file_size_for_entry_index, durability=cfg.durability)
+            store = self.disks[node_id] = FaultyStore(store)
         sm = None
         if self.state_machine_factory is not None:
             sm = self.state_machine_factory(node_id)
@@ -130,6 +141,8 @@ class Cluster:
         server.driver.node.stop()             # the client side sees its calls fail
         server.driver._process()              # (the transport is closed: nothing is sent)
         store = server.store
+        if isinstance(store, FaultyStore):
+            store = store.inner
         if isinstance(store, DLedgerMmapFileStore):
             store.data_list.close()           # unmap without msync or checkpoint
             store.index_list.close()
@@ -200,6 +213,17 @@ class Cluster:
         f.add_done_callback(done)
         return f
 
+    def read(self, mode=None, via: str | None = None) -> Future:
+        """A read through ``via`` (default: the current leader); a future of the response
+        whose ``index`` is safe to read up to (see ``DLedgerServer.read``)."""
+        from dledger.protocol import ReadMode
+        node = via if via is not None else self.leader()
+        if node is None or node in self.crashed:
+            f: Future = Future()
+            f.set_result(AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR))
+            return f
+        return self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode)
+
     # =====================================================================================
     # checking
     # =====================================================================================
@@ -208,7 +232,8 @@ class Cluster:
         for i in self.ids:
             server = self.servers[i]
             if i not in self.crashed:
-                stores[i], committed[i] = server.store, server.node.committed_index
+                st = server.store
+                stores[i], committed[i] = getattr(st, "inner", st), server.node.committed_index
             elif self.store_type == "memory":
                 stores[i] = self._memory[i]
                 committed[i] = min(self._memory[i].committed_index, self._memory[i].ledger_end_index)
@@ -263,6 +288,8 @@ class Cluster:
         for i in self.ids:
             if i not in self.crashed:
                 self.servers[i].shutdown()
+                if i in self.disks and self.store_type == "file":
+                    self.disks[i].inner.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
