@@ -26,6 +26,7 @@ matched by request id, and requests unanswered after ``rpc_timeout_ms`` are give
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,13 +163,21 @@ class Node:
                 if getattr(env.msg, "code", None) == Code.SUCCESS and entry[3] == self.ms.curr_term \
                         and self.ms.role is Role.LEADER:
                     self.elector.note_contact(env.src, entry[2])
-                entry[0](now, env.src, env.msg)
+                try:
+                    entry[0](now, env.src, env.msg)
+                except DLedgerError as exc:
+                    log.error("%s: handling %s from %s failed: %s", self.ms.self_id, type(env.msg).__name__,
+                              env.src, exc)
         else:
             try:
                 resp = self._handle_request(now, env)
             except DLedgerError as exc:          # a store problem while serving a peer
                 log.error("%s: %s failed: %s", self.ms.self_id, type(env.msg).__name__, exc)
                 resp = self._error(env.msg, exc.code)
+            except (ValueError, TypeError, IndexError, KeyError, struct.error) as exc:
+                # a peer sent something malformed: answer, log, never crash (remote misbehaviour)
+                log.warning("%s: malformed %s from %s: %r", self.ms.self_id, type(env.msg).__name__, env.src, exc)
+                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
             if resp is not None:
                 self.reply(env.src, env.request_id, resp)
         self._after(now)
