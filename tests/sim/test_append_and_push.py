@@ -98,3 +98,23 @@ def test_batched_pushes_carry_many_entries_per_request():
         assert all(f.result().code == Code.SUCCESS for f in futures)
         assert max(sizes) > 1 and all(n * (48 + 3) <= 300 or n == 1 for n in sizes)
         c.check()
+
+
+def test_a_lagging_follower_is_fed_no_faster_than_its_byte_quota():
+    with Cluster(n=2, seed=7, leader="n0", peer_push_quota=200_000, max_wait_ack_time_ms=60_000, strict_history=False,
+                 mapped_file_size_for_entry_data=8 << 20, mapped_file_size_for_entry_index=32 * 8192) as c:
+        c.crash("n1")
+        body = bytes(952)                      # 1,000-byte records
+        futures = [c.servers["n0"].batch_append([body] * 100) for _ in range(30)]
+        c.run_for(10)
+        c.restart("n1")
+        assert c.run_until(lambda: c.servers["n1"].store.ledger_end_index >= 0, 2_000)
+        start = c.now_ms
+        c.run_for(3_000)
+        fed = c.servers["n1"].store.ledger_end_index
+        # about 200 KB/s (pushes of up to 256 KB) while it lags more than 1000 entries
+        assert 3 * 200 <= fed <= 4 * 262 + 1, (fed, c.now_ms - start)
+        assert c.run_until(lambda: all(f.done() for f in futures), 20_000)
+        assert all(f.result().ok for f in futures)
+        assert c.servers["n1"].store.ledger_end_index == 2_999
+        c.check()

@@ -210,7 +210,7 @@ class LeaderElector:
     def next_deadline(self, now: int) -> int | None:
         ms = self.ms
         if not self.cfg.enable_leader_elector:
-            return None
+            return now if self.need_increase_term_immediately else None
         out = []
         if now < self.backoff_until:
             return self.backoff_until
@@ -249,6 +249,10 @@ class LeaderElector:
         if self.transfer_wait is not None:
             self._check_transfer_wait(now)
         if not self.cfg.enable_leader_elector:
+            # roles are forced, but a node still catches up a higher term it was told about
+            if self.need_increase_term_immediately and self.ms.role is Role.CANDIDATE:
+                self.ms.next_term()
+                self.need_increase_term_immediately = False
             return
         role = self.ms.role
         if role is Role.LEADER:
@@ -320,6 +324,8 @@ class LeaderElector:
 
     def _finish_heartbeat_round(self, now: int, rnd: _HeartbeatRound) -> None:
         rnd.finished = True
+        if not self.cfg.enable_leader_elector:
+            return                              # roles are forced: nobody steps down
         if rnd.max_term > rnd.term:
             self._fail_reads(Code.NOT_LEADER)
             self._become_candidate(now, rnd.max_term)
