@@ -214,7 +214,7 @@ class LeaderElector:
         out = []
         if now < self.backoff_until:
             return self.backoff_until
-        if self.need_increase_term_immediately:
+        if self.need_increase_term_immediately and ms.role is Role.CANDIDATE:
             return now
         if ms.role is Role.LEADER:
             out.append(now if self.last_send_heartbeat_ms < 0
@@ -593,6 +593,8 @@ class LeaderElector:
 
     def on_role_change(self, change) -> None:
         """TakeLeadershipTask.check of SPEC §4.7, run on every role change."""
+        if change.role is not Role.CANDIDATE:
+            self.need_increase_term_immediately = False
         if change.role is not Role.LEADER:
             self.hb_round = None
             if self.read_waiters:

@@ -28,6 +28,8 @@ class SimScheduler:
         self._heap: list = []
         self._seq = 0
         self.events_run = 0
+        self.max_events_per_ms = 200_000
+        self._same_time = 0
 
     # -- Runtime protocol -----------------------------------------------------------------
     def now_ms(self) -> int:
@@ -55,12 +57,23 @@ class SimScheduler:
         return heap[0][0] if heap else None
 
     def step(self) -> bool:
-        """Run the next event (moving time to it); False when nothing is scheduled."""
+        """Run the next event (moving time to it); False when nothing is scheduled.
+
+        Raises ``RuntimeError`` when more than ``max_events_per_ms`` events run without time
+        moving: a livelock in the code under test (something re-arming itself at "now").
+        """
         heap = self._heap
         while heap:
             when, _seq, timer, fn, args = heapq.heappop(heap)
             if timer.cancelled:
                 continue
+            if when == self.now:
+                self._same_time += 1
+                if self._same_time > self.max_events_per_ms:
+                    raise RuntimeError(f"livelock: more than {self.max_events_per_ms} events at {when} ms "
+                                       f"without time moving (last: {getattr(fn, '__qualname__', fn)})")
+            else:
+                self._same_time = 0
             self.now = when
             self.events_run += 1
             fn(*args)
