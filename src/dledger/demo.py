@@ -232,6 +232,7 @@ def run_demo(base_dir: str | None = None, entries: int = 200_000, *, body_size: 
     _report(result, stopped_node, time.perf_counter() - t_start, out)
     if not keep:
         shutil.rmtree(base_dir, ignore_errors=True)
+        print("                       (temporary: removed; pass --dir to keep them for `dledger audit`)", file=out)
     return result
 
 

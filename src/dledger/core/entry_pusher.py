@@ -361,7 +361,7 @@ class EntryPusher:
         if ms.role is not Role.LEADER or ms.curr_term != term or self.dispatchers.get(d.peer) is not d:
             return False
         if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > ms.curr_term:
-            self.node.elector._become_candidate(self.node.now_ms, resp.term)
+            self.node.elector.become_candidate(self.node.now_ms, resp.term)
             return False
         return True
 

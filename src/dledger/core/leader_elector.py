@@ -262,7 +262,8 @@ class LeaderElector:
         else:
             self._maintain_as_candidate(now)
 
-    def _become_candidate(self, now: int, term: int) -> None:
+    def become_candidate(self, now: int, term: int) -> None:
+        """Step down (or stay) as candidate, knowing ``term``; the next vote after a random delay."""
         self.ms.change_to_candidate(term)
         self.vote_round = None
         self.next_time_to_request_vote = now + self._vote_delay()
@@ -276,7 +277,7 @@ class LeaderElector:
             if self.ms.role is not Role.LEADER:
                 return
         if now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            self._become_candidate(now, self.ms.curr_term)       # check-quorum
+            self.become_candidate(now, self.ms.curr_term)       # check-quorum
             return
         if self.last_send_heartbeat_ms < 0 or now - self.last_send_heartbeat_ms >= interval:
             self._send_heartbeats(now)
@@ -328,18 +329,18 @@ class LeaderElector:
             return                              # roles are forced: nobody steps down
         if rnd.max_term > rnd.term:
             self._fail_reads(Code.NOT_LEADER)
-            self._become_candidate(now, rnd.max_term)
+            self.become_candidate(now, rnd.max_term)
         elif rnd.quorum_reached:
             return
         elif self.ms.is_quorum(rnd.succ + rnd.not_ready):
             self.last_send_heartbeat_ms = -1                      # resend at once
         elif rnd.inconsistent_leader or now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            self._become_candidate(now, rnd.term)
+            self.become_candidate(now, rnd.term)
 
     # -- follower -------------------------------------------------------------------------
     def _maintain_as_follower(self, now: int) -> None:
         if now - self.last_leader_heartbeat_ms > self.election_timeout_ms:
-            self._become_candidate(now, self.ms.curr_term)
+            self.become_candidate(now, self.ms.curr_term)
             # probe at once in the current term: it moves no term, and the answers tell
             # whether the others lost the leader too (then the next round takes a new term)
             self.next_time_to_request_vote = now
@@ -448,7 +449,7 @@ class LeaderElector:
             if not self_vote and not req.leadership_transfer and self.has_live_leader(now):
                 return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
             self._fail_reads(Code.NOT_LEADER)
-            self._become_candidate(now, req.term)
+            self.become_candidate(now, req.term)
             self.need_increase_term_immediately = True
             return answer(VoteResult.REJECT_TERM_NOT_READY)
         if req.term < ms.ledger_end_term:
@@ -488,7 +489,7 @@ class LeaderElector:
             self.last_leader_heartbeat_ms = now
             self.node.handler.commit_hint(req.term, req.commit_index)
             return answer(Code.SUCCESS)
-        self._become_candidate(now, req.term)
+        self.become_candidate(now, req.term)
         self.need_increase_term_immediately = True
         return answer(Code.TERM_NOT_READY)
 
@@ -585,7 +586,7 @@ class LeaderElector:
             self.transfer_wait = None
             target = req.term + 1
             ms.term_to_take_leadership = target
-            self._become_candidate(now, target)
+            self.become_candidate(now, target)
             self.need_increase_term_immediately = True
             self.take_leadership_task = (reply, target)
         elif now >= deadline:
