@@ -1,5 +1,7 @@
 """RELIABILITY §3.2/3.3/3.6 partition scenarios, in virtual time."""
 
+import pytest
+
 from dledger.core import Role
 from dledger.protocol import DLedgerResponseCode as Code, ReadMode
 from dledger.sim import Cluster
@@ -93,4 +95,41 @@ def test_reads_on_the_leader_see_every_acknowledged_append():
             r = c.servers[lead].read(mode)
             assert c.run_until(r.done, 1_000)
             assert r.result().code == Code.SUCCESS and r.result().index >= f.result().index, mode
+        c.check()
+
+
+def test_a_pipelining_client_gets_increasing_indices_in_call_order():
+    with Cluster(n=3, seed=7) as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        futures = [c.append(b"p%03d" % i) for i in range(200)]
+        assert c.run_until(lambda: all(f.done() for f in futures), 2_000)
+        indices = [f.result().index for f in futures]
+        assert all(f.result().ok for f in futures) and indices == sorted(indices)
+        c.check()
+
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_an_old_leaders_lease_ends_before_a_new_leader_can_commit(seed):
+    """LEASE_READ soundness: while the old leader still answers lease reads, no other node
+    may have committed anything in a newer term."""
+    with Cluster(n=3, seed=seed) as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        c.run_for(50 + 17 * seed)
+        old = c.leader()
+        c.partition([old], [i for i in c.ids if i != old])
+        while c.servers[old].node.elector.lease_valid(c.now_ms):
+            c.run_for(1)
+        lease_end = c.now_ms
+        new_commit_at = None
+        f = None
+        while c.now_ms < lease_end + 3_000:
+            lead = c.leader()
+            if lead not in (None, old) and f is None:
+                f = c.append(b"new-term", via=lead)
+            if f is not None and f.done() and f.result().ok:
+                new_commit_at = c.now_ms
+                break
+            c.run_for(1)
+        assert new_commit_at is not None and new_commit_at > lease_end, (new_commit_at, lease_end)
         c.check()
