@@ -251,3 +251,28 @@ def test_preferred_leader_takes_over():
     assert w.run_until(lambda: w.leader() in ("n0", "n1"), 3000)
     w.start("n2")
     assert w.run_until(lambda: w.leader() == "n2", 5000)
+
+
+def test_transfer_to_the_leader_itself_is_an_immediate_success():
+    w = Wired(3, seed=6)
+    assert w.run_until(lambda: w.leader() is not None, 2000)
+    lead = w.leader()
+    w.nodes[lead].transfer_leadership(w.now, "self", lead)
+    w._collect(w.nodes[lead])
+    assert w.completions["self"].response.code == Code.SUCCESS and w.leader() == lead
+
+
+def test_stopping_a_node_answers_every_waiting_operation():
+    w = Wired(3, seed=8)
+    assert w.run_until(lambda: w.leader() is not None, 2000)
+    lead = w.leader()
+    w.cut.add(lead)                          # nothing will ever be answered
+    node = w.nodes[lead]
+    node.propose(w.now, "append", [b"x"])
+    node.read(w.now, "read", 2)              # READ_INDEX_READ waits for a heartbeat round
+    target = next(i for i in w.ids if i != lead)
+    node.transfer_leadership(w.now, "transfer", target)
+    w._collect(node)
+    node.stop()
+    w._collect(node)
+    assert {"append", "read", "transfer"} <= set(w.completions)

@@ -516,6 +516,17 @@ class LeaderElector:
                 keep.append(w)
         self.read_waiters = keep
 
+    def fail_pending(self, code: int) -> None:
+        """Shutting down: answer every read and transfer still waiting."""
+        self._fail_reads(code)
+        ms = self.ms
+        waiting, self.transfer_wait = self.transfer_wait, None
+        task, self.take_leadership_task = self.take_leadership_task, None
+        for reply in ([waiting[1]] if waiting else []) + ([task[0]] if task else []):
+            if reply is not None:
+                reply(LeadershipTransferResponse(group=ms.group, local_id=ms.self_id, leader_id=ms.leader_id,
+                                                 term=ms.curr_term, code=code))
+
     def _fail_reads(self, code: int) -> None:
         waiters, self.read_waiters = self.read_waiters, []
         for w in waiters:

@@ -213,6 +213,12 @@ class Node:
     def transfer_leadership(self, now_ms: int, token: Any, transferee_id: str) -> None:
         now = self._clock(now_ms)
         ms = self.ms
+        if transferee_id == ms.self_id:
+            code = Code.SUCCESS if ms.role is Role.LEADER else Code.NOT_LEADER
+            self.complete(token, LeadershipTransferResponse(group=ms.group, local_id=ms.self_id, code=code,
+                                                            term=ms.curr_term, leader_id=ms.leader_id))
+            self._after(now)
+            return
         req = LeadershipTransferRequest(group=ms.group, local_id=ms.self_id, remote_id=ms.self_id,
                                         term=ms.curr_term, transfer_id=ms.self_id, transferee_id=transferee_id)
         resp = self.elector.handle_leadership_transfer(now, req, lambda r: self.complete(token, r))
@@ -260,10 +266,18 @@ class Node:
         return max(min(cands), now) if cands else None
 
     def stop(self) -> None:
-        """Fail everything pending (the node is shutting down)."""
+        """Fail everything pending (the node is shutting down): appends, reads, transfers,
+        and the node's own outstanding requests (as if unanswered)."""
         self.stopped = True
         self.pusher.fail_all(Code.INTERNAL_ERROR)
-        self.elector._fail_reads(Code.INTERNAL_ERROR)
+        self.elector.fail_pending(Code.INTERNAL_ERROR)
+        rpcs, self._rpcs = self._rpcs, {}
+        self._rpc_order.clear()
+        for entry in rpcs.values():
+            try:
+                entry[0](self.now_ms, None, None)
+            except DLedgerError:
+                pass
         self.caller.shutdown()
 
     # -- state, for hosts and tests -------------------------------------------------------
