@@ -3,13 +3,17 @@ message loss, duplication and reordering while clients append), each ending with
 liveness phase and every checker. A failing seed prints the one-line command that
 reproduces it (``python -m dledger.sim --seed N --nodes K``)."""
 
+import os
+
 import pytest
 
 from dledger.sim import InvariantViolation, SwarmOptions, run_swarm
 
-SWEEP = ([(seed, 3, "memory") for seed in range(250)]
-         + [(seed, 5, "memory") for seed in range(150)]
-         + [(seed, 3, "file") for seed in range(1000, 1016)])
+# DLEDGER_SWEEP_SCALE=10 runs ten times as many seeds (a longer local sweep)
+SCALE = max(1, int(os.environ.get("DLEDGER_SWEEP_SCALE", "1")))
+SWEEP = ([(seed, 3, "memory") for seed in range(250 * SCALE)]
+         + [(seed, 5, "memory") for seed in range(150 * SCALE)]
+         + [(seed, 3, "file") for seed in range(1000, 1000 + 16 * SCALE)])
 
 
 @pytest.mark.parametrize("seed,nodes,store", SWEEP, ids=[f"{s}-{n}{st[0]}" for s, n, st in SWEEP])
