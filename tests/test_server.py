@@ -215,3 +215,19 @@ def test_the_demo_survives_its_leader_stop_and_verifies_every_replica(tmp_path):
     assert r.entries == 3_000 and len(r.store_dirs) == 3
     assert all(pathlib.Path(d, "data").is_dir() for d in r.store_dirs)   # kept for an audit
     assert "time without a leader" in out.getvalue()
+
+
+def test_wait_for_leader_returns_the_leader_on_every_node_and_none_without_a_quorum(tmp_path):
+    group = Group(tmp_path).start_all()
+    try:
+        seen = {s.wait_for_leader(timeout=10) for s in group.servers.values()}
+        assert len(seen) == 1 and seen.pop() in group.servers
+    finally:
+        group.stop_all()
+    lonely = Group(tmp_path / "lonely", n=3)
+    lonely.make("n0").startup()  # its peers never start: no leader can be elected
+    try:
+        assert lonely.servers["n0"].wait_for_leader(timeout=0.5) is None
+        assert lonely.servers["n0"]._role_handlers[-1].__name__ != "on_change"
+    finally:
+        lonely.stop_all()

@@ -314,5 +314,25 @@ class DLedgerServer:
     def leader_id(self) -> str | None:
         return self.node.leader_id if self.node is not None else None
 
+    def wait_for_leader(self, timeout: float | None = None) -> str | None:
+        """Block until this node knows the group's leader (itself or a peer); returns its id,
+        or None when ``timeout`` seconds pass first. For synchronous hosts on the asyncio
+        runtime (under the simulator, run the cluster instead)."""
+        known = threading.Event()
+
+        def on_change(change: RoleChange) -> None:
+            if change.leader_id is not None:
+                known.set()
+
+        self.add_role_change_handler(on_change)
+        try:
+            if self.leader_id is None:
+                known.wait(timeout)
+            return self.leader_id
+        finally:
+            for handlers in (self._role_handlers, self.driver.role_change_handlers if self.driver else []):
+                if on_change in handlers:
+                    handlers.remove(on_change)
+
     def __repr__(self) -> str:
         return f"DLedgerServer({self.config.self_id}, {self.node.ms if self.node else 'not started'})"

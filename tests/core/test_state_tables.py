@@ -1,4 +1,4 @@
-"""The state diagrams in docs/architecture-core.md are drawn from the transition tables in
+"""The state diagrams in docs/architecture.md are drawn from the transition tables in
 the code; this test regenerates them and fails when the docs fall behind."""
 
 import pathlib
@@ -6,7 +6,7 @@ import pathlib
 from dledger.core.entry_pusher import TRANSITIONS
 from dledger.core.member_state import ROLE_TRANSITIONS
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "architecture-core.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 
 def role_diagram() -> str:

@@ -15,7 +15,7 @@ DLedger's rules, stepped with ``now_ms`` instead of a thread that polls every 10
   ``max_heart_beat_leak`` intervals, and when a peer reports a higher term;
 - a follower stands for election after ``max_heart_beat_leak`` intervals without heartbeats.
 
-Changes from Java, on purpose (see docs/architecture-core.md):
+Changes from Java, on purpose (see docs/architecture.md):
 - leader stickiness: a follower that heard its leader within the election timeout, a leader
   whose last heartbeat round reached a quorum within it, and a node that started less than
   one election timeout ago refuse higher-term vote requests with

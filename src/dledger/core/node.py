@@ -7,7 +7,7 @@ The host (a driver) calls, always with the current time in milliseconds:
   ``transfer_leadership(now_ms, token, target)`` for local clients;
 and after each call ``take_ready()``, which hands back one ``Ready``: the envelopes to send,
 the client operations completed, the role changes, the commit and applied index, and the
-next deadline. The contract (docs/architecture-core.md):
+next deadline. The contract (docs/architecture.md):
 
 1. Everything in a ``Ready`` is already durable as far as it promises: the store is called
    synchronously, so a vote or term is persisted before the answer is in ``messages``, and

@@ -1,6 +1,6 @@
 """Driver: the one crank that turns a sans-IO ``Node``, used by every runtime.
 
-What it does with each ``Ready`` (in this order, see docs/architecture-core.md):
+What it does with each ``Ready`` (in this order, see docs/architecture.md):
 1. hand every envelope in ``messages`` to the transport;
 2. complete the operation of every ``Completion`` (its token is an ``Op``: a future plus
    what to put in it);
