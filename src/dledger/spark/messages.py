@@ -32,7 +32,7 @@ STOREHOST_V6_FLAG = 0x20
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
-_FIXED = struct.Struct(">iiiiiqqiq")   # totalSize .. bornTimestamp (52 bytes)
+_FIXED = struct.Struct(">iiiiiqqiq")   # totalSize .. bornTimestamp (48 bytes)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
