@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, crc32
 from dledger.spark import scan
 from dledger.store import open_store
-from spark_stores import (DATA_FILE_SIZE, bodies, flip_byte, java_entries, write_java_store,
+from spark_stores import (DATA_FILE_SIZE, INDEX_FILE_SIZE, bodies, flip_byte, java_entries, write_java_store,
                           write_store)
 
 
@@ -177,3 +177,40 @@ def test_scan_without_spark_matches_the_store(tmp_path):
 def test_bad_paths_give_a_clear_error(dl, tmp_path):
     with pytest.raises(Exception, match="not a dledger store|is not a directory"):
         dl.read.format("dledger").load(str(tmp_path / "missing")).count()
+
+
+def test_clean_stores_are_read_through_the_index_fast_path(tmp_path, monkeypatch):
+    ours = str(tmp_path / "ours")
+    write_store(ours, bodies(300, seed=17))
+    java = str(tmp_path / "java")
+    write_java_store(java, java_entries(80))
+
+    def no_slow(*args, **kwargs):
+        raise AssertionError("the record-by-record path was taken on a clean store")
+
+    monkeypatch.setattr(scan.SegmentReader, "_slow", no_slow)
+    for d, n in ((ours, 300), (java, 80)):
+        table = scan.read_stores([d])
+        assert table.column("index").to_pylist() == list(range(n))
+        assert sorted(zip(*(table.column(c).to_pylist() for c in
+                            ("index", "term", "pos", "magic", "size", "body")))) == _entries(d)
+    part = scan.read_stores([ours], lo=123, hi=250, body=False)
+    assert part.column("index").to_pylist() == list(range(123, 250))
+
+
+def test_lost_index_tail_is_read_from_the_data(tmp_path):
+    d = str(tmp_path / "dledger-n0")
+    write_store(d, bodies(200, seed=19))
+    for k in range(150, 200):            # units 150.. never reached the disk
+        pos = k * 32
+        name = f"{pos - pos % INDEX_FILE_SIZE:020d}"
+        with open(os.path.join(d, "index", name), "r+b") as f:
+            f.seek(pos % INDEX_FILE_SIZE)
+            f.write(bytes(32))
+    expected = _entries(d)
+    assert len(expected) == 200          # the store rebuilds the index from the data
+    table = scan.read_stores([d])
+    got = sorted(zip(*(table.column(c).to_pylist() for c in
+                       ("index", "term", "pos", "magic", "size", "body"))))
+    assert got == expected
+    assert table.column("error").null_count == 200

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP, MAGIC_NORMAL,
-                           MIN_BLANK_LEN, VALID_MAGICS, decode_header)
+                           MIN_BLANK_LEN, RECORD_PREFIX, VALID_MAGICS, decode_header)
 from dledger.errors import CorruptEntryError, DLedgerError
 from dledger.store.offline import open_store, resolve_store_dir, segment_size
 
@@ -292,10 +292,11 @@ class SegmentReader:
                 return
             head = os.pread(fd, BODY_OFFSET, off0)
             k0 = None
-            try:
-                k0 = decode_header(head, 0, limit=BODY_OFFSET)[2] if len(head) == BODY_OFFSET else None
-            except CorruptEntryError:
-                k0 = None
+            if len(head) == BODY_OFFSET:
+                magic, size, index, *_rest, body_size = RECORD_PREFIX.unpack(head)
+                if magic in VALID_MAGICS and size >= BODY_OFFSET and body_size == size - BODY_OFFSET \
+                        and off0 + size <= fsize:
+                    k0 = index
             if k0 is None:
                 yield from self._slow(fd, fsize, off0, None)
                 return
