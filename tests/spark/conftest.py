@@ -11,7 +11,8 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STATE = {"registered": False}
+#: set on the session once ``register`` ran (the auto-registration test checks it)
+REGISTERED_CONF = "dledger.tests.registered"
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +47,7 @@ def dl(spark):
     from dledger.spark import register
 
     register(spark)
-    STATE["registered"] = True
+    spark.conf.set(REGISTERED_CONF, "true")
     return spark
 
 

@@ -6,7 +6,6 @@ Runs first in this directory (file order), before any test calls ``register``.
 import importlib
 import pkgutil
 
-from conftest import STATE
 from spark_stores import bodies, write_store
 
 
@@ -24,7 +23,8 @@ def test_spark_lookup_finds_both_sources_on_the_path():
 
 
 def test_format_dledger_works_without_register(spark, tmp_path):
-    assert not STATE["registered"], "run this file before the others (it checks auto-registration)"
+    registered = spark.conf.get("dledger.tests.registered", "false")
+    assert registered == "false", "run this file before the others (it checks auto-registration)"
     store = write_store(str(tmp_path / "dledger-n0"), bodies(30))
     rows = spark.read.format("dledger").load(store).select("index").collect()
     assert sorted(r["index"] for r in rows) == list(range(30))

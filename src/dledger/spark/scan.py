@@ -82,7 +82,6 @@ UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("inde
 assert HEADER_DTYPE.itemsize == BODY_OFFSET and UNIT_DTYPE.itemsize == INDEX_UNIT_SIZE
 
 _MAGIC_SIZE = struct.Struct(">ii")
-_UNIT = struct.Struct(">iqiqq")
 
 #: rows and bytes per record batch
 BATCH_ROWS = 65536
