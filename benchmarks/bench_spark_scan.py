@@ -196,7 +196,8 @@ def main() -> int:
                                     ("header-only, no CRC", False, False)):
             secs, k = best(lambda: engine(body, verify), 1)
             assert k == n
-            fig(f"scan engine alone, 1 process, {label}", f"{secs:.2f} s, {n / secs / 1e6:.2f} M entries/s")
+            fig(f"scan engine alone, 1 process, {label}",
+                f"{secs:.2f} s, {n / secs / 1e6:.2f} M entries/s")
 
         shutil.rmtree(os.path.join(root, "scan"))
 
@@ -212,7 +213,8 @@ def main() -> int:
         secs, report = best(lambda: run_audit(paths, spark=spark), args.repeat)
         assert report.exit_code == 0 and report.common_prefix_end == args.audit_entries - 1, \
             report.summary_lines()
-        fig("audit, 3 replicas (session already running)", f"{secs:.2f} s, verdict {report.verdict}")
+        fig("audit, 3 replicas (session already running)",
+            f"{secs:.2f} s, verdict {report.verdict}")
         spark.stop()
 
         print("\nfigures")

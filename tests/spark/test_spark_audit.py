@@ -1,4 +1,5 @@
-"""The replica audit on real stores: clean replicas, a divergent tail, a lagging replica, a flipped bit."""
+"""The replica audit on real stores: clean replicas, a divergent tail, a lagging replica, a
+flipped bit."""
 
 import json
 import os

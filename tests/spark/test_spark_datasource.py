@@ -9,8 +9,8 @@ from pyspark.sql import functions as F
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, crc32
 from dledger.spark import scan
 from dledger.store import open_store
-from spark_stores import (DATA_FILE_SIZE, INDEX_FILE_SIZE, bodies, flip_byte, java_entries, write_java_store,
-                          write_store)
+from spark_stores import (DATA_FILE_SIZE, INDEX_FILE_SIZE, bodies, flip_byte, java_entries,
+                          write_java_store, write_store)
 
 
 def _entries(store_dir):
@@ -102,7 +102,8 @@ def test_several_replicas_in_one_load(dl, tmp_path):
     joined = dl.read.format("dledger").option("body", "false").load(",".join(paths))
     assert joined.count() == 340
     named = dl.read.format("dledger").option("replicas", "x,y,z").load(paths)
-    assert sorted(r["replica"] for r in named.select("replica").distinct().collect()) == ["x", "y", "z"]
+    names = sorted(r["replica"] for r in named.select("replica").distinct().collect())
+    assert names == ["x", "y", "z"]
     # pushdown on several replicas plans only the segments that hold the tail
     tail = dl.read.format("dledger").load(paths).where("index >= 99")
     rows = tail.collect()
@@ -139,7 +140,8 @@ def test_torn_tail_is_left_out_as_the_store_leaves_it_out(dl, tmp_path):
     off = last.pos % DATA_FILE_SIZE + last.size
     with open(seg, "r+b") as f:
         f.seek(off)
-        f.write((1).to_bytes(4, "big") + (1 << 20).to_bytes(4, "big") + (end + 1).to_bytes(8, "big"))
+        f.write((1).to_bytes(4, "big") + (1 << 20).to_bytes(4, "big")
+                + (end + 1).to_bytes(8, "big"))
     df = dl.read.format("dledger").load(d)
     assert _rows(df) == _entries(d)
     assert max(r["index"] for r in df.collect()) == end == 49

@@ -84,7 +84,8 @@ def test_broker_view_decodes_messages(dl, tmp_path):
     bad = [r for r in rows if r["error"] is not None]
     assert [b["index"] for b in bad] == [21] and "magic code" in bad[0]["error"]
     # analysis through Spark: messages per topic and tag, and index pushdown
-    per_topic = {x["topic"]: x["count"] for x in df.where("error IS NULL").groupBy("topic").count().collect()}
+    per_topic = {x["topic"]: x["count"]
+                 for x in df.where("error IS NULL").groupBy("topic").count().collect()}
     assert per_topic == {"orders": 20, "payments": 20}
     tail = dl.read.format("dledger-messages").load(path).where("index >= 35")
     assert sorted(x["index"] for x in tail.collect()) == list(range(35, 42))

@@ -224,8 +224,8 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed) -> Aud
         F.sum(F.when((F.col("copies") < n) & F.col("index").between(lo, hi_common), 1)
               .otherwise(0)).alias("gaps")).first()
     divergent_count = int(stats["div"] or 0)
-    listed = [(r["index"], bool(r["v"])) for r in
-              div.select("index", violation.alias("v")).orderBy("index").limit(max_listed).collect()]
+    first_rows = div.select("index", violation.alias("v")).orderBy("index").limit(max_listed)
+    listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
     divergent = []
     if listed:
         idx = [i for i, _ in listed]

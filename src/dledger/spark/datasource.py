@@ -130,8 +130,9 @@ class DLedgerPushdownReader(DLedgerReader):
 
     def pushFilters(self, filters):
         for f in filters:
-            if not _RANGE_FILTERS or not isinstance(f, _RANGE_FILTERS) or f.attribute != ("index",) \
-                    or not isinstance(f.value, int) or isinstance(f.value, bool):
+            if not _RANGE_FILTERS or not isinstance(f, _RANGE_FILTERS) \
+                    or f.attribute != ("index",) or not isinstance(f.value, int) \
+                    or isinstance(f.value, bool):
                 yield f
                 continue
             v = f.value

@@ -226,12 +226,14 @@ def plan_store(info: StoreInfo, lo: int | None = None, hi: int | None = None) ->
             continue
         if pmax is not None and start > pmax:
             continue
-        tasks.append(SegmentTask(info.replica, os.path.join(info.data_dir, name), name, start, fsize,
-                                 info.index_dir, info.index_file_size, info.begin, info.end))
+        tasks.append(SegmentTask(info.replica, os.path.join(info.data_dir, name), name, start,
+                                 fsize, info.index_dir, info.index_file_size, info.begin,
+                                 info.end))
     return tasks
 
 
-def plan_segments(infos: list[StoreInfo], lo: int | None = None, hi: int | None = None) -> list[SegmentTask]:
+def plan_segments(infos: list[StoreInfo], lo: int | None = None,
+                  hi: int | None = None) -> list[SegmentTask]:
     return [t for info in infos for t in plan_store(info, lo, hi)]
 
 
@@ -293,8 +295,8 @@ class SegmentReader:
             k0 = None
             if len(head) == BODY_OFFSET:
                 magic, size, index, *_rest, body_size = RECORD_PREFIX.unpack(head)
-                if magic in VALID_MAGICS and size >= BODY_OFFSET and body_size == size - BODY_OFFSET \
-                        and off0 + size <= fsize:
+                if magic in VALID_MAGICS and size >= BODY_OFFSET \
+                        and body_size == size - BODY_OFFSET and off0 + size <= fsize:
                     k0 = index
             if k0 is None:
                 yield from self._slow(fd, fsize, off0, None)
@@ -490,7 +492,8 @@ class SegmentReader:
         u = read_units(self.task.index_dir, self.task.index_file_size, k, 1)
         if len(u) != 1:
             return None  # no unit: the store rebuilds it from the data (recovery rule)
-        um, upos, usize, uk, uterm = (int(u[c][0]) for c in ("magic", "pos", "size", "index", "term"))
+        um, upos, usize, uk, uterm = (int(u[c][0])
+                                      for c in ("magic", "pos", "size", "index", "term"))
         magic_ok = um == fields[0] or (um == MAGIC_NORMAL and fields[0] == MAGIC_NOOP)
         if uk != k or upos != pos:
             return None  # stale or missing unit: nothing to compare with
