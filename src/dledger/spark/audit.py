@@ -110,7 +110,7 @@ class AuditReport:
             lines.append(f"  corrupt entries: {self.corrupt_count}")
             for c in self.corrupt[:10]:
                 lines.append(f"    {c['replica']} index {c['index']} at pos {c['pos']} "
-                             f"({c['segment']}): {c['error'] or 'body CRC mismatch'}")
+                             f"(segment {c['segment']:020d}): {c['error'] or 'body CRC mismatch'}")
         for k, v in self.outputs.items():
             lines.append(f"  {k}: {v}")
         return lines

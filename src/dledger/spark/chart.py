@@ -49,7 +49,7 @@ def draw_audit_chart(report, path: str) -> str:
                 label=f"corrupt entries ({report.corrupt_count})")
     step = max(1, len(seg_names) // 20)
     ax.set_xticks(range(0, len(seg_names), step))
-    ax.set_xticklabels([str(int(seg_names[i])) for i in range(0, len(seg_names), step)],
+    ax.set_xticklabels([str(seg_names[i]) for i in range(0, len(seg_names), step)],
                        rotation=45, ha="right", fontsize=8)
     ax.set_xlabel("data segment (start offset in the log)")
     ax.set_ylabel("entries in segment")

@@ -30,8 +30,9 @@ How a segment is read (rules):
    the damage is reported in rows, never raised.
 4. Rows honour ``[lo, hi)`` exactly (the data source tells Spark the filter is applied).
 
-Columns: ``replica`` (which store), ``segment`` (data file name), ``index``, ``term``, ``pos``
-(the record's position in this replica's data files, from its index unit), ``magic``, ``size``
+Columns: ``replica`` (which store), ``segment`` (start offset of the data file, i.e. its
+name), ``index``, ``term``, ``pos`` (the record's position in this replica's data files, from
+its index unit), ``magic``, ``size``
 (whole record), ``body_crc`` (as stored, 0 = not computed, as Java writes), ``crc`` (CRC-32 of
 the body as read; null when verification is off), ``crc_ok`` (stored CRC is 0 or matches),
 ``error`` (null, or why the record is damaged), ``body``.
@@ -56,7 +57,7 @@ from dledger.store.offline import open_store, resolve_store_dir, segment_size
 
 ENTRY_FIELDS = [
     ("replica", pa.string(), "STRING"),
-    ("segment", pa.string(), "STRING"),
+    ("segment", pa.int64(), "BIGINT"),
     ("index", pa.int64(), "BIGINT"),
     ("term", pa.int64(), "BIGINT"),
     ("pos", pa.int64(), "BIGINT"),
@@ -274,7 +275,7 @@ class SegmentReader:
             hi_eff = task.end + 1 if hi is None else min(hi, task.end + 1)
         self.lo, self.hi = lo_eff, hi_eff
         self._replica = pa.scalar(task.replica, pa.string())
-        self._segment = pa.scalar(task.name, pa.string())
+        self._segment = pa.scalar(task.start, pa.int64())
 
     def _in_range(self, k: int) -> bool:
         return (self.lo is None or k >= self.lo) and (self.hi is None or k < self.hi)
@@ -474,7 +475,7 @@ class SegmentReader:
                 else:
                     k = expect if expect is not None else -1
                     if self._in_range(k) or (k < 0 and self.lo is None):
-                        rows.add(replica=t.replica, segment=t.name, index=k, term=None,
+                        rows.add(replica=t.replica, segment=t.start, index=k, term=None,
                                  pos=t.start + off, magic=magic, size=size, body_crc=None,
                                  crc=None, crc_ok=False, error=problem,
                                  body=b"" if self.body else None)
@@ -530,7 +531,7 @@ class SegmentReader:
             ok = body_crc == 0 or body_crc == crc
         if err is not None:
             ok = False
-        rows.add(replica=t.replica, segment=t.name, index=k, term=term, pos=t.start + off,
+        rows.add(replica=t.replica, segment=t.start, index=k, term=term, pos=t.start + off,
                  magic=magic, size=size, body_crc=body_crc, crc=crc, crc_ok=ok, error=err,
                  body=body if self.body else None)
 
