@@ -132,6 +132,7 @@ def main() -> int:
 
     try:
         print(f"machine: {machine()}")
+        print("load average at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
         log = os.path.join(root, "scan", "dledger-n0")
         t = time.perf_counter()
@@ -217,6 +218,7 @@ def main() -> int:
             f"{secs:.2f} s, verdict {report.verdict}")
         spark.stop()
 
+        print("load average at end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         print("\nfigures")
         for name, value in figures:
             print(f"| {name} | {value} |")
