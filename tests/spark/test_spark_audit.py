@@ -93,6 +93,9 @@ def test_flipped_bit_is_found(dl, tmp_path):
     assert [(c["replica"], c["index"], c["pos"]) for c in report.corrupt] == [("b", 50, unit.pos)]
     assert report.divergent_count == 0 and report.gap_count == 1
     assert report.exit_code == EXIT_CORRUPT and report.verdict.startswith("CORRUPT")
+    quick = run_audit(paths, spark=dl, recover=False)   # same findings without store recovery
+    assert (quick.corrupt, quick.exit_code, quick.common_prefix_end) == \
+        (report.corrupt, EXIT_CORRUPT, report.common_prefix_end)
 
 
 def test_cli_audit_subcommand_runs_the_job(dl, tmp_path, capsys):

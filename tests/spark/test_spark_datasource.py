@@ -119,6 +119,8 @@ def test_java_written_store_reads_like_ours(dl, tmp_path):
     expected = write_java_store(d, java_entries(60))
     df = dl.read.format("dledger").load(d)
     assert _rows(df) == sorted(expected) == _entries(d)
+    fast = dl.read.format("dledger").option("recover", "false").load(d)
+    assert _rows(fast) == _rows(df)
     assert df.rdd.getNumPartitions() == len(_segments(d)) >= 3
     rows = df.collect()
     assert all(r["body_crc"] == 0 and r["crc_ok"] and r["error"] is None for r in rows)
@@ -146,6 +148,11 @@ def test_torn_tail_is_left_out_as_the_store_leaves_it_out(dl, tmp_path):
     assert _rows(df) == _entries(d)
     assert max(r["index"] for r in df.collect()) == end == 49
     assert df.where("error IS NOT NULL").count() == 0
+    # without the store's recovery the torn record is reported instead of left out
+    raw = {r["index"]: r for r in dl.read.format("dledger").option("recover", "false").load(d)
+           .collect()}
+    assert sorted(raw) == list(range(51))
+    assert raw[50]["error"] and not raw[50]["crc_ok"] and raw[49]["error"] is None
 
 
 def test_damaged_entries_are_reported_in_columns_not_raised(dl, tmp_path):

@@ -22,12 +22,14 @@ OPS = st.lists(st.one_of(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=OPS, data_file_size=st.sampled_from([1024, 2048, 4096]), lo=st.one_of(st.none(), st.integers(-2, 80)),
+@given(ops=OPS, data_file_size=st.sampled_from([1024, 2048, 4096]),
+       lo=st.one_of(st.none(), st.integers(-2, 80)),
        span=st.one_of(st.none(), st.integers(0, 60)), body=st.booleans())
 def test_scan_matches_the_store(ops, data_file_size, lo, span, body):
     with tempfile.TemporaryDirectory() as tmp:
         d = os.path.join(tmp, "dledger-n0")
-        store = DLedgerMmapFileStore.open(d, data_file_size=data_file_size, index_file_size=32 * 32)
+        store = DLedgerMmapFileStore.open(d, data_file_size=data_file_size,
+                                          index_file_size=32 * 32)
         term = 1
         store.persist_term(term, None)
         n = 0

@@ -118,7 +118,7 @@ class AuditReport:
 
 def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | None = None,
               spark=None, committed: int | None = None, names: list[str] | None = None,
-              max_listed: int = MAX_LISTED) -> AuditReport:
+              max_listed: int = MAX_LISTED, recover: bool = True) -> AuditReport:
     """Audit the replicas at ``paths`` (see the module docstring); writes JSON and PNG to
     ``out_dir`` when given. Uses ``spark`` when given, else ``session.get_session(master)``."""
     from pyspark.sql import functions as F
@@ -131,7 +131,7 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     names = list(names) if names else scan.replica_names(paths)
     if len(set(names)) != len(names):
         raise ValueError(f"replica names must differ: {names}")
-    infos = [scan.store_info(p, n) for p, n in zip(paths, names)]
+    infos = [scan.store_info(p, n, recover=recover) for p, n in zip(paths, names)]
     owned = False
     if spark is None:
         spark, owned = get_session(master, "dledger-audit")
@@ -139,7 +139,7 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
         from dledger.spark import register
         register(spark)
     try:
-        report = _audit(spark, F, paths, names, infos, committed, max_listed)
+        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover)
     finally:
         if owned:
             spark.stop()
@@ -157,9 +157,11 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     return report
 
 
-def _audit(spark, F, paths, names, infos, committed_override, max_listed) -> AuditReport:
+def _audit(spark, F, paths, names, infos, committed_override, max_listed,
+           recover) -> AuditReport:
     n = len(paths)
     df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
+          .option("recover", str(recover).lower())
           .option("replicas", ",".join(names)).load(list(paths)))
     bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
 
@@ -295,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="treat this index as committed on every replica (default: each "
                         "replica's checkpoint)")
     p.add_argument("--names", default=None, help="comma-separated replica names, in path order")
+    p.add_argument("--no-recover", action="store_true",
+                   help="skip each store's read-only recovery (faster on big stores without a "
+                        "checkpoint, such as Java's; a torn tail then shows up as corrupt)")
     return p
 
 
@@ -307,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [x.strip() for x in args.names.split(",")] if args.names else None
     try:
         report = run_audit(args.paths, master=args.master, out_dir=args.out,
-                           committed=args.committed, names=names)
+                           committed=args.committed, names=names, recover=not args.no_recover)
     except (ValueError, OSError) as exc:
         print(f"dledger audit: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,9 @@ Options (values are strings, names are case-insensitive):
 - ``pushdown`` (default ``true``): ``false`` gives a reader without ``pushFilters``, for
   sessions where ``spark.sql.python.filterPushdown.enabled`` cannot be set (Spark refuses
   every read of a reader that pushes filters while that conf is false);
+- ``recover`` (default ``true``): ``false`` skips the store's read-only recovery when planning
+  (see ``scan.store_info``); for big stores without a checkpoint (Java's) that recovery reads
+  up to three segments record by record on every query;
 - ``replicas``: comma-separated names for the ``replica`` column, in path order (default: the
   last path component of each directory).
 
@@ -109,13 +112,15 @@ class DLedgerReader(DataSourceReader):
         self.names = replica_names(options, self.paths)
         self.body = _flag(options, "body", True)
         self.verify = _flag(options, "verify", True)
+        self.recover = _flag(options, "recover", True)
         self.lo: int | None = None  # index range [lo, hi) from pushFilters
         self.hi: int | None = None
 
     def partitions(self):
         if self.lo is not None and self.hi is not None and self.lo >= self.hi:
             return []
-        infos = [scan.store_info(p, n) for p, n in zip(self.paths, self.names)]
+        infos = [scan.store_info(p, n, recover=self.recover)
+                 for p, n in zip(self.paths, self.names)]
         return [SegmentPartition(t) for t in scan.plan_segments(infos, self.lo, self.hi)]
 
     def read(self, partition: SegmentPartition):

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP, MAGIC_NORMAL,
                            MIN_BLANK_LEN, RECORD_PREFIX, VALID_MAGICS, decode_header)
 from dledger.errors import CorruptEntryError, DLedgerError
+from dledger.store.checkpoint import read_checkpoint
 from dledger.store.offline import open_store, resolve_store_dir, segment_size
 
 ENTRY_FIELDS = [
@@ -130,13 +131,23 @@ def replica_names(paths: list[str]) -> list[str]:
     return [os.path.normpath(p) for p in paths]
 
 
-def store_info(path: str, replica: str | None = None) -> StoreInfo:
-    """Open ``path`` read-only and report its valid range (see the module docstring)."""
+def store_info(path: str, replica: str | None = None, *, recover: bool = True) -> StoreInfo:
+    """Open ``path`` read-only and report its valid range (see the module docstring).
+
+    ``recover=False`` skips the store's recovery (which, for a store without a checkpoint such
+    as a Java one, reads up to the last three segments record by record): the range is then
+    unknown, the committed index comes from the checkpoint file alone, and readers trust what
+    the index and the data agree on, so a torn or stale tail shows up as rows with ``error``.
+    """
     store_dir = resolve_store_dir(path)
     data_dir = os.path.join(store_dir, "data")
     index_dir = os.path.join(store_dir, "index")
     info = StoreInfo(replica or os.path.basename(os.path.normpath(path)), path, store_dir,
                      data_dir, index_dir, segment_size(data_dir, 0), segment_size(index_dir, 0))
+    if not recover:
+        cp = read_checkpoint(store_dir)
+        info.committed = cp.committed_index if cp is not None else -1
+        return info
     try:
         with open_store(store_dir) as store:
             info.begin = store.ledger_before_begin_index + 1
