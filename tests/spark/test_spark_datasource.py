@@ -223,3 +223,17 @@ def test_lost_index_tail_is_read_from_the_data(tmp_path):
                        ("index", "term", "pos", "magic", "size", "body"))))
     assert got == expected
     assert table.column("error").null_count == 200
+
+
+def test_without_the_pushdown_conf_the_plain_reader_still_works(dl, store):
+    from dledger.spark import PUSHDOWN_CONF
+
+    dl.conf.set(PUSHDOWN_CONF, "false")
+    try:
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            dl.read.format("dledger").load(store).where("index < 3").collect()
+        q = dl.read.format("dledger").option("pushdown", "false").load(store).where("index < 3")
+        assert sorted(r["index"] for r in q.collect()) == [0, 1, 2]
+        assert q.rdd.getNumPartitions() == len(_segments(store))   # nothing pruned
+    finally:
+        dl.conf.set(PUSHDOWN_CONF, "true")
