@@ -237,3 +237,21 @@ def test_without_the_pushdown_conf_the_plain_reader_still_works(dl, store):
         assert q.rdd.getNumPartitions() == len(_segments(store))   # nothing pruned
     finally:
         dl.conf.set(PUSHDOWN_CONF, "true")
+
+
+def test_pushdown_prunes_without_recovery_too(tmp_path):
+    d = str(tmp_path / "dledger-n0")
+    write_store(d, bodies(400, seed=3))
+    fast = scan.store_info(d, recover=False)
+    assert fast.end is None
+    all_tasks = scan.plan_segments([fast])
+    tasks = scan.plan_segments([fast], 200, 205)
+    assert 1 <= len(tasks) <= 2 < len(all_tasks)
+    rows = [i for t in tasks for b in scan.read_segment(t, 200, 205, body=False)
+            for i in b.column("index").to_pylist()]
+    assert rows == [200, 201, 202, 203, 204]
+    # a lower bound alone: earlier segments are not planned, nothing is lost after it
+    tail = scan.plan_segments([fast], 390, None)
+    got = [i for t in tail for b in scan.read_segment(t, 390, None, body=False)
+           for i in b.column("index").to_pylist()]
+    assert got == list(range(390, 400)) and len(tail) < len(all_tasks)

@@ -232,6 +232,13 @@ def plan_store(info: StoreInfo, lo: int | None = None, hi: int | None = None) ->
             pmin = unit_position(info, first)
         if hi is not None and hi - 1 < info.end:
             pmax = unit_position(info, last)
+    else:  # range unknown (no recovery): trust sound index units at the range's ends
+        if hi is not None and (hi <= 0 or (lo is not None and lo >= hi)):
+            return []
+        if lo is not None and lo > 0:
+            pmin = unit_position(info, lo)
+        if hi is not None:
+            pmax = unit_position(info, hi - 1)
     tasks = []
     for start, name in files:
         if pmin is not None and start + fsize <= pmin:
@@ -319,7 +326,9 @@ class SegmentReader:
             off = off0
             if k != k0:
                 pos = unit_position(t, k)
-                if pos is None or not t.start <= pos < t.start + fsize:
+                if pos is not None and pos >= t.start + fsize:
+                    return  # the range starts in a later segment
+                if pos is None or pos < t.start:
                     yield from self._slow(fd, fsize, off0, k0)
                     return
                 off = pos - t.start
