@@ -51,10 +51,16 @@ def dl(spark):
     return spark
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "spark: Spark tests (one local SparkSession; "
+                                       "deselect with -m 'not spark' for a quick core run)")
+
+
 def pytest_collection_modifyitems(config, items):
-    # PySpark 4.3 warns that it does not fully support pandas >= 3 (SPARK.md §1.1); nothing here
-    # depends on pandas, so keep the warning out of the test report.
     for item in items:
         if os.path.dirname(str(item.fspath)) == HERE:
+            item.add_marker(pytest.mark.spark)
+            # PySpark 4.3 warns that it does not fully support pandas >= 3; nothing here
+            # depends on pandas, so keep the warning out of the test report.
             item.add_marker(pytest.mark.filterwarnings(
                 "ignore:PySpark does not yet fully support pandas:FutureWarning"))
