@@ -1,0 +1,331 @@
+"""The replica audit: compare the logs of several replicas entry by entry with a Spark job.
+
+``run_audit(paths, ...) -> AuditReport`` and the command ``dledger audit <dir> <dir> ...``
+(``main(argv)``; options ``--master``, ``--out``, ``--committed``).
+
+What is compared: every intact entry's (term, pos, size, magic, CRC-32 of the body as read);
+the CRC is recomputed, so bodies are compared even in Java-written stores, whose stored
+``bodyCrc`` is 0. Damaged entries (CRC mismatch, or a record that fails its checks) are
+reported as corrupt and left out of the comparison.
+
+What is reported (``AuditReport``):
+- per replica: first and last index, last term, committed index (from its checkpoint), entry
+  and segment counts, corrupt entries, and how far it lags behind the longest log;
+- the common prefix (all replicas hold the same entries up to it) and the common committed
+  prefix (the part of it at or below the highest committed index any replica knows);
+- divergent entries (replicas hold different entries at one index) and gaps (an index inside
+  every replica's range that some replica does not hold intact);
+- the verdict and exit code: 1 when replicas that all count an index as committed hold different
+  entries there (a safety violation: committed entries never change); else 3 when some entry
+  is corrupt; else 0. A lagging replica or a divergent uncommitted tail is normal Raft life
+  (the leader repairs it) and is reported without failing the audit.
+
+The rule for "committed": a replica counts index ``i`` as committed when ``i`` is at or below
+its own committed index (``--committed N`` applies one value to all). A follower that still
+holds a stale, uncommitted entry where the leader committed another one is not a violation,
+because that follower does not count the index as committed yet.
+
+Output: ``audit.json`` (the report) and ``audit.png`` (entries per segment per replica, with
+divergence and corruption markers) in ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from dledger.spark import scan
+
+EXIT_OK = 0
+EXIT_DIVERGED = 1
+EXIT_CORRUPT = 3
+
+#: how many divergent / corrupt entries are listed in detail
+MAX_LISTED = 100
+
+
+@dataclass
+class ReplicaSummary:
+    replica: str
+    path: str
+    first: int | None
+    last: int | None
+    last_term: int | None
+    committed: int
+    entries: int
+    segments: int
+    corrupt: int
+    lag: int = 0
+    open_error: str | None = None
+
+
+@dataclass
+class AuditReport:
+    replicas: list[ReplicaSummary]
+    committed_index: int
+    common_prefix_end: int
+    common_committed_prefix_end: int
+    divergent_count: int
+    divergent_first: int | None
+    committed_divergent_count: int
+    committed_divergent_first: int | None
+    divergent: list[dict]
+    gap_count: int
+    lagging: list[dict]
+    corrupt_count: int
+    corrupt: list[dict]
+    segments: list[dict]
+    verdict: str
+    exit_code: int
+    seconds: float = 0.0
+    outputs: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary_lines(self) -> list[str]:
+        lines = [f"audit of {len(self.replicas)} replicas: {self.verdict}"]
+        for r in self.replicas:
+            extra = f", cannot open: {r.open_error}" if r.open_error else ""
+            lines.append(f"  {r.replica}: entries {r.first}..{r.last} ({r.entries}), last term "
+                         f"{r.last_term}, committed {r.committed}, lag {r.lag}, corrupt {r.corrupt}"
+                         f"{extra}")
+        lines.append(f"  common prefix up to {self.common_prefix_end}; committed index "
+                     f"{self.committed_index}; common committed prefix up to "
+                     f"{self.common_committed_prefix_end}")
+        if self.divergent_count:
+            lines.append(f"  divergent entries: {self.divergent_count} from index "
+                         f"{self.divergent_first} ({self.committed_divergent_count} inside the "
+                         f"committed prefix)")
+        if self.gap_count:
+            lines.append(f"  gaps: {self.gap_count} indexes not held intact by every replica")
+        for lag in self.lagging:
+            lines.append(f"  lagging: {lag['replica']} is {lag['behind']} entries behind "
+                         f"(last {lag['last']})")
+        if self.corrupt_count:
+            lines.append(f"  corrupt entries: {self.corrupt_count}")
+            for c in self.corrupt[:10]:
+                lines.append(f"    {c['replica']} index {c['index']} at pos {c['pos']} "
+                             f"(segment {c['segment']:020d}): {c['error'] or 'body CRC mismatch'}")
+        for k, v in self.outputs.items():
+            lines.append(f"  {k}: {v}")
+        return lines
+
+
+def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | None = None,
+              spark=None, committed: int | None = None, names: list[str] | None = None,
+              max_listed: int = MAX_LISTED, recover: bool = True) -> AuditReport:
+    """Audit the replicas at ``paths`` (see the module docstring); writes JSON and PNG to
+    ``out_dir`` when given. Uses ``spark`` when given, else ``session.get_session(master)``."""
+    from pyspark.sql import functions as F
+
+    from dledger.spark.session import get_session
+
+    t0 = time.perf_counter()
+    if len(paths) < 2:
+        raise ValueError("an audit compares at least two replicas")
+    names = list(names) if names else scan.replica_names(paths)
+    if len(set(names)) != len(names):
+        raise ValueError(f"replica names must differ: {names}")
+    infos = [scan.store_info(p, n, recover=recover) for p, n in zip(paths, names)]
+    owned = False
+    if spark is None:
+        spark, owned = get_session(master, "dledger-audit")
+    else:
+        from dledger.spark import register
+        register(spark)
+    try:
+        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover)
+    finally:
+        if owned:
+            spark.stop()
+    report.seconds = round(time.perf_counter() - t0, 3)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        png = os.path.join(out_dir, "audit.png")
+        json_path = os.path.join(out_dir, "audit.json")
+        from dledger.spark.chart import draw_audit_chart
+        draw_audit_chart(report, png)
+        report.outputs = {"json": json_path, "chart": png}
+        with open(json_path, "w") as f:
+            json.dump(report.to_dict(), f, indent=2)
+            f.write("\n")
+    return report
+
+
+def _audit(spark, F, paths, names, infos, committed_override, max_listed,
+           recover) -> AuditReport:
+    n = len(paths)
+    df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
+          .option("recover", str(recover).lower())
+          .option("replicas", ",".join(names)).load(list(paths)))
+    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+
+    # job 1: per replica and segment: counts, index range, corrupt entries (a few listed)
+    corrupt_struct = F.struct("index", "pos", "error")
+    seg_rows = (df.groupBy("replica", "segment")
+                .agg(F.count(F.lit(1)).alias("entries"), F.min("index").alias("first"),
+                     F.max("index").alias("last"),
+                     F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
+                     F.slice(F.collect_list(F.when(bad, corrupt_struct)), 1, max_listed)
+                     .alias("corrupt_rows"))
+                .collect())
+    committed = {}
+    for name, info in zip(names, infos):
+        c = committed_override if committed_override is not None else info.committed
+        committed[name] = -1 if c is None else c
+
+    per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
+                   for name in names}
+    segments, corrupt = [], []
+    for r in seg_rows:
+        s = per_replica[r["replica"]]
+        s["entries"] += r["entries"]
+        s["segments"] += 1
+        s["corrupt"] += r["corrupt"]
+        s["first"] = r["first"] if s["first"] is None else min(s["first"], r["first"])
+        s["last"] = r["last"] if s["last"] is None else max(s["last"], r["last"])
+        segments.append({"replica": r["replica"], "segment": r["segment"], "entries": r["entries"],
+                         "first": r["first"], "last": r["last"], "corrupt": r["corrupt"]})
+        for c in r["corrupt_rows"]:
+            corrupt.append({"replica": r["replica"], "segment": r["segment"], "index": c["index"],
+                            "pos": c["pos"], "error": c["error"]})
+    segments.sort(key=lambda s: (s["replica"], s["segment"]))
+    corrupt.sort(key=lambda c: (c["index"], c["replica"]))
+    corrupt_count = sum(s["corrupt"] for s in per_replica.values())
+
+    firsts = [s["first"] for s in per_replica.values() if s["first"] is not None]
+    lasts = [s["last"] if s["last"] is not None else -1 for s in per_replica.values()]
+    lo = max(firsts) if len(firsts) == n else 0
+    hi_common = min(lasts)
+
+    # job 2: per index, compare the intact copies (fingerprint of term, pos, size, magic, crc)
+    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
+    fp = F.xxhash64("term", "pos", "size", "magic", "crc")
+    in_committed = F.col("index") <= cmap[F.col("replica")]
+    per_index = (df.where(~bad)
+                 .groupBy("index")
+                 .agg(F.min(fp).alias("fp_lo"), F.max(fp).alias("fp_hi"),
+                      F.count(F.lit(1)).alias("copies"),
+                      F.min(F.when(in_committed, fp)).alias("cfp_lo"),
+                      F.max(F.when(in_committed, fp)).alias("cfp_hi")))
+    flagged = per_index.where((F.col("fp_lo") != F.col("fp_hi"))
+                              | ((F.col("copies") < n) & F.col("index").between(lo, hi_common)))
+    flagged = flagged.localCheckpoint(eager=True)
+    div = flagged.where(F.col("fp_lo") != F.col("fp_hi"))
+    violation = F.col("cfp_lo") != F.col("cfp_hi")
+    stats = flagged.agg(
+        F.sum(F.when(F.col("fp_lo") != F.col("fp_hi"), 1).otherwise(0)).alias("div"),
+        F.min(F.when(F.col("fp_lo") != F.col("fp_hi"), F.col("index"))).alias("div_first"),
+        F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
+        F.min(F.when(violation, F.col("index"))).alias("viol_first"),
+        F.sum(F.when((F.col("copies") < n) & F.col("index").between(lo, hi_common), 1)
+              .otherwise(0)).alias("gaps")).first()
+    divergent_count = int(stats["div"] or 0)
+    first_rows = div.select("index", violation.alias("v")).orderBy("index").limit(max_listed)
+    listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
+    divergent = []
+    if listed:
+        idx = [i for i, _ in listed]
+        detail = (df.where(F.col("index").between(idx[0], idx[-1]))
+                  .where(F.col("index").isin(idx))
+                  .select("replica", "segment", "index", "term", "pos", "size", "magic", "crc",
+                          "crc_ok", "error").collect())
+        by_index: dict[int, list] = {}
+        for r in detail:
+            by_index.setdefault(r["index"], []).append(
+                {"replica": r["replica"], "segment": r["segment"], "term": r["term"],
+                 "pos": r["pos"], "size": r["size"], "magic": r["magic"], "crc": r["crc"],
+                 "intact": bool(r["crc_ok"]) and r["error"] is None,
+                 "counts_as_committed": r["index"] <= committed[r["replica"]]})
+        for i, v in listed:
+            copies = sorted(by_index.get(i, []), key=lambda c: c["replica"])
+            divergent.append({"index": i, "inside_committed_prefix": v, "copies": copies})
+
+    max_last = max(lasts)
+    summaries = []
+    for name, path, info in zip(names, paths, infos):
+        s = per_replica[name]
+        summaries.append(ReplicaSummary(
+            replica=name, path=path, first=s["first"], last=s["last"],
+            last_term=info.end_term, committed=committed[name], entries=s["entries"],
+            segments=s["segments"], corrupt=s["corrupt"],
+            lag=max_last - (s["last"] if s["last"] is not None else -1),
+            open_error=info.error))
+    lagging = [{"replica": s.replica, "last": s.last, "behind": s.lag}
+               for s in summaries if s.lag > 0]
+    committed_index = max(committed.values())
+    common_end = hi_common
+    if stats["div_first"] is not None:
+        common_end = min(common_end, stats["div_first"] - 1)
+    viol = int(stats["viol"] or 0)
+    if viol:
+        verdict, code = (f"DIVERGED: {viol} entries differ inside the committed prefix "
+                         f"(first at index {stats['viol_first']})"), EXIT_DIVERGED
+    elif corrupt_count:
+        verdict, code = f"CORRUPT: {corrupt_count} damaged entries", EXIT_CORRUPT
+    else:
+        notes = []
+        if divergent_count:
+            notes.append(f"{divergent_count} divergent uncommitted entries")
+        if lagging:
+            notes.append(f"{len(lagging)} lagging replicas")
+        verdict, code = "OK" + (f" ({', '.join(notes)})" if notes else ""), EXIT_OK
+    return AuditReport(
+        replicas=summaries, committed_index=committed_index, common_prefix_end=common_end,
+        common_committed_prefix_end=min(common_end, committed_index),
+        divergent_count=divergent_count, divergent_first=stats["div_first"],
+        committed_divergent_count=viol, committed_divergent_first=stats["viol_first"],
+        divergent=divergent, gap_count=int(stats["gaps"] or 0), lagging=lagging,
+        corrupt_count=corrupt_count, corrupt=corrupt[:max_listed], segments=segments,
+        verdict=verdict, exit_code=code)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dledger audit",
+                                description="Compare the logs of several replicas with Spark.")
+    p.add_argument("paths", nargs="+", help="store directories, one per replica (at least two)")
+    p.add_argument("--master", default=None,
+                   help="local[*] (default), spark://host:7077, or sc://host:15002 (Spark Connect)")
+    p.add_argument("--out", default="dledger-audit",
+                   help="directory for audit.json and audit.png (default: ./dledger-audit)")
+    p.add_argument("--committed", type=int, default=None,
+                   help="treat this index as committed on every replica (default: each "
+                        "replica's checkpoint)")
+    p.add_argument("--names", default=None, help="comma-separated replica names, in path order")
+    p.add_argument("--no-recover", action="store_true",
+                   help="skip each store's read-only recovery (faster on big stores without a "
+                        "checkpoint, such as Java's; a torn tail then shows up as corrupt)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    # PySpark 4.3 warns about pandas >= 3 on import; the audit does not use pandas
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    args = build_parser().parse_args(argv)
+    names = [x.strip() for x in args.names.split(",")] if args.names else None
+    try:
+        report = run_audit(args.paths, master=args.master, out_dir=args.out,
+                           committed=args.committed, names=names, recover=not args.no_recover)
+    except (ValueError, OSError) as exc:
+        print(f"dledger audit: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a store that is not a store, a bad master URL
+        from dledger.errors import DLedgerError
+        if isinstance(exc, DLedgerError):
+            print(f"dledger audit: {exc}", file=sys.stderr)
+            return 2
+        raise
+    for line in report.summary_lines():
+        print(line)
+    return report.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

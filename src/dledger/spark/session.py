@@ -1,0 +1,58 @@
+"""Getting a SparkSession for dledger jobs: embedded local mode, a standalone cluster, or Connect.
+
+``get_session(master)``:
+- ``None``: the active session if there is one (a host that already runs Spark, or the test
+  suite), else an embedded ``local[*]`` session;
+- ``local[...]``: an embedded session. Workers run this interpreter (``PYSPARK_PYTHON`` is set
+  to ``sys.executable`` unless already set) and bind to loopback;
+- ``spark://host:7077`` (or ``yarn``, ``k8s://...``): a cluster. Its executors must be able to
+  import ``dledger`` (install it on every node, or ship it with ``spark.submit.pyFiles``), and
+  the store directories must be readable at the same paths on the executors;
+- ``sc://host:15002``: Spark Connect (needs ``pyspark[connect]``). The data source runs on the
+  server, which must have ``dledger`` installed.
+
+The session gets ``spark.sql.python.filterPushdown.enabled=true`` and both data sources
+registered (``dledger.spark.register``). Sessions this module creates are owned by the caller
+(``stop()`` them); the active session it returns is not.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def get_session(master: str | None = None, app_name: str = "dledger", conf: dict | None = None):
+    """Returns ``(spark, owned)``; see the module docstring."""
+    from pyspark.sql import SparkSession
+
+    from dledger.spark import register
+
+    if master is None:
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            register(active)
+            return active, False
+        master = "local[*]"
+    if master.startswith("sc://"):
+        spark = SparkSession.builder.remote(master).appName(app_name).getOrCreate()
+        register(spark)
+        return spark, True
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 1))),
+    }
+    if master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings.update({"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
+                         "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark, True
