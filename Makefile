@@ -20,7 +20,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 run: $(STAMP)
-	$(PY) -m dledger.cli demo
+	rm -rf run-output
+	$(PY) -m dledger.cli demo --dir run-output
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_store_append.py

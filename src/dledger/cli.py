@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the main job on embedded defaults")
     p.add_argument("--dir", default=None, help="where to put the stores (default: a temporary dir)")
     p.add_argument("--entries", type=int, default=200_000, help="entries to append")
+    p.add_argument("--no-audit", dest="audit", action="store_false",
+                   help="skip the Spark replica audit at the end")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("read-file", help="print the entries of a store directory")

@@ -59,6 +59,7 @@ class DemoResult:
     leaderless_ms: float
     store_dirs: list[str]
     problems: list[str] = field(default_factory=list)
+    audit_exit: int | None = None
 
 
 class _Cluster:
@@ -139,7 +140,7 @@ def _body(appender: int, seq: int, size: int) -> bytes:
 
 
 def run_demo(base_dir: str | None = None, entries: int = 200_000, *, body_size: int = 128, appenders: int = 4,
-             window: int = 512, progress: bool = True, out=sys.stdout) -> DemoResult:
+             window: int = 512, progress: bool = True, out=sys.stdout, audit: bool = False) -> DemoResult:
     keep = base_dir is not None
     base_dir = os.path.abspath(base_dir) if keep else tempfile.mkdtemp(prefix="dledger-demo-")
     os.makedirs(base_dir, exist_ok=True)
@@ -230,6 +231,9 @@ def run_demo(base_dir: str | None = None, entries: int = 200_000, *, body_size: 
     result = DemoResult(not problems and len(acked) == entries, len(acked), retries[0], wall,
                         len(acked) / wall if wall else 0.0, p50, p99, leaderless_ms, store_dirs, problems)
     _report(result, stopped_node, time.perf_counter() - t_start, out)
+    if audit:
+        result.audit_exit = _audit(store_dirs, os.path.join(base_dir, "audit"), out)
+        result.ok = result.ok and result.audit_exit == 0
     if not keep:
         shutil.rmtree(base_dir, ignore_errors=True)
         print("                       (temporary: removed; pass --dir to keep them for `dledger audit`)", file=out)
@@ -277,6 +281,23 @@ def _verify(store_dirs: list[str], acked: dict[bytes, tuple[int, int]], info_bod
     return problems
 
 
+def _audit(store_dirs: list[str], out_dir: str, out) -> int:
+    """The Spark replica audit over the three stores; returns its exit code (0: sound)."""
+    try:
+        from dledger.spark.audit import run_audit
+    except ImportError as exc:  # the spark extra is not installed
+        print(f"replica audit        : skipped ({exc}; pip install 'dledger[spark]')", file=out)
+        return 0
+    print("replica audit        : running on Spark (local[*]) ...", file=out, flush=True)
+    t0 = time.perf_counter()
+    report = run_audit(store_dirs, out_dir=out_dir)
+    for line in report.summary_lines():
+        print(f"  {line}", file=out)
+    print(f"replica audit        : exit {report.exit_code} in {time.perf_counter() - t0:.1f} s; "
+          f"report and chart in {out_dir}", file=out)
+    return report.exit_code
+
+
 def _report(r: DemoResult, stopped: str | None, total_s: float, out) -> None:
     print(f"entries acknowledged : {r.entries:,} ({r.retries:,} attempts retried through the failover)", file=out)
     print(f"throughput           : {r.throughput:,.0f} committed entries/s over {r.wall_s:.2f} s", file=out)
@@ -295,6 +316,6 @@ def main(args) -> int:
     if entries <= 0:
         print("--entries must be positive", file=sys.stderr)
         return 2
-    result = run_demo(getattr(args, "dir", None), entries)
+    result = run_demo(getattr(args, "dir", None), entries, audit=getattr(args, "audit", True))
     main.last_result = result                 # for callers that want the store directories
     return 0 if result.ok else 1

@@ -43,7 +43,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP, MAGIC_NORMAL,
-                           MIN_BLANK_LEN, RECORD_PREFIX, VALID_MAGICS, decode_header)
+                           MIN_BLANK_LEN, RECORD_PREFIX, VALID_MAGICS, crc32, decode_header)
 from dledger.errors import CorruptEntryError, DLedgerError
 from dledger.store.checkpoint import read_checkpoint
 from dledger.store.offline import open_store, resolve_store_dir, segment_size
@@ -438,7 +437,7 @@ class SegmentReader:
             bodies = pc.binary_slice(whole, BODY_OFFSET, int(usize.max()))
         if self.verify:
             # the one per-entry step: a C-level CRC-32 call per body
-            crc = np.fromiter(map(zlib.crc32, bodies.to_pylist()), np.int64, n)
+            crc = np.fromiter(map(crc32, bodies.to_pylist()), np.int64, n)
             crc_ok = (body_crc == 0) | (body_crc == crc)
             crc_arr, ok_arr = pa.array(crc), pa.array(crc_ok)
         else:
@@ -547,7 +546,7 @@ class SegmentReader:
         body = mm[off + BODY_OFFSET:off + size]
         crc = ok = None
         if self.verify:
-            crc = zlib.crc32(body)
+            crc = crc32(body)
             ok = body_crc == 0 or body_crc == crc
         if err is not None:
             ok = False
