@@ -1,0 +1,114 @@
+"""Crash simulation for file stores.
+
+Two kinds of crash, as RELIABILITY.md §3.5 distinguishes them:
+
+- ``crash(store)``: the process dies. Mappings are closed without msync, without a checkpoint
+  and without touching the term file; the page cache survives, so everything written through
+  the mappings is still in the files (the kernel writes it back later).
+- ``PowerLoss``: the machine loses power. Only what was made durable survives: bytes that an
+  msync covered (whole 4 KiB pages, as the kernel writes them), and files written by the
+  fsync + rename writer (term file, checkpoint). Every other byte written through a mapping
+  since the segment was mapped is lost. While a ``PowerLoss`` is active, every mapping the store
+  creates is a recording subclass of ``mmap.mmap`` that keeps a shadow copy of the durable bytes
+  of its file. ``power_loss(store)`` crashes the store and writes the shadows back into the
+  files, leaving the directory as the disk would hold it after the reboot.
+
+The model is one legal outcome of a power loss (unflushed pages all lost, none reordered); it is
+the outcome that loses the most, which is what the durability checks need.
+"""
+
+from __future__ import annotations
+
+import mmap as _mmap
+import os
+import shutil
+import types
+
+import dledger.store.mmap_file as mmap_file_module
+
+PAGE = 4096
+
+
+def crash(store) -> None:
+    """Kill ``store`` as a process crash would: unmap everything, flush nothing."""
+    for lst in (store.data_list, store.index_list):
+        for f in lst.files:
+            f.close()
+        lst.files = []
+    store.closed = True
+
+
+def copy_store(src: str, dst: str) -> str:
+    """Copy a (closed or crashed) store directory byte for byte; returns ``dst``."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+class PowerLoss:
+    """Records what every segment mapping made durable; see the module docstring.
+
+    Use as a context manager around the whole life of the stores under test (opening included,
+    so that every mapping is a recording one)::
+
+        with PowerLoss() as pl:
+            store = DLedgerMmapFileStore.open(...)
+            ...
+            pl.power_loss(store)
+    """
+
+    def __init__(self) -> None:
+        self.shadows: dict[str, bytearray] = {}
+        self._saved = None
+
+    # -- the recording mapping -------------------------------------------------------------
+    def _mapping_class(self):
+        shadows = self.shadows
+
+        class RecordingMmap(_mmap.mmap):
+            def __new__(cls, fileno, length, *args, **kwargs):
+                obj = super().__new__(cls, fileno, length, *args, **kwargs)
+                path = os.path.realpath(f"/proc/self/fd/{fileno}")
+                obj._path = path
+                # What the file holds when it is mapped is durable: a fresh segment is zeros
+                # (pre-sized, directory fsynced); an existing one was made durable before.
+                shadows[path] = bytearray(obj[:])
+                return obj
+
+            def __init__(self, *args, **kwargs):  # mmap.mmap takes its arguments in __new__
+                pass
+
+            def flush(self, offset=0, size=None):
+                if size is None:
+                    size = len(self) - offset
+                result = super().flush(offset, size)
+                lo = offset - offset % PAGE
+                hi = min(len(self), -(-(offset + size) // PAGE) * PAGE)
+                shadow = shadows.get(self._path)
+                if shadow is not None:
+                    shadow[lo:hi] = self[lo:hi]
+                return result
+
+        return RecordingMmap
+
+    def __enter__(self) -> "PowerLoss":
+        fake = types.SimpleNamespace(mmap=self._mapping_class(), ACCESS_WRITE=_mmap.ACCESS_WRITE,
+                                     ACCESS_READ=_mmap.ACCESS_READ,
+                                     ALLOCATIONGRANULARITY=_mmap.ALLOCATIONGRANULARITY)
+        self._saved = mmap_file_module.mmap
+        mmap_file_module.mmap = fake
+        return self
+
+    def __exit__(self, *exc) -> None:
+        mmap_file_module.mmap = self._saved
+
+    # -- the fault -------------------------------------------------------------------------
+    def power_loss(self, store) -> None:
+        """Crash ``store`` and leave its segments holding only their durable bytes."""
+        crash(store)
+        for path, shadow in self.shadows.items():
+            if not os.path.exists(path):
+                continue  # deleted, and the deletion was made durable (directory fsync)
+            with open(path, "r+b") as fh:
+                if os.fstat(fh.fileno()).st_size == len(shadow):
+                    fh.write(shadow)
+        self.shadows.clear()
