@@ -28,6 +28,7 @@ kept in memory and the tail is ignored rather than cut.
 from __future__ import annotations
 
 import logging
+import mmap
 from typing import TYPE_CHECKING
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: How many following index units the mid-log corruption check looks at.
 LOOKAHEAD_UNITS = 64
+
+_ZERO_UNIT = bytes(INDEX_UNIT_SIZE)
 
 
 def _read_record(f, off: int):
@@ -108,6 +111,23 @@ class _Recovery:
             else:
                 idx.rebuild_with_pos(target)
         self.index.append(unit_bytes, use_blank=False)
+
+    def erase_stale_units(self) -> None:
+        """Zero the units left after the log's end by a cut tail (as ``truncate`` does), so
+        that they cannot vouch for stale data after a later crash. Stops at the first zero
+        unit: a clean log has none, so this reads one unit."""
+        if self.read_only or not self.index.files:
+            return
+        f = self.index.files[-1]
+        lo = hi = f.wrote_position
+        while hi + INDEX_UNIT_SIZE <= f.file_size and f.mm[hi:hi + INDEX_UNIT_SIZE] != _ZERO_UNIT:
+            hi += INDEX_UNIT_SIZE
+        if hi > lo:
+            f.mm[lo:hi] = bytes(hi - lo)
+            aligned = lo - lo % mmap.ALLOCATIONGRANULARITY
+            f.mm.flush(aligned, hi - aligned)
+            log.warning("store %s: erased %d index units after the log's end",
+                        self.store.store_dir, (hi - lo) // INDEX_UNIT_SIZE)
 
     # -- start -----------------------------------------------------------------------------
     def trusted_start(self, end_index: int):
@@ -281,6 +301,7 @@ class _Recovery:
                 idx.truncate_offset(end_units)
             elif not self.read_only:
                 idx.rebuild_with_pos(end_units)
+        self.erase_stale_units()
         idx.flushed_where = idx.committed_where = idx.max_wrote_position()
         for f in idx.files:
             f.flushed_position = f.wrote_position
