@@ -63,6 +63,16 @@ _ZERO8 = bytes(MIN_BLANK_LEN)
 AppendHook = Callable[[DLedgerEntry, memoryview, int], None]
 
 
+def _record_matches_unit(unit: IndexUnit, magic: int, size: int, index: int, term: int, pos: int,
+                         body_crc: int) -> bool:
+    """Does a record's header agree with its index unit? The CRC covers only the body, so this
+    is what catches a damaged header field. Java leaders write magic 1 into the index of NOOP
+    entries (SPEC §1.2); records without a CRC (Java's) may hold another node's ``pos``."""
+    return (index == unit.index and term == unit.term and size == unit.size
+            and (magic == unit.magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP))
+            and (not body_crc or pos == unit.pos))
+
+
 @dataclass(slots=True)
 class AppendBatchResult:
     """What a batch append wrote: indices ``first_index .. first_index+len(positions)-1``."""
@@ -412,11 +422,13 @@ class DLedgerMmapFileStore:
         except CorruptEntryError as exc:
             raise CorruptStoreError(f"entry {index} is corrupt: {exc.args[0].split(' (')[0]}",
                                     path=f.path, offset=off, position=unit.pos) from None
-        if entry.index != index or entry.term != unit.term or entry.size != unit.size:
+        if not _record_matches_unit(unit, entry.magic, entry.size, entry.index, entry.term,
+                                    entry.pos, entry.body_crc):
             raise CorruptStoreError(f"entry at the position of index {index} is (index "
-                                    f"{entry.index}, term {entry.term}, size {entry.size}), index unit "
-                                    f"says (term {unit.term}, size {unit.size})", path=f.path, offset=off,
-                                    position=unit.pos)
+                                    f"{entry.index}, term {entry.term}, size {entry.size}, magic "
+                                    f"{entry.magic}, pos {entry.pos}), index unit says (term "
+                                    f"{unit.term}, size {unit.size}, magic {unit.magic}, pos "
+                                    f"{unit.pos})", path=f.path, offset=off, position=unit.pos)
         return entry
 
     def get_raw(self, index: int) -> bytes:
@@ -436,23 +448,32 @@ class DLedgerMmapFileStore:
         first_unit, f, off = self._locate(begin_index)
         # Extend within the same segment as far as the limits allow.
         count, nbytes = 1, first_unit.size
+        units = [first_unit]
         while begin_index + count <= end:
             unit = self._index_unit(begin_index + count)
             if unit.pos != first_unit.pos + nbytes or nbytes + unit.size > max_bytes:
                 break
+            units.append(unit)
             nbytes += unit.size
             count += 1
         chunk = f.read(off, nbytes)
-        self._verify_chunk(chunk, begin_index, count, f.path, off)
+        self._verify_chunk(chunk, begin_index, units, f.path, off)
         return chunk, count
 
-    def _verify_chunk(self, chunk: bytes, first: int, count: int, path: str, base_off: int) -> None:
+    def _verify_chunk(self, chunk: bytes, first: int, units: list[IndexUnit], path: str,
+                      base_off: int) -> None:
         off = 0
-        for i in range(first, first + count):
-            fields = decode_header(chunk, off, path=path)
-            if fields[2] != i or (fields[7] and crc32(memoryview(chunk)[off + BODY_OFFSET:off + fields[1]]) != fields[7]):
+        for i, unit in enumerate(units, first):
+            try:
+                fields = decode_header(chunk, off)
+            except CorruptEntryError as exc:
+                raise CorruptStoreError(f"entry {i} is corrupt: {exc.args[0]}", path=path,
+                                        offset=base_off + off) from None
+            magic, size, index, term, pos, _ch, _cc, body_crc, _bs = fields
+            if (not _record_matches_unit(unit, magic, size, index, term, pos, body_crc) or index != i
+                    or (body_crc and crc32(memoryview(chunk)[off + BODY_OFFSET:off + size]) != body_crc)):
                 raise CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
-            off += fields[1]
+            off += size
 
     def get_entry_term(self, index: int) -> int:
         """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""

@@ -53,6 +53,10 @@ def _read_record(f, off: int):
     body_crc = fields[7]
     if body_crc and crc32(f.mm[off + BODY_OFFSET:off + fields[1]]) != body_crc:
         raise CorruptEntryError(f"body CRC mismatch for index {fields[2]}", path=f.path, offset=off)
+    # Records we write (non-zero CRC) carry their own position; the CRC does not cover it.
+    if body_crc and fields[4] != f.file_from_offset + off:
+        raise CorruptEntryError(f"pos field {fields[4]} of index {fields[2]} differs from its "
+                                f"position {f.file_from_offset + off}", path=f.path, offset=off)
     return fields
 
 
@@ -60,6 +64,11 @@ def _unit_matches(unit: IndexUnit, magic: int, pos: int, size: int, index: int, 
     # Java leaders write magic 1 into the index for every entry (SPEC §1.2 quirk): accept it.
     magic_ok = unit.magic == magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP)
     return magic_ok and unit.pos == pos and unit.size == size and unit.index == index and unit.term == term
+
+
+def _torn_unit(unit: IndexUnit, magic: int, pos: int, size: int, index: int, term: int) -> bool:
+    """Is ``unit`` the right unit with a zeroed tail (its write interrupted by a crash)?"""
+    return INDEX_UNIT.pack(magic, pos, size, index, term).startswith(INDEX_UNIT.pack(*unit).rstrip(b"\0"))
 
 
 class _Recovery:
@@ -244,6 +253,15 @@ class _Recovery:
                 first_scanned = k
             if self.index_trusted:
                 unit = self.unit_at(k)
+                if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, fields[1])
+                        and not _unit_matches(unit, fields[0], pos, fields[1], k, term)
+                        and not _torn_unit(unit, fields[0], pos, fields[1], k, term)):
+                    # Same entry, same place, but another term or type, and not a unit torn by
+                    # a crash: a header field (not covered by the CRC) or the unit is damaged.
+                    # Stale units are erased on truncation, so this is not a leftover.
+                    stop_reason = (f"entry {k} (term {term}, magic {fields[0]}) disagrees with its "
+                                   f"index unit (term {unit.term}, magic {unit.magic})")
+                    break
                 if unit is None or not _unit_matches(unit, fields[0], pos, fields[1], k, term):
                     self.put_unit(fields[0], pos, fields[1], k, term)
             else:
