@@ -8,7 +8,8 @@ Two kinds of crash, as RELIABILITY.md §3.5 distinguishes them:
 - ``PowerLoss``: the machine loses power. Only what was made durable survives: bytes that an
   msync covered (whole 4 KiB pages, as the kernel writes them), and files written by the
   fsync + rename writer (term file, checkpoint). Every other byte written through a mapping
-  since the segment was mapped is lost. While a ``PowerLoss`` is active, every mapping the store
+  since the last power loss is lost, including what an earlier crashed process left in the
+  page cache. While a ``PowerLoss`` is active, every mapping the store
   creates is a recording subclass of ``mmap.mmap`` that keeps a shadow copy of the durable bytes
   of its file. ``power_loss(store)`` crashes the store and writes the shadows back into the
   files, leaving the directory as the disk would hold it after the reboot.
@@ -58,20 +59,26 @@ class PowerLoss:
 
     def __init__(self) -> None:
         self.shadows: dict[str, bytearray] = {}
+        self.inodes: dict[str, int] = {}
         self._saved = None
 
     # -- the recording mapping -------------------------------------------------------------
     def _mapping_class(self):
-        shadows = self.shadows
+        shadows, inodes = self.shadows, self.inodes
 
         class RecordingMmap(_mmap.mmap):
             def __new__(cls, fileno, length, *args, **kwargs):
                 obj = super().__new__(cls, fileno, length, *args, **kwargs)
                 path = os.path.realpath(f"/proc/self/fd/{fileno}")
                 obj._path = path
-                # What the file holds when it is mapped is durable: a fresh segment is zeros
-                # (pre-sized, directory fsynced); an existing one was made durable before.
-                shadows[path] = bytearray(obj[:])
+                inode = os.fstat(fileno).st_ino
+                # A file seen for the first time holds durable bytes: a fresh segment is zeros
+                # (pre-sized, directory fsynced), an older one was durable before the test
+                # began. A file mapped again after a process crash keeps its shadow: what
+                # the crashed process left in the page cache is still not durable.
+                if inodes.get(path) != inode:
+                    inodes[path] = inode
+                    shadows[path] = bytearray(obj[:])
                 return obj
 
             def __init__(self, *args, **kwargs):  # mmap.mmap takes its arguments in __new__
@@ -111,4 +118,6 @@ class PowerLoss:
             with open(path, "r+b") as fh:
                 if os.fstat(fh.fileno()).st_size == len(shadow):
                     fh.write(shadow)
+        # after the reboot every byte on disk is durable: shadows start afresh
         self.shadows.clear()
+        self.inodes.clear()
