@@ -528,6 +528,16 @@ class DLedgerMmapFileStore:
             f.write_at(off, bytes(MIN_BLANK_LEN))
             f.mm.flush(off & ~4095, off - (off & ~4095) + MIN_BLANK_LEN)
 
+    def _sync_before_cut(self) -> None:
+        """Make the log durable before a truncation or reset makes its cut durable.
+
+        The cut is synced at once (the page holding an erased header or a head blank). Were
+        the pages before it still only in the page cache, a power loss could keep the cut and
+        lose what precedes it: a hole that recovery would take for mid-log damage.
+        """
+        self.data_list.flush(0)
+        self.index_list.flush(0)
+
     def truncate(self, truncate_index: int) -> int:
         """Remove ``truncate_index`` and every later entry; returns the new end index.
 
@@ -545,6 +555,7 @@ class DLedgerMmapFileStore:
             raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
                                f"(committed index {self.committed_index})", INCONSISTENT_STATE)
         unit = self._index_unit(truncate_index)
+        self._sync_before_cut()
         self._zero_header_at(unit.pos)
         self.data_list.truncate_offset(unit.pos)
         if self.data_list.max_wrote_position() != unit.pos:
@@ -603,6 +614,7 @@ class DLedgerMmapFileStore:
             if entry.index <= self.ledger_end_index:
                 self.truncate(entry.index)
         else:
+            self._sync_before_cut()
             self._zero_header_at(entry.pos)
             data.rebuild_with_pos(entry.pos)
             self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
@@ -627,6 +639,7 @@ class DLedgerMmapFileStore:
         if before_begin_index <= self.ledger_before_begin_index:
             return self.ledger_before_begin_index + 1
         data = self.data_list
+        self._sync_before_cut()
         if before_begin_index >= self.ledger_end_index:
             if next_pos is not None:
                 data.rebuild_with_pos(next_pos)
@@ -800,6 +813,11 @@ class DLedgerMmapFileStore:
         self.index_list.load()
         recover(self)
         self.loaded = True
+        if self.durability == FSYNC and not self.read_only:
+            # Appends sync only their own bytes; what a crashed process left unsynced before
+            # them must be durable first.
+            self.data_list.flush(0)
+            self.index_list.flush(0)
         if self.ledger_end_index >= 0 and self.term_file.term < self.ledger_end_term:
             if self.term_file.existed:
                 log.warning("term file says term %d below the last entry's term %d; raising it",

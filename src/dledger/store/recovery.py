@@ -66,6 +66,18 @@ def _unit_matches(unit: IndexUnit, magic: int, pos: int, size: int, index: int, 
     return magic_ok and unit.pos == pos and unit.size == size and unit.index == index and unit.term == term
 
 
+def _last_segment_with_data(files, pos: int) -> int:
+    """Start of the last segment after ``pos`` that holds anything (a record or blank starts
+    every used segment at byte 0); ``pos`` when none does. Pre-sized segments that were never
+    written (all zeros) hold nothing to lose."""
+    for f in reversed(files):
+        if f.file_from_offset <= pos:
+            break
+        if f.mm[0:MIN_BLANK_LEN] != bytes(MIN_BLANK_LEN):
+            return f.file_from_offset
+    return pos
+
+
 def _torn_unit(unit: IndexUnit, magic: int, pos: int, size: int, index: int, term: int) -> bool:
     """Is ``unit`` the right unit with a zeroed tail (its write interrupted by a crash)?"""
     return INDEX_UNIT.pack(magic, pos, size, index, term).startswith(INDEX_UNIT.pack(*unit).rstrip(b"\0"))
@@ -132,6 +144,7 @@ class _Recovery:
         while hi + INDEX_UNIT_SIZE <= f.file_size and f.mm[hi:hi + INDEX_UNIT_SIZE] != _ZERO_UNIT:
             hi += INDEX_UNIT_SIZE
         if hi > lo:
+            self.index.flush(0)  # the live units become durable before their erased tail
             f.mm[lo:hi] = bytes(hi - lo)
             aligned = lo - lo % mmap.ALLOCATIONGRANULARITY
             f.mm.flush(aligned, hi - aligned)
@@ -281,7 +294,7 @@ class _Recovery:
                 raise CorruptStoreError(
                     f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
                     f"refusing to cut durable data", path=where[0], offset=where[1], position=pos)
-            if not trusted and files and files[-1].file_from_offset - pos > fsize:
+            if not trusted and files and _last_segment_with_data(files, pos) - pos > fsize:
                 raise CorruptStoreError(
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
@@ -295,13 +308,18 @@ class _Recovery:
 
     def finish(self, pos: int, last_index: int, last_term: int, bad: bool, cp) -> None:
         store, data, idx = self.store, self.data, self.index
+        # Nothing read back is known durable: after a process crash the page cache may still
+        # hold what the dead process wrote and never synced. Every segment counts as unflushed,
+        # so the next flush() syncs it in full before a checkpoint vouches for it.
+        for f in data.files + idx.files:
+            f.flushed_position = 0
         if data.files:
             if bad and not self.read_only:
+                data.flush(0)  # what precedes the cut must be durable before the cut is
                 store._zero_header_at(pos)
             data.truncate_offset(pos)
-        data.flushed_where = data.committed_where = data.max_wrote_position()
-        for f in data.files:
-            f.flushed_position = f.wrote_position
+        data.committed_where = data.max_wrote_position()
+        data.flushed_where = data.min_offset()
         if last_index >= 0:
             store.ledger_end_index, store.ledger_end_term = last_index, last_term
             if cp is not None and cp.before_begin_index >= 0:
@@ -320,9 +338,8 @@ class _Recovery:
             elif not self.read_only:
                 idx.rebuild_with_pos(end_units)
         self.erase_stale_units()
-        idx.flushed_where = idx.committed_where = idx.max_wrote_position()
-        for f in idx.files:
-            f.flushed_position = f.wrote_position
+        idx.committed_where = idx.max_wrote_position()
+        idx.flushed_where = idx.min_offset()
         if cp is not None:
             if cp.committed_index > store.ledger_end_index:
                 log.warning("store %s: checkpoint committed index %d is ahead of the log end %d; "
