@@ -22,14 +22,15 @@ Rules kept here:
   ``CorruptEntryError`` rather than allocating or reading past the buffer.
 - Entry equality ignores ``chain_crc`` and ``body_crc`` (as Java's ``DLedgerEntry.equals``).
 
-The CRC on hot paths is ``zlib.crc32`` (C, 3-11x faster than crcmod's extension here); the test
-suite checks it against crcmod's ``crc-32`` as an independent reference.
+The CRC on hot paths is zlib-ng's ``crc32`` (SIMD; measured here 2x faster than ``zlib.crc32`` at
+128 B and 12x at 64 KB), falling back to ``zlib.crc32`` (same values) where zlib-ng is missing.
+Both are C and far faster than crcmod's extension; the test suite checks our CRC against
+crcmod's ``crc-32`` as an independent reference.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -51,7 +52,10 @@ VALID_MAGICS = frozenset((MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG_CHANGE))
 #: Largest record Java DLedger can encode (its thread-local 4 MiB buffer); our default limit.
 MAX_RECORD_SIZE = 4 * 1024 * 1024
 
-crc32 = zlib.crc32
+try:  # zlib-ng: same CRC-32, vectorised
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover - exercised only where zlib-ng has no wheel
+    from zlib import crc32
 
 # magic, size, index, term, pos, channel, chain_crc, body_crc, body_size
 RECORD_PREFIX = struct.Struct(">iiqqqiIIi")

@@ -54,6 +54,9 @@ class DLedgerMemoryStore:
     def flush(self, *, checkpoint: bool = True) -> None:
         return None
 
+    def flush_if_due(self, now_ms: float) -> bool:
+        return False
+
     def close(self) -> None:
         self.closed = True
 

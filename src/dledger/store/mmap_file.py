@@ -7,6 +7,9 @@ Rules:
   ``DISK_FULL``, never later with SIGBUS on a write to a hole.
 - Positions (bytes inside this file): ``start_position`` <= data < ``wrote_position``;
   ``flushed_position`` <= ``wrote_position`` is what ``flush`` has made durable.
+- Writers call ``populate(wp, end)`` before writing past ``populated_to``: pages are faulted in
+  a window at a time (``MADV_POPULATE_WRITE``), which more than doubles the copy rate of large
+  entries compared with taking one page fault per 4 KiB (measured in docs/benchmarks.md).
 - Reads return ``bytes`` copies, so no view outlives the mapping (``close`` never fails with
   exported buffers).
 """
@@ -16,11 +19,18 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import sys
 
 from dledger.errors import DISK_FULL, DISK_ERROR, DLedgerError
 
 OS_PAGE_SIZE = 4096
 _PAGE_MASK = ~(mmap.ALLOCATIONGRANULARITY - 1)
+
+#: Linux 5.14+: fault in (writable) a range of pages with one call instead of one trap per page.
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+#: How far ahead of the write position pages are faulted in, in one call.
+POPULATE_WINDOW = 16 * 1024 * 1024
+_populate_ok = sys.platform.startswith("linux") and hasattr(mmap.mmap, "madvise")
 
 
 def file_name_for(offset: int) -> str:
@@ -41,7 +51,7 @@ class MmapFile:
     """One mapped segment. ``mm`` is the mapping; the list and the store write into it directly."""
 
     __slots__ = ("path", "file_from_offset", "file_size", "start_position", "wrote_position",
-                 "committed_position", "flushed_position", "mm", "read_only", "_fd")
+                 "committed_position", "flushed_position", "mm", "read_only", "_fd", "populated_to")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  read_only: bool = False) -> None:
@@ -54,6 +64,7 @@ class MmapFile:
         self.committed_position = 0
         self.flushed_position = 0
         self._fd = -1
+        self.populated_to = 0
         self.mm: mmap.mmap | None = None
         if create:
             self._create()
@@ -131,6 +142,18 @@ class MmapFile:
         self.mm[wp:wp + n] = data
         self.wrote_position = wp + n
         return True
+
+    def populate(self, wp: int, end: int) -> None:
+        """Fault in pages from the write position ``wp`` to at least ``end`` (a window ahead)."""
+        global _populate_ok
+        start = max(self.populated_to, wp & _PAGE_MASK)
+        stop = min(self.file_size, max(end, start + POPULATE_WINDOW))
+        if _populate_ok and stop > start:
+            try:
+                self.mm.madvise(MADV_POPULATE_WRITE, start, stop - start)
+            except (OSError, ValueError):
+                _populate_ok = False  # older kernel: plain page faults then
+        self.populated_to = stop
 
     def write_at(self, offset: int, data) -> None:
         self.mm[offset:offset + len(data)] = data
