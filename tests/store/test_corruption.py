@@ -173,3 +173,25 @@ def test_index_unit_flip_inside_checkpoint_is_never_served(bases, tmp_path):
                 assert (e.index, e.term, e.pos, e.body) == written[8], (off, bit)
             finally:
                 s.close()
+
+
+@pytest.mark.parametrize("durability", ["page_cache", "fsync"])
+@pytest.mark.parametrize("field", ["body", "term", "index", "magic", "size", "pos"])
+def test_bit_flip_after_the_checkpoint_refuses_to_open(tmp_path, durability, field):
+    """Entries after the checkpoint's end were synced too (every append in fsync mode, every
+    data flush between checkpoints in page-cache mode): a damaged one followed by intact entries
+    is mid-log damage, not a torn tail, and must not be cut away with its successors."""
+    d = str(tmp_path / "s")
+    s = open_small(d, durability)
+    s.persist_term(2, None)
+    append_bodies(s, [body(i, BODY) for i in range(6)])
+    s.flush()                      # checkpoint: endIndex 5
+    append_bodies(s, [body(i, BODY) for i in range(6, N)])
+    s.flush(checkpoint=False)      # durable, but no checkpoint vouches for 6..19
+    crash(s)
+    loc = record_location(d, 9, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    off, width = FIELDS[field]
+    flip_bit(loc.path, loc.offset + off + width - 1, 1)
+    with pytest.raises(CorruptStoreError) as info:
+        open_small(d, durability)
+    assert_names(info.value, loc)

@@ -15,6 +15,7 @@ one persisted by the last flush.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -148,6 +149,12 @@ class StoreModel(RuleBasedStateMachine):
         self.flushed_committed = self.committed
 
     @rule()
+    def flush_without_checkpoint(self):
+        """The periodic data flush between checkpoints: durable, but no checkpoint vouches yet."""
+        self.store.flush(checkpoint=False)
+        self.durable_end = self.end_index
+
+    @rule()
     def close_and_reopen(self):
         self.store.close()
         self.durable_end = self.end_index
@@ -218,6 +225,6 @@ class StoreModel(RuleBasedStateMachine):
                 assert exc.code == INDEX_LESS_THAN_LOCAL_BEGIN
 
 
-StoreModel.TestCase.settings = settings(max_examples=120, stateful_step_count=40, deadline=None,
+StoreModel.TestCase.settings = settings(max_examples=int(os.environ.get("DLEDGER_MODEL_EXAMPLES", 120)), stateful_step_count=40, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 TestStoreModel = StoreModel.TestCase
