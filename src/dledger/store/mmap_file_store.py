@@ -20,9 +20,9 @@ Recovery (``load``), stronger than SPEC §2.6:
   trusted after one spot check, so restart time does not grow with the log;
 - what follows is scanned record by record (header, chain of index/term, CRC, index unit);
   the first bad record there ends the log: a torn tail is truncated, never served;
-- without a usable checkpoint the scan starts at most three segments from the end (as Java);
-  a bad record that is followed by intact entries is mid-log corruption and stops the open
+- a bad record that is followed by intact entries is mid-log corruption and stops the open
   with ``CorruptStoreError`` naming the file and offset, instead of truncating it away;
+- without a usable checkpoint the scan starts at most three segments from the end (as Java);
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served.
 """

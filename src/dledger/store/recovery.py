@@ -11,13 +11,18 @@ The rules (see also ``docs/format.md``):
    its CRC. Its index unit is compared; from the first disagreement on, index units are
    rewritten from the data (a torn or lost index is rebuilt, SPEC §2.6).
 3. **Where the scan stops.** The first record that fails (or a zero header) ends the log.
-   - After a trusted prefix, what follows was never confirmed durable: it is a torn tail and
-     is cut (logged with file, offset and entry index).
+   - If intact entries follow the bad record (their index units agree with them, CRC and
+     term check out), the damage is in the middle of the log: the open stops with
+     ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
+     This holds after a trusted prefix too: the checkpoint lags what is durable (fsync-mode
+     appends and data flushes between checkpoints are synced without a new checkpoint), so
+     entries after it may have been acknowledged. The store syncs in log order (data, then
+     index; everything before a cut before the cut), so a crash alone leaves no such hole.
+   - Otherwise the bad record is the torn tail and is cut (logged with file, offset and
+     entry index).
    - Without a trusted prefix (no checkpoint, or one that does not check out: "ahead of the
-     log"), the scan starts at most three segments from the end, as Java DLedger does. If
-     intact entries follow the bad record, the damage is in the middle of the log: the open
-     stops with ``CorruptStoreError`` naming the file and offset instead of cutting away good
-     data. Otherwise the bad record is the torn tail and is cut.
+     log"), the scan starts at most three segments from the end, as Java DLedger does, and
+     refuses when more than a segment of written data would be discarded.
 4. **Begin index.** The first data record gives the before-begin index; the checkpoint keeps
    its term. An empty log after a full ``reset`` keeps its begin from the index list.
 
@@ -290,7 +295,7 @@ class _Recovery:
             k = expect if expect is not None else last_index + 1
             bad_file = data.find_file(pos)
             where = (bad_file.path, pos - bad_file.file_from_offset) if bad_file else (store.data_path, pos)
-            if not trusted and self.intact_entries_after(last_index, pos, last_term):
+            if self.intact_entries_after(last_index, pos, last_term):
                 raise CorruptStoreError(
                     f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
                     f"refusing to cut durable data", path=where[0], offset=where[1], position=pos)
