@@ -45,6 +45,13 @@ def copy_store(src: str, dst: str) -> str:
     return dst
 
 
+class SimulatedCrash(BaseException):
+    """Raised by an armed ``PowerLoss`` at the chosen write: the process dies right there.
+
+    A ``BaseException`` so that no ``except Exception`` in the store can swallow it.
+    """
+
+
 class PowerLoss:
     """Records what every segment mapping made durable; see the module docstring.
 
@@ -61,10 +68,30 @@ class PowerLoss:
         self.shadows: dict[str, bytearray] = {}
         self.inodes: dict[str, int] = {}
         self._saved = None
+        #: mutating operations on mappings seen so far (slice writes and msyncs)
+        self.ops = 0
+        self._budget: int | None = None
+
+    # -- crash points ----------------------------------------------------------------------
+    def arm(self, n: int) -> None:
+        """Let ``n`` more mapping writes/msyncs happen, then raise ``SimulatedCrash`` at every
+        later one (a dead process does nothing more). Struct ``pack_into`` calls are not seen
+        on their own: they land together with the next counted operation."""
+        self._budget = n
+
+    def disarm(self) -> None:
+        self._budget = None
+
+    def _tick(self) -> None:
+        self.ops += 1
+        if self._budget is not None:
+            if self._budget <= 0:
+                raise SimulatedCrash()
+            self._budget -= 1
 
     # -- the recording mapping -------------------------------------------------------------
     def _mapping_class(self):
-        shadows, inodes = self.shadows, self.inodes
+        shadows, inodes, tick = self.shadows, self.inodes, self._tick
 
         class RecordingMmap(_mmap.mmap):
             def __new__(cls, fileno, length, *args, **kwargs):
@@ -84,7 +111,12 @@ class PowerLoss:
             def __init__(self, *args, **kwargs):  # mmap.mmap takes its arguments in __new__
                 pass
 
+            def __setitem__(self, key, value):
+                tick()
+                super().__setitem__(key, value)
+
             def flush(self, offset=0, size=None):
+                tick()
                 if size is None:
                     size = len(self) - offset
                 result = super().flush(offset, size)
