@@ -575,19 +575,24 @@ class DLedgerMmapFileStore:
             raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
                                f"(committed index {self.committed_index})", INCONSISTENT_STATE)
         unit = self._index_unit(truncate_index)
+        # Crash-safe order: whatever step a crash interrupts, the next open finds either the
+        # old log or the truncated one. The checkpoint stops vouching for the doomed entries
+        # first (else it would trust a log whose record was already erased); the index units
+        # go before the data header (else intact entries would follow an erased record, which
+        # recovery must take for mid-log damage).
         self._sync_before_cut()
+        if self._checkpoint is not None and self._checkpoint.end_index >= truncate_index:
+            self._write_checkpoint(truncate_index - 1)
+        self._truncate_index_to(truncate_index)
         self._zero_header_at(unit.pos)
         self.data_list.truncate_offset(unit.pos)
         if self.data_list.max_wrote_position() != unit.pos:
             self.data_list.rebuild_with_pos(unit.pos)
-        self._truncate_index_to(truncate_index)
         if truncate_index - 1 == self.ledger_before_begin_index:
             self.ledger_end_index, self.ledger_end_term = truncate_index - 1, self.ledger_before_begin_term
         else:
             self.ledger_end_index = truncate_index - 1
             self.ledger_end_term = self._index_unit(truncate_index - 1).term
-        if self._checkpoint is not None and self._checkpoint.end_index > self.ledger_end_index:
-            self._write_checkpoint(self.ledger_end_index)
         return self.ledger_end_index
 
     def _truncate_index_to(self, index: int) -> None:
@@ -660,6 +665,14 @@ class DLedgerMmapFileStore:
             return self.ledger_before_begin_index + 1
         data = self.data_list
         self._sync_before_cut()
+        # The checkpoint announces the new begin before any file changes: an open after a
+        # crash in the middle finishes the reset (see load()).
+        self._checkpoint = Checkpoint(
+            self._checkpoint.end_index if self._checkpoint is not None else -1,
+            min(max(self.committed_index, min(before_begin_index, self.ledger_end_index)),
+                self.ledger_end_index),
+            before_begin_index, before_begin_term)
+        write_checkpoint(self.store_dir, self._checkpoint)
         if before_begin_index >= self.ledger_end_index:
             if next_pos is not None:
                 data.rebuild_with_pos(next_pos)
@@ -850,6 +863,18 @@ class DLedgerMmapFileStore:
         self.index_list.load()
         recover(self)
         self.loaded = True
+        cp = self._checkpoint
+        if cp is not None and cp.before_begin_index > self.ledger_before_begin_index:
+            # A reset was interrupted after announcing its new begin: finish it.
+            log.warning("store %s: finishing an interrupted reset to %d", self.store_dir,
+                        cp.before_begin_index)
+            if self.read_only:
+                self.ledger_before_begin_index = cp.before_begin_index
+                self.ledger_before_begin_term = cp.before_begin_term
+                if self.ledger_end_index < cp.before_begin_index:
+                    self.ledger_end_index, self.ledger_end_term = cp.before_begin_index, cp.before_begin_term
+            else:
+                self.reset(cp.before_begin_index, cp.before_begin_term)
         if self.durability == FSYNC and not self.read_only:
             # Appends sync only their own bytes; what a crashed process left unsynced before
             # them must be durable first.
