@@ -665,14 +665,8 @@ class DLedgerMmapFileStore:
             return self.ledger_before_begin_index + 1
         data = self.data_list
         self._sync_before_cut()
-        # The checkpoint announces the new begin before any file changes: an open after a
-        # crash in the middle finishes the reset (see load()).
-        self._checkpoint = Checkpoint(
-            self._checkpoint.end_index if self._checkpoint is not None else -1,
-            min(max(self.committed_index, min(before_begin_index, self.ledger_end_index)),
-                self.ledger_end_index),
-            before_begin_index, before_begin_term)
-        write_checkpoint(self.store_dir, self._checkpoint)
+        self._announce_begin(before_begin_index, before_begin_term,
+                             max(self.committed_index, min(before_begin_index, self.ledger_end_index)))
         if before_begin_index >= self.ledger_end_index:
             if next_pos is not None:
                 data.rebuild_with_pos(next_pos)
@@ -698,6 +692,15 @@ class DLedgerMmapFileStore:
     # =====================================================================================
     # durability
     # =====================================================================================
+    def _announce_begin(self, before_begin_index: int, before_begin_term: int, committed: int) -> None:
+        """Write the checkpoint with a new begin before any file changes: an open after a crash
+        in the middle of the prefix removal finishes it (see ``load``)."""
+        cp = self._checkpoint
+        self._checkpoint = Checkpoint(cp.end_index if cp is not None else -1,
+                                      min(committed, self.ledger_end_index),
+                                      before_begin_index, before_begin_term)
+        write_checkpoint(self.store_dir, self._checkpoint)
+
     def flush(self, *, checkpoint: bool = True) -> None:
         """Make every appended entry durable (msync data, then index), then write the checkpoint."""
         self._check_open()
@@ -794,6 +797,7 @@ class DLedgerMmapFileStore:
             next_first = self._first_index_in(second)
             if next_first is None or next_first - 1 > self.committed_index:
                 break
+            self._announce_begin(next_first - 1, self.get_entry_term(next_first - 1), self.committed_index)
             self.data_list.delete_first_file()
             deleted += 1
             log.info("deleted expired data segment %s", first.path)
