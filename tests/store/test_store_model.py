@@ -36,6 +36,10 @@ bodies = st.builds(lambda n, seed: bytes((seed + 3 * k) % 256 for k in range(n))
                    st.one_of(st.integers(0, 40), st.integers(150, MAX_BODY)), st.integers(0, 255))
 
 
+def _disk_75_percent_full(path):
+    return (100, 75, 25)  # above the 0.70 ratio at which clean() deletes expired segments
+
+
 class StoreModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -51,10 +55,14 @@ class StoreModel(RuleBasedStateMachine):
         self.flushed_committed = -1    # persisted by the last flush / close
 
     # -- lifecycle -------------------------------------------------------------------------
-    def open(self) -> None:
-        self.store = DLedgerMmapFileStore.open(self.dir, data_file_size=DATA_FILE_SIZE,
-                                               index_file_size=INDEX_FILE_SIZE,
-                                               durability=self.durability)
+    def open(self, read_only: bool = False) -> DLedgerMmapFileStore:
+        store = DLedgerMmapFileStore.open(self.dir, data_file_size=DATA_FILE_SIZE,
+                                          index_file_size=INDEX_FILE_SIZE,
+                                          durability=self.durability, read_only=read_only,
+                                          disk_usage=_disk_75_percent_full)
+        if not read_only:
+            self.store = store
+        return store
 
     @initialize(durability=st.sampled_from(["page_cache", "fsync"]))
     def start(self, durability):
@@ -143,6 +151,33 @@ class StoreModel(RuleBasedStateMachine):
         self.durable_end = max(self.durable_end, k)
 
     @rule()
+    def clean_expired_segments(self):
+        """Retention: whole head segments whose entries are all committed may go."""
+        old_bb = self.bb_index
+        deleted = self.store.clean(4e9)  # far future: every segment has expired
+        bb = self.store.ledger_before_begin_index
+        assert old_bb <= bb <= max(self.committed, old_bb)
+        assert bb == old_bb or deleted > 0  # (a deleted segment may have held only blanks)
+        if bb > old_bb:
+            self.bb_term = self.entries[bb][0]
+            for i in range(old_bb + 1, bb + 1):
+                del self.entries[i]
+            self.bb_index = bb
+
+    @rule()
+    def read_only_view_after_crash(self):
+        """An offline reader of a crashed store sees the same log, and changes nothing."""
+        crash(self.store)
+        ro = self.open(read_only=True)
+        try:
+            self.check_equal(ro)
+        finally:
+            ro.close()
+        self.open()
+        self.check_equal()
+        self.check_committed_after_restart()
+
+    @rule()
     def flush(self):
         self.store.flush()
         self.durable_end = self.end_index
@@ -194,8 +229,8 @@ class StoreModel(RuleBasedStateMachine):
         self.committed = c
         assert self.store.current_term == self.term
 
-    def check_equal(self) -> None:
-        s = self.store
+    def check_equal(self, store=None) -> None:
+        s = store or self.store
         assert (s.ledger_before_begin_index, s.ledger_end_index) == (self.bb_index, self.end_index)
         assert s.ledger_end_term == (self.last_term() if self.end_index > self.bb_index else self.bb_term)
         assert s.ledger_before_begin_term == self.bb_term
