@@ -195,3 +195,46 @@ def test_bit_flip_after_the_checkpoint_refuses_to_open(tmp_path, durability, fie
     with pytest.raises(CorruptStoreError) as info:
         open_small(d, durability)
     assert_names(info.value, loc)
+
+
+def _overwrite_record(bases, tmp_path, name, victim, make):
+    src, written = bases[name]
+    d = copy_store(src, str(tmp_path / name))
+    loc = record_location(d, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    write_at(loc.path, loc.offset, make(d, loc))
+    return d, loc, written
+
+
+FAULTS = {
+    # ST-13: entry 7's bytes landed where entry 8 belongs (same size: a misdirected write)
+    "misdirected-write": lambda d, loc: read_at(
+        record_location(d, 7, INDEX_FILE_SIZE, DATA_FILE_SIZE).path,
+        record_location(d, 7, INDEX_FILE_SIZE, DATA_FILE_SIZE).offset, loc.size),
+    # ST-14: the write of entry 8 never reached the disk (the sectors kept zeros)
+    "lost-write": lambda d, loc: bytes(loc.size),
+    # the sectors kept what an older, truncated log had there: same index, older term
+    "stale-write": None,
+}
+
+
+def _stale(d, loc):
+    from dledger.entry import DLedgerEntry, encode
+    old = DLedgerEntry(body=body(999, BODY), index=8, term=1, pos=loc.pos)
+    return encode(old)
+
+
+FAULTS["stale-write"] = _stale
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_misdirected_lost_or_stale_write_is_never_served(bases, tmp_path, fault):
+    d, loc, written = _overwrite_record(bases, tmp_path, "checkpoint", 8, FAULTS[fault])
+    check_every_read_refuses(d, loc, written, 8)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_misdirected_lost_or_stale_write_without_checkpoint_refuses_to_open(bases, tmp_path, fault):
+    d, loc, written = _overwrite_record(bases, tmp_path, "no-checkpoint", 8, FAULTS[fault])
+    with pytest.raises(CorruptStoreError) as info:
+        open_small(d)
+    assert_names(info.value, loc)
