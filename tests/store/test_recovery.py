@@ -365,6 +365,8 @@ def _leader_records():
 
 LEADER_RECORDS = _leader_records()
 REPLACEMENT = DLedgerEntry(body=b"from-the-new-leader", index=3, term=4, pos=744)
+# a leader whose log (after a snapshot) begins far beyond this follower's data
+FAR_ENTRY = DLedgerEntry(body=b"far-ahead", index=20, term=4, pos=5 * DATA_FILE_SIZE + 100)
 
 OPERATIONS.update({
     "follower-batch-append": (
@@ -374,6 +376,10 @@ OPERATIONS.update({
         lambda s: s.truncate_to_entry(REPLACEMENT, 4),
         lambda bb, bbt, log: [(bb, bbt, log), (bb, bbt, log[:3]),
                               (bb, bbt, log[:3] + [(3, 4, 744, REPLACEMENT.body)])]),
+    "truncate-to-entry-elsewhere": (
+        lambda s: s.truncate_to_entry(FAR_ENTRY, 4),
+        lambda bb, bbt, log: [(bb, bbt, log), (19, -1, []),
+                              (19, -1, [(20, 4, FAR_ENTRY.pos, FAR_ENTRY.body)])]),
     "clean-head-segment": (
         lambda s: (s.update_committed_index(5), s.clean(4e9)),
         lambda bb, bbt, log: [(bb, bbt, log), (3, 4, log[4:])]),
