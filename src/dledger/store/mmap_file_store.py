@@ -640,6 +640,7 @@ class DLedgerMmapFileStore:
                 self.truncate(entry.index)
         else:
             self._sync_before_cut()
+            self._announce_begin(entry.index - 1, -1, self.committed_index)
             self._zero_header_at(entry.pos)
             data.rebuild_with_pos(entry.pos)
             self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
