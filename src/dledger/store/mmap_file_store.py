@@ -21,7 +21,8 @@ Recovery (``load``), stronger than SPEC §2.6:
 - what follows is scanned record by record (header, chain of index/term, CRC, index unit);
   the first bad record there ends the log: a torn tail is truncated, never served;
 - a bad record that is followed by intact entries is mid-log corruption and stops the open
-  with ``CorruptStoreError`` naming the file and offset, instead of truncating it away;
+  with ``CorruptStoreError`` naming the file and offset, instead of truncating it away
+  (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable);
 - without a usable checkpoint the scan starts at most three segments from the end (as Java);
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served.
@@ -868,6 +869,11 @@ class DLedgerMmapFileStore:
         self.index_list.load()
         recover(self)
         self.loaded = True
+        if (self._checkpoint is None and not self.read_only and not self.data_list.files
+                and self.ledger_end_index < 0 and self.ledger_before_begin_index < 0):
+            # A new store starts with a checkpoint: from then on a missing one means a store
+            # of another origin (or a lost file), and recovery stays on the safe side.
+            self._write_checkpoint(-1)
         cp = self._checkpoint
         if cp is not None and cp.before_begin_index > self.ledger_before_begin_index:
             # A reset was interrupted after announcing its new begin: finish it.

@@ -14,10 +14,12 @@ The rules (see also ``docs/format.md``):
    - If intact entries follow the bad record (their index units agree with them, CRC and
      term check out), the damage is in the middle of the log: the open stops with
      ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
-     This holds after a trusted prefix too: the checkpoint lags what is durable (fsync-mode
-     appends and data flushes between checkpoints are synced without a new checkpoint), so
-     entries after it may have been acknowledged. The store syncs in log order (data, then
-     index; everything before a cut before the cut), so a crash alone leaves no such hole.
+     In ``fsync`` mode this holds after a trusted prefix too: every append was synced before
+     it was acknowledged, and the checkpoint lags behind. The store syncs in log order
+     (data, then index; the log before any cut), so a crash alone leaves no such hole.
+   - In ``page_cache`` mode, after a checkpoint that checks out (or one written while the log
+     was empty), the rest was never promised durable and a power loss may have written parts
+     of it out of order: the first bad record ends the log whatever follows.
    - Otherwise the bad record is the torn tail and is cut (logged with file, offset and
      entry index).
    - Without a trusted prefix (no checkpoint, or one that does not check out: "ahead of the
@@ -219,6 +221,13 @@ class _Recovery:
                             "(checkpoint ahead of the log); scanning the last segments",
                             store.store_dir, cp.end_index)
         trusted = start is not None
+        # Where the last durable point is known (a checkpoint that checks out, or one written
+        # while the log was empty) and appends are not synced one by one (page-cache mode),
+        # what follows it was never promised durable: parts of it may reach the disk out of
+        # order, so it is cut at its first bad record even if intact entries follow.
+        from dledger.store.mmap_file_store import PAGE_CACHE
+        cp_empty = cp is not None and cp.end_index <= cp.before_begin_index
+        unconfirmed_tail = (trusted or cp_empty) and store.durability == PAGE_CACHE
         last_index, last_term = -1, -1
         expect = None
         if not data.files:
@@ -295,7 +304,7 @@ class _Recovery:
             k = expect if expect is not None else last_index + 1
             bad_file = data.find_file(pos)
             where = (bad_file.path, pos - bad_file.file_from_offset) if bad_file else (store.data_path, pos)
-            if self.intact_entries_after(last_index, pos, last_term):
+            if not unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term):
                 raise CorruptStoreError(
                     f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
                     f"refusing to cut durable data", path=where[0], offset=where[1], position=pos)
