@@ -214,3 +214,53 @@ def test_before_begin_term_survives_restart_through_checkpoint(tmp_path):
         assert snapshot(s) == written and written[0][0] == 15
     finally:
         s.close()
+
+
+def test_new_store_starts_with_a_checkpoint(tmp_path):
+    d = str(tmp_path / "s")
+    s = open_small(d)
+    crash(s)
+    cp = read_checkpoint(d)
+    assert (cp.end_index, cp.committed_index, cp.before_begin_index) == (-1, -1, -1)
+
+
+@pytest.mark.parametrize("durability", MODES)
+@pytest.mark.parametrize("flushed", [0, 3], ids=["never-flushed", "flushed-3"])
+def test_hole_after_the_checkpoint(tmp_path, durability, flushed):
+    """A power loss wrote later pages but not an earlier one (reordered write-back).
+
+    page_cache mode: nothing after the checkpoint was promised durable, so the log ends at the
+    hole and appends continue there. fsync mode: every entry was synced before it was
+    acknowledged, so a hole followed by intact entries is a lost write: the open refuses.
+    """
+    from dledger.errors import CorruptStoreError
+    from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE
+    from helpers.store_files import record_location, zero
+    d = str(tmp_path / "s")
+    s = open_small(d, durability)
+    s.persist_term(1, None)
+    append_bodies(s, [body(i) for i in range(flushed)])
+    if flushed:
+        s.flush()
+    append_bodies(s, [body(i) for i in range(flushed, 10)])
+    written = snapshot(s)
+    crash(s)
+    hole = record_location(d, 5, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    zero(hole.path, hole.offset, hole.size)
+    if durability == "fsync":
+        with pytest.raises(CorruptStoreError) as info:
+            open_small(d, durability)
+        assert hole.path in str(info.value) and f"offset {hole.offset}" in str(info.value)
+        return
+    s = open_small(d, durability)
+    try:
+        assert snapshot(s) == written[:5]
+        assert s.append_as_leader(DLedgerEntry(body=b"again")).pos == hole.pos
+    finally:
+        s.close()
+    s = open_small(d, durability)
+    try:
+        assert snapshot(s) == written[:5] + [(5, 1, hole.pos, b"again")]
+        assert s.verify() == []
+    finally:
+        s.close()

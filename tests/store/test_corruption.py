@@ -15,11 +15,12 @@ term, pos, body CRC, body size).
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 
 import pytest
 
-from dledger.errors import CorruptStoreError
+from dledger.errors import INDEX_OUT_OF_RANGE, CorruptStoreError, DLedgerError
 from helpers.crash import copy_store, crash
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small, snapshot
 from helpers.store_files import flip_bit, read_at, record_location, write_at
@@ -62,6 +63,7 @@ def bases(tmp_path_factory):
             s.close()
         else:
             crash(s)
+            os.unlink(os.path.join(d, "checkpoint"))  # as Java writes it, or a lost checkpoint
         out[name] = (d, written)
     return out
 
@@ -177,10 +179,12 @@ def test_index_unit_flip_inside_checkpoint_is_never_served(bases, tmp_path):
 
 @pytest.mark.parametrize("durability", ["page_cache", "fsync"])
 @pytest.mark.parametrize("field", ["body", "term", "index", "magic", "size", "pos"])
-def test_bit_flip_after_the_checkpoint_refuses_to_open(tmp_path, durability, field):
-    """Entries after the checkpoint's end were synced too (every append in fsync mode, every
-    data flush between checkpoints in page-cache mode): a damaged one followed by intact entries
-    is mid-log damage, not a torn tail, and must not be cut away with its successors."""
+def test_bit_flip_after_the_checkpoint(tmp_path, durability, field):
+    """fsync mode: entries after the checkpoint's end were synced and acknowledged one by one,
+    so a damaged one followed by intact entries is mid-log damage: the open refuses rather than
+    cut them away. page_cache mode: what follows the checkpoint was never promised durable (a
+    power loss may write it out of order), so the log ends before the damaged entry, which is
+    never served."""
     d = str(tmp_path / "s")
     s = open_small(d, durability)
     s.persist_term(2, None)
@@ -192,9 +196,20 @@ def test_bit_flip_after_the_checkpoint_refuses_to_open(tmp_path, durability, fie
     loc = record_location(d, 9, INDEX_FILE_SIZE, DATA_FILE_SIZE)
     off, width = FIELDS[field]
     flip_bit(loc.path, loc.offset + off + width - 1, 1)
-    with pytest.raises(CorruptStoreError) as info:
-        open_small(d, durability)
-    assert_names(info.value, loc)
+    if durability == "fsync":
+        with pytest.raises(CorruptStoreError) as info:
+            open_small(d, durability)
+        assert_names(info.value, loc)
+        return
+    s = open_small(d, durability)
+    try:
+        assert s.ledger_end_index == 8
+        assert [e.body for e in s.iter_entries()] == [body(i, BODY) for i in range(9)]
+        with pytest.raises(DLedgerError) as info:
+            s.get(9)
+        assert info.value.code == INDEX_OUT_OF_RANGE
+    finally:
+        s.close()
 
 
 def _overwrite_record(bases, tmp_path, name, victim, make):
