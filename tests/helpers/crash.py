@@ -14,8 +14,9 @@ Two kinds of crash, as RELIABILITY.md §3.5 distinguishes them:
   of its file. ``power_loss(store)`` crashes the store and writes the shadows back into the
   files, leaving the directory as the disk would hold it after the reboot.
 
-The model is one legal outcome of a power loss (unflushed pages all lost, none reordered); it is
-the outcome that loses the most, which is what the durability checks need.
+By default the model is the outcome of a power loss that loses the most (every unsynced byte);
+``power_loss(store, rng)`` instead keeps a random subset of the unsynced 512-byte sectors (torn
+and reordered write-back).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import types
 import dledger.store.mmap_file as mmap_file_module
 
 PAGE = 4096
+SECTOR = 512
 
 
 def crash(store) -> None:
@@ -141,15 +143,31 @@ class PowerLoss:
         mmap_file_module.mmap = self._saved
 
     # -- the fault -------------------------------------------------------------------------
-    def power_loss(self, store) -> None:
-        """Crash ``store`` and leave its segments holding only their durable bytes."""
+    def power_loss(self, store, rng=None) -> None:
+        """Crash ``store`` and leave its segments holding only their durable bytes.
+
+        With ``rng`` (a ``random.Random``), each 512-byte sector written since it was last
+        synced independently did or did not reach the disk: pending writes torn at sector
+        boundaries and reordered across pages and files, as the kernel's write-back may leave
+        them. Without it every unsynced byte is lost.
+        """
         crash(store)
         for path, shadow in self.shadows.items():
             if not os.path.exists(path):
                 continue  # deleted, and the deletion was made durable (directory fsync)
             with open(path, "r+b") as fh:
-                if os.fstat(fh.fileno()).st_size == len(shadow):
-                    fh.write(shadow)
+                if os.fstat(fh.fileno()).st_size != len(shadow):
+                    continue
+                image = shadow
+                if rng is not None:
+                    current = fh.read()
+                    image = bytearray(shadow)
+                    for lo in range(0, len(image), SECTOR):
+                        hi = lo + SECTOR
+                        if current[lo:hi] != shadow[lo:hi] and rng.random() < 0.5:
+                            image[lo:hi] = current[lo:hi]
+                fh.seek(0)
+                fh.write(image)
         # after the reboot every byte on disk is durable: shadows start afresh
         self.shadows.clear()
         self.inodes.clear()

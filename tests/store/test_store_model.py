@@ -7,8 +7,9 @@ each followed by a reopen. The model is a dict of index -> (term, body) plus beg
 
 After every step the store must equal the model exactly. After a process crash (page cache
 survives) and a clean close it must equal the model exactly, too. After a power loss (only
-msync'ed pages survive, see ``helpers.crash.PowerLoss``) it must equal a prefix of the model
-that keeps at least everything made durable: everything flushed in ``page_cache`` mode, every
+msync'ed pages survive, or a random subset of the unsynced sectors too, see
+``helpers.crash.PowerLoss``) it must equal a prefix of the model that keeps at least
+everything made durable: everything flushed in ``page_cache`` mode, every
 append in ``fsync`` mode. The committed index is never above the model's and never below the
 one persisted by the last flush.
 """
@@ -16,6 +17,7 @@ one persisted by the last flush.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 
@@ -208,6 +210,15 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def power_loss_and_reopen(self):
         self.power.power_loss(self.store)
+        self.after_power_loss()
+
+    @rule(seed=st.integers(0, 2**32 - 1))
+    def power_loss_with_reordered_writeback_and_reopen(self, seed):
+        """Unsynced sectors reach the disk or not, at random (torn, reordered write-back)."""
+        self.power.power_loss(self.store, random.Random(seed))
+        self.after_power_loss()
+
+    def after_power_loss(self):
         self.open()
         s = self.store
         low = max(self.durable_end, self.bb_index)
