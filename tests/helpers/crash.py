@@ -27,6 +27,7 @@ import shutil
 import types
 
 import dledger.store.mmap_file as mmap_file_module
+from dledger.store.mmap_file import MmapFile
 
 PAGE = 4096
 SECTOR = 512
@@ -104,7 +105,8 @@ class PowerLoss:
                 # A file seen for the first time holds durable bytes: a fresh segment is zeros
                 # (pre-sized, directory fsynced), an older one was durable before the test
                 # began. A file mapped again after a process crash keeps its shadow: what
-                # the crashed process left in the page cache is still not durable.
+                # the crashed process left in the page cache is still not durable. (Deleted
+                # segments are forgotten, so a new file that reuses name and inode starts anew.)
                 if inodes.get(path) != inode:
                     inodes[path] = inode
                     shadows[path] = bytearray(obj[:])
@@ -131,7 +133,22 @@ class PowerLoss:
 
         return RecordingMmap
 
+    def _forget(self, path: str) -> None:
+        """A segment was deleted (durably: the store fsyncs the directory after deleting)."""
+        path = os.path.realpath(path)
+        self.shadows.pop(path, None)
+        self.inodes.pop(path, None)
+
     def __enter__(self) -> "PowerLoss":
+        forget = self._forget
+        original_destroy = MmapFile.destroy
+
+        def destroy(f):
+            forget(f.path)
+            original_destroy(f)
+
+        self._saved_destroy = original_destroy
+        MmapFile.destroy = destroy
         fake = types.SimpleNamespace(mmap=self._mapping_class(), ACCESS_WRITE=_mmap.ACCESS_WRITE,
                                      ACCESS_READ=_mmap.ACCESS_READ,
                                      ALLOCATIONGRANULARITY=_mmap.ALLOCATIONGRANULARITY)
@@ -141,6 +158,7 @@ class PowerLoss:
 
     def __exit__(self, *exc) -> None:
         mmap_file_module.mmap = self._saved
+        MmapFile.destroy = self._saved_destroy
 
     # -- the fault -------------------------------------------------------------------------
     def power_loss(self, store, rng=None) -> None:
