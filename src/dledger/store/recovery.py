@@ -235,6 +235,10 @@ class _Recovery:
         elif trusted:
             pos, last_index, last_term = start
             expect = last_index + 1
+        elif unconfirmed_tail:
+            # Nothing was confirmed durable since the log was empty: every segment is tail.
+            first = data.files[0]
+            pos = first.file_from_offset + first.start_position
         else:
             pos, before, last_term, _ = self.fallback_start()
             if before is not None:
@@ -308,7 +312,8 @@ class _Recovery:
                 raise CorruptStoreError(
                     f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
                     f"refusing to cut durable data", path=where[0], offset=where[1], position=pos)
-            if not trusted and files and _last_segment_with_data(files, pos) - pos > fsize:
+            if (not trusted and not unconfirmed_tail and files
+                    and _last_segment_with_data(files, pos) - pos > fsize):
                 raise CorruptStoreError(
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
