@@ -14,6 +14,7 @@ import pytest
 
 from dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, DLedgerEntry, decode_index
 from dledger.errors import INDEX_OUT_OF_RANGE, DLedgerError
+from dledger.store import open_store
 from helpers.crash import copy_store, crash
 from helpers.small_store import (DATA_FILE_SIZE, INDEX_FILE_SIZE, MODES, append_bodies, body,
                                  open_small, snapshot)
@@ -387,6 +388,15 @@ OPERATIONS.update({
 })
 
 
+def _fingerprint(d):
+    out = {}
+    for root, _, files in os.walk(d):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as fh:
+                out[os.path.join(root, name)] = fh.read()
+    return out
+
+
 def _matches(state, accepted):
     """Positions of appended entries are not known in advance (None): compare the rest."""
     bb, bbt, log = state
@@ -429,11 +439,18 @@ def test_crash_at_every_write_of_an_operation(tmp_path, durability, fault, opera
                 pl.power_loss(s)
             else:
                 crash(s)
+        # an offline reader sees an acceptable state too, and changes nothing on disk
+        before_ro = _fingerprint(d)
+        with open_store(d) as ro:
+            seen = _state(ro)
+            assert _matches(seen, accepted), f"read-only, crash at write {n}: {seen[:2]}"
+        assert _fingerprint(d) == before_ro
         s = open_small(d, durability)
         try:
             after = _state(s)
             assert _matches(after, accepted), f"crash at write {n} of {total}: {after[:2]}, " \
                                               f"{[e[:3] for e in after[2]]}"
+            assert after == seen, "a writable open recovered another log than the read-only one"
             assert s.verify() == []
             # the store goes on: one more entry, then a clean reopen shows it
             e = s.append_as_leader(DLedgerEntry(body=b"after-crash"))
