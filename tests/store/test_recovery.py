@@ -462,3 +462,44 @@ def test_crash_at_every_write_of_an_operation(tmp_path, durability, fault, opera
             assert snapshot(s)[-1][3] == b"after-crash" and s.verify() == []
         finally:
             s.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the power-loss model itself (helpers.crash.PowerLoss)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("durability", MODES)
+def test_power_loss_keeps_exactly_what_was_synced(tmp_path, durability):
+    from helpers.crash import PowerLoss
+    d = str(tmp_path / "s")
+    with PowerLoss() as pl:
+        s = open_small(d, durability)
+        s.persist_term(1, None)
+        append_bodies(s, [body(i, ROLL_BODY) for i in range(3)])
+        s.flush()
+        append_bodies(s, [body(i, ROLL_BODY) for i in range(3, 6)])  # across a roll-over
+        written = snapshot(s)
+        pl.power_loss(s)
+    s = open_small(d, durability)
+    try:
+        # page_cache: only the flushed three survive; fsync: every append was synced
+        assert snapshot(s) == (written[:3] if durability == "page_cache" else written)
+    finally:
+        s.close()
+
+
+def test_process_crash_keeps_the_page_cache_but_not_across_a_power_loss(tmp_path):
+    from helpers.crash import PowerLoss
+    d = str(tmp_path / "s")
+    with PowerLoss() as pl:
+        s = open_small(d)
+        s.persist_term(1, None)
+        append_bodies(s, [body(i) for i in range(4)])
+        crash(s)                       # the page cache still holds the four entries
+        s = open_small(d)
+        assert len(snapshot(s)) == 4
+        pl.power_loss(s)               # never synced: gone after a power loss
+    s = open_small(d)
+    try:
+        assert snapshot(s) == []
+    finally:
+        s.close()
