@@ -1,17 +1,20 @@
 """The file store against an in-memory model, under random operations and crashes (ST-22).
 
 A hypothesis state machine drives one ``DLedgerMmapFileStore`` with tiny segments (so single
-and batched appends roll data and index segments over) through appends, term changes,
-commits, truncations, prefix resets, flushes, clean closes, process crashes and power losses,
-each followed by a reopen. The model is a dict of index -> (term, body) plus begin/end.
+and batched appends roll data and index segments over) through leader and follower appends,
+term changes, commits, truncations, prefix resets, retention cleaning, flushes (with and
+without a checkpoint), clean closes, process crashes and power losses, each followed by a
+reopen (and sometimes a read-only open). The model is a dict of index -> (term, body) plus
+begin/end.
 
 After every step the store must equal the model exactly. After a process crash (page cache
 survives) and a clean close it must equal the model exactly, too. After a power loss (only
 msync'ed pages survive, or a random subset of the unsynced sectors too, see
 ``helpers.crash.PowerLoss``) it must equal a prefix of the model that keeps at least
-everything made durable: everything flushed in ``page_cache`` mode, every
-append in ``fsync`` mode. The committed index is never above the model's and never below the
-one persisted by the last flush.
+everything made durable: everything flushed in ``page_cache`` mode, every append in
+``fsync`` mode. The committed index is never above the model's and never below the one
+persisted by the last flush. ``DLEDGER_MODEL_EXAMPLES`` sets the number of examples
+(default 120, about 10 s).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from dledger.entry import BODY_OFFSET, DLedgerEntry
+from dledger.entry import BODY_OFFSET, DLedgerEntry, encode
 from dledger.errors import INCONSISTENT_STATE, INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE, DLedgerError
 from dledger.store import DLedgerMmapFileStore
+from dledger.store.follower_batch import next_position
 from helpers.crash import PowerLoss, crash
 
 DATA_FILE_SIZE = 512
@@ -104,6 +108,25 @@ class StoreModel(RuleBasedStateMachine):
         assert (res.first_index, res.term, len(res.positions)) == (self.end_index + 1, self.term, len(items))
         assert res.positions == sorted(res.positions)
         self.appended(res.first_index, items)
+
+    @rule(items=st.lists(bodies, min_size=1, max_size=4))
+    def follower_batch_append(self, items):
+        """The same entries as a leader would push them: encoded, at the leader's positions."""
+        data = self.store.data_list
+        if not data.files:
+            return  # no position known yet: a leader would truncate_to_entry first
+        pos = data.max_wrote_position()
+        cur_from, cur_wp = pos - pos % DATA_FILE_SIZE, pos % DATA_FILE_SIZE
+        records = []
+        for k, b in enumerate(items):
+            size = BODY_OFFSET + len(b)
+            cur_from, cur_wp = next_position(cur_from, cur_wp, size, DATA_FILE_SIZE)
+            records.append(encode(DLedgerEntry(body=b, index=self.end_index + 1 + k, term=self.term,
+                                               pos=cur_from + cur_wp)))
+            cur_wp += size
+        first = self.end_index + 1
+        assert self.store.batch_append_as_follower(b"".join(records), self.term) == first + len(items) - 1
+        self.appended(first, items)
 
     @rule()
     def next_term(self):
