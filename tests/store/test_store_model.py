@@ -14,7 +14,7 @@ msync'ed pages survive, or a random subset of the unsynced sectors too, see
 everything made durable: everything flushed in ``page_cache`` mode, every append in
 ``fsync`` mode. The committed index is never above the model's and never below the one
 persisted by the last flush. ``DLEDGER_MODEL_EXAMPLES`` sets the number of examples
-(default 120, about 10 s).
+(default 300, about 10-20 s).
 """
 
 from __future__ import annotations
@@ -294,6 +294,7 @@ class StoreModel(RuleBasedStateMachine):
                 assert exc.code == INDEX_LESS_THAN_LOCAL_BEGIN
 
 
-StoreModel.TestCase.settings = settings(max_examples=int(os.environ.get("DLEDGER_MODEL_EXAMPLES", 120)), stateful_step_count=40, deadline=None,
+EXAMPLES = int(os.environ.get("DLEDGER_MODEL_EXAMPLES", 300))
+StoreModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=40, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 TestStoreModel = StoreModel.TestCase
