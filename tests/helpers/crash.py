@@ -70,6 +70,8 @@ class PowerLoss:
     def __init__(self) -> None:
         self.shadows: dict[str, bytearray] = {}
         self.inodes: dict[str, int] = {}
+        #: every mapping made while active (``kill`` closes those still open)
+        self.mappings: list = []
         self._saved = None
         #: mutating operations on mappings seen so far (slice writes and msyncs)
         self.ops = 0
@@ -94,7 +96,7 @@ class PowerLoss:
 
     # -- the recording mapping -------------------------------------------------------------
     def _mapping_class(self):
-        shadows, inodes, tick = self.shadows, self.inodes, self._tick
+        shadows, inodes, tick, mappings = self.shadows, self.inodes, self._tick, self.mappings
 
         class RecordingMmap(_mmap.mmap):
             def __new__(cls, fileno, length, *args, **kwargs):
@@ -110,6 +112,7 @@ class PowerLoss:
                 if inodes.get(path) != inode:
                     inodes[path] = inode
                     shadows[path] = bytearray(obj[:])
+                mappings.append(obj)
                 return obj
 
             def __init__(self, *args, **kwargs):  # mmap.mmap takes its arguments in __new__
@@ -161,15 +164,26 @@ class PowerLoss:
         MmapFile.destroy = self._saved_destroy
 
     # -- the fault -------------------------------------------------------------------------
+    def kill(self) -> None:
+        """The process dies wherever it is (even inside ``open``): every mapping it made is
+        closed unflushed, as ``crash`` does for a store object."""
+        for m in self.mappings:
+            if not m.closed:
+                m.close()
+        self.mappings.clear()
+
     def power_loss(self, store, rng=None) -> None:
-        """Crash ``store`` and leave its segments holding only their durable bytes.
+        """Crash ``store`` (None: whatever the process had mapped, e.g. a store dying inside
+        ``open``) and leave its segments holding only their durable bytes.
 
         With ``rng`` (a ``random.Random``), each 512-byte sector written since it was last
         synced independently did or did not reach the disk: pending writes torn at sector
         boundaries and reordered across pages and files, as the kernel's write-back may leave
         them. Without it every unsynced byte is lost.
         """
-        crash(store)
+        if store is not None:
+            crash(store)
+        self.kill()
         for path, shadow in self.shadows.items():
             if not os.path.exists(path):
                 continue  # deleted, and the deletion was made durable (directory fsync)

@@ -371,6 +371,9 @@ REPLACEMENT = DLedgerEntry(body=b"from-the-new-leader", index=3, term=4, pos=744
 FAR_ENTRY = DLedgerEntry(body=b"far-ahead", index=20, term=4, pos=5 * DATA_FILE_SIZE + 100)
 
 OPERATIONS.update({
+    "batch-append-then-flush": (
+        lambda s: (s.batch_append_as_leader(BATCH), s.update_committed_index(8), s.flush()),
+        OPERATIONS["batch-append"][1]),
     "follower-batch-append": (
         lambda s: s.batch_append_as_follower(LEADER_RECORDS, 4),
         OPERATIONS["batch-append"][1]),
@@ -503,3 +506,58 @@ def test_process_crash_keeps_the_page_cache_but_not_across_a_power_loss(tmp_path
         assert snapshot(s) == []
     finally:
         s.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# a crash while recovery itself repairs the store
+# ---------------------------------------------------------------------------------------------
+def _damaged_store(path, durability):
+    """Ten entries over three segments; index units 4..9 lost, entry 9's record torn."""
+    s = open_small(str(path), durability, index_file_size=32 * 4)
+    s.persist_term(3, None)
+    append_bodies(s, [body(i, 100) for i in range(4)])
+    s.flush()
+    append_bodies(s, [body(i, 100) for i in range(4, 10)])
+    written = snapshot(s)
+    crash(s)
+    for seg in segments(str(path), "index")[1:]:
+        zero(seg, 0, 32 * 4)
+    data = segments(str(path), "data")[-1]
+    pos9 = written[9][2]
+    zero(data, pos9 % DATA_FILE_SIZE + 60, 88)  # entry 9's body half gone
+    return written
+
+
+@pytest.mark.parametrize("durability", MODES)
+@pytest.mark.parametrize("fault", ["process-crash", "power-loss"])
+def test_crash_while_recovery_repairs(tmp_path, durability, fault):
+    from helpers.crash import PowerLoss, SimulatedCrash
+    base = tmp_path / "base"
+    written = _damaged_store(base, durability)
+    with PowerLoss() as pl:
+        start = pl.ops
+        s = open_small(str(copy_store(str(base), str(tmp_path / "dry"))), durability,
+                       index_file_size=32 * 4)
+        total = pl.ops - start
+        assert snapshot(s) == written[:9]
+        crash(s)
+    assert total >= 3, "recovery repaired nothing"
+    for n in range(total):
+        d = copy_store(str(base), str(tmp_path / f"n{n}"))
+        with PowerLoss() as pl:
+            pl.arm(n)
+            with pytest.raises(SimulatedCrash):
+                open_small(d, durability, index_file_size=32 * 4)
+            pl.disarm()
+            # the half-opened store dies with the process
+            if fault == "power-loss":
+                pl.power_loss(None)
+            else:
+                pl.kill()
+        s = open_small(d, durability, index_file_size=32 * 4)
+        try:
+            assert snapshot(s) == written[:9], f"crash at write {n} of {total} of recovery"
+            assert s.verify() == []
+            assert s.append_as_leader(DLedgerEntry(body=b"x")).pos == written[9][2]
+        finally:
+            s.close()
