@@ -24,6 +24,8 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_store_append.py
+	$(PY) benchmarks/bench_inproc_cluster.py
+	$(PY) benchmarks/bench_sim.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -13,20 +13,10 @@ bytes and the same blank-padding rule as the leader. That keeps replicas byte-id
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from dledger.entry import BODY_OFFSET, MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN, crc32, decode_header
+from dledger.entry import (BODY_OFFSET, MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
+                           VALID_MAGICS, crc32, decode_header)
 from dledger.errors import (INCONSISTENT_INDEX, INCONSISTENT_STATE, INCONSISTENT_TERM,
                             CorruptEntryError, DLedgerError, EntryTooLargeError)
-
-
-class PlannedRecord(NamedTuple):
-    offset: int   # inside the batch
-    size: int
-    pos: int      # global log position (leader's == ours)
-    index: int
-    term: int
-    magic: int
 
 
 def next_position(cur_from: int, cur_wp: int, size: int, file_size: int) -> tuple[int, int]:
@@ -37,33 +27,42 @@ def next_position(cur_from: int, cur_wp: int, size: int, file_size: int) -> tupl
 
 
 def plan_follower_batch(view: memoryview, *, expect_index: int, last_term: int, leader_term: int,
-                        next_pos: int | None, file_size: int, max_entry_size: int) -> list[PlannedRecord]:
+                        next_pos: int | None, file_size: int, max_entry_size: int) -> list[tuple]:
     """Validate every record of ``view``; returns where each goes. Raises on the first problem.
 
-    ``next_pos`` is where this follower's next record would start (None when the log is empty
-    and has no position yet: the first record's ``pos`` is then accepted as the start).
+    Each item is a plain tuple ``(offset in the batch, size, pos, index, term, magic)`` (tuples, not named tuples: this runs for every replicated entry). ``next_pos`` is
+    where this follower's next record would start (None when the log is empty and has no
+    position yet: the first record's ``pos`` is then accepted as the start).
     """
     total = len(view)
-    plan: list[PlannedRecord] = []
+    plan: list[tuple] = []
+    add = plan.append
     if next_pos is None:
         cur_from = cur_wp = None
     else:
         cur_from, cur_wp = next_pos - next_pos % file_size, next_pos % file_size
+    unpack = RECORD_PREFIX.unpack_from
     off = 0
     expect = expect_index
     while off < total:
-        if off + 8 > total:
+        if off + BODY_OFFSET <= total:
+            magic, size, index, term, pos, _ch, _cc, body_crc, body_size = unpack(view, off)
+        elif off + 8 <= total:
+            magic, size = MAGIC_SIZE.unpack_from(view, off)
+            if magic != MAGIC_BLANK:
+                raise CorruptEntryError(f"pushed record at batch offset {off}: record header truncated: "
+                                        f"{total - off} of {BODY_OFFSET} bytes")
+        else:
             raise CorruptEntryError(f"truncated record at batch offset {off}")
-        magic, size = MAGIC_SIZE.unpack_from(view, off)
         if magic == MAGIC_BLANK:
             if size < MIN_BLANK_LEN or off + size > total:
                 raise CorruptEntryError(f"bad blank record of {size} bytes at batch offset {off}")
             off += size
             continue
-        try:
-            magic, size, index, term, pos, _ch, _cc, body_crc, _bs = decode_header(view, off)
-        except CorruptEntryError as exc:
-            raise CorruptEntryError(f"pushed record at batch offset {off}: {exc}") from None
+        if magic not in VALID_MAGICS or size < BODY_OFFSET or body_size != size - BODY_OFFSET \
+                or off + size > total:
+            decode_header(view, off)  # raises the precise error
+            raise CorruptEntryError(f"pushed record at batch offset {off} is malformed")  # pragma: no cover
         if size > max_entry_size:
             raise EntryTooLargeError(f"pushed record of {size} bytes exceeds max_entry_size {max_entry_size}")
         if index != expect:
@@ -75,13 +74,12 @@ def plan_follower_batch(view: memoryview, *, expect_index: int, last_term: int, 
             raise CorruptEntryError(f"pushed entry {index}: body CRC mismatch")
         if cur_from is None:
             cur_from, cur_wp = pos - pos % file_size, pos % file_size
-        else:
-            cur_from, cur_wp = next_position(cur_from, cur_wp, size, file_size)
-        local = cur_from + cur_wp
-        if pos != local:
-            raise DLedgerError(f"pushed entry {index} has pos {pos} but would land at {local} here "
-                               f"(replicas must be byte-identical)", INCONSISTENT_STATE)
-        plan.append(PlannedRecord(off, size, pos, index, term, magic))
+        elif file_size - cur_wp < size + MIN_BLANK_LEN:
+            cur_from, cur_wp = cur_from + file_size, 0
+        if pos != cur_from + cur_wp:
+            raise DLedgerError(f"pushed entry {index} has pos {pos} but would land at {cur_from + cur_wp} "
+                               f"here (replicas must be byte-identical)", INCONSISTENT_STATE)
+        add((off, size, pos, index, term, magic))
         cur_wp += size
         last_term = term
         expect += 1

@@ -168,12 +168,12 @@ class DLedgerMemoryStore:
                                    last_term=self.ledger_end_term, leader_term=leader_term,
                                    next_pos=None if empty_without_position else self._next_pos,
                                    file_size=self.data_file_size, max_entry_size=self.max_entry_size)
-        for rec in plan:
-            self._records.append(bytes(view[rec.offset:rec.offset + rec.size]))
-            self._positions.append(rec.pos)
-            self._next_pos = rec.pos + rec.size
+        for off, size, pos, _index, _term, _magic in plan:
+            self._records.append(bytes(view[off:off + size]))
+            self._positions.append(pos)
+            self._next_pos = pos + size
         if plan:
-            self.ledger_end_index, self.ledger_end_term = plan[-1].index, plan[-1].term
+            self.ledger_end_index, self.ledger_end_term = plan[-1][3], plan[-1][4]
         return self.ledger_end_index
 
     # -- reading ---------------------------------------------------------------------------

@@ -373,27 +373,43 @@ class DLedgerMmapFileStore:
         first_index = plan[0][3]
         idx = self.index_list
         xf = idx.files[-1]
+        pack_idx = INDEX_UNIT.pack_into
         done = 0
-        last_df = None
+        df = None
+        n = len(plan)
         try:
-            for off, size, pos, index, term, magic in plan:
-                df = data.reserve(size)
+            k = 0
+            while k < n:
+                # The longest run of records that lie back to back in one segment: one copy.
+                off0, size0, pos0 = plan[k][0], plan[k][1], plan[k][2]
+                df = data.reserve(size0)
                 wp = df.wrote_position
-                if wp + size > df.populated_to:
-                    df.populate(wp, wp + size)
-                df.mm[wp:wp + size] = view[off:off + size]
-                last_df = df
-                df.wrote_position = wp + size
-                if xf.file_size - xf.wrote_position < INDEX_UNIT_SIZE:
-                    xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
-                INDEX_UNIT.pack_into(xf.mm, xf.wrote_position, magic, pos, size, index, term)
-                xf.wrote_position += INDEX_UNIT_SIZE
-                done += 1
+                room = df.file_size - wp - MIN_BLANK_LEN
+                j, run = k + 1, size0
+                while j < n and plan[j][0] == off0 + run and run + plan[j][1] <= room:
+                    run += plan[j][1]
+                    j += 1
+                if wp + run > df.populated_to:
+                    df.populate(wp, wp + run)
+                df.mm[wp:wp + run] = view[off0:off0 + run]
+                df.wrote_position = wp + run
+                xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
+                for q in range(k, j):
+                    _off, size, pos, index, term, magic = plan[q]
+                    if xw + INDEX_UNIT_SIZE > xsize:
+                        xf.wrote_position = xw
+                        xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
+                        xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
+                    pack_idx(xmm, xw, magic, pos, size, index, term)
+                    xw += INDEX_UNIT_SIZE
+                xf.wrote_position = xw
+                done = j
+                k = j
         finally:
             if done:
                 self.ledger_end_index = plan[done - 1][3]
                 self.ledger_end_term = plan[done - 1][4]
-                self._mark_end(last_df)
+                self._mark_end(df)
                 if self.durability == FSYNC:
                     self._sync_range(data, start_pos)
                     self._sync_range(idx, first_index * INDEX_UNIT_SIZE)

@@ -1,0 +1,114 @@
+"""Committed entries/s and commit latency of a 3-node in-process cluster (real asyncio
+runtime, in-process transport, file stores in a temporary directory, page_cache durability).
+
+    python benchmarks/bench_inproc_cluster.py [--entries N] [--appenders K] [--window W]
+
+For each body size (128 B, 1 KiB) and each way of appending (single appends from K host
+threads each keeping W in flight; batch_append of 64 bodies from K threads) it prints one
+row: committed entries/s, MB/s and the latency from the call to the SUCCESS answer (p50,
+p99). The leader is elected first; the clock starts with the first append and stops with
+the last SUCCESS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from dledger import DLedgerConfig, DLedgerServer  # noqa: E402
+from dledger.core import Role  # noqa: E402
+from dledger.runtime.asyncio_runtime import AsyncioRuntime  # noqa: E402
+from dledger.transport.inproc import Hub  # noqa: E402
+
+PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
+
+
+def cluster(base: str, store_type: str):
+    runtime, hub = AsyncioRuntime(), Hub()
+    elected = threading.Event()
+    servers = []
+    for node_id in ("n0", "n1", "n2"):
+        cfg = DLedgerConfig(group="bench", self_id=node_id, peers=PEERS, store_base_dir=base, store_type=store_type,
+                            mapped_file_size_for_entry_data=256 << 20, mapped_file_size_for_entry_index=32 << 20,
+                            max_pending_requests_num=100_000)
+        s = DLedgerServer(cfg, runtime=runtime, hub=hub)
+        s.add_role_change_handler(lambda ch: ch.role is Role.LEADER and elected.set())
+        servers.append(s.startup())
+    assert elected.wait(10), "no leader"
+    leader = next(s for s in servers if s.is_leader)
+    return runtime, servers, leader
+
+
+def run(entries: int, size: int, appenders: int, window: int, batch: int, store_type: str) -> dict:
+    base = tempfile.mkdtemp(prefix="dledger-bench-")
+    runtime, servers, leader = cluster(base, store_type)
+    body = bytes(size)
+    lat: list[float] = []
+    failures = [0]
+    per = entries // appenders // batch
+
+    def appender() -> None:
+        inflight = []
+        mine = []
+        for _ in range(per):
+            t0 = time.perf_counter()
+            f = leader.append(body) if batch == 1 else leader.batch_append([body] * batch)
+            inflight.append((t0, f))
+            if len(inflight) >= window:
+                for t0, f in inflight:
+                    r = f.result(60)
+                    if r.code != 200:
+                        failures[0] += 1
+                    mine.append(time.perf_counter() - t0)
+                inflight = []
+        for t0, f in inflight:
+            r = f.result(60)
+            if r.code != 200:
+                failures[0] += 1
+            mine.append(time.perf_counter() - t0)
+        lat.extend(mine)
+
+    threads = [threading.Thread(target=appender) for _ in range(appenders)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    done = per * appenders * batch
+    for s in servers:
+        s.shutdown()
+    runtime.close()
+    lat.sort()
+    return dict(entries=done, failures=failures[0], rate=done / wall, mbps=done * size / wall / 1e6,
+                p50=lat[len(lat) // 2] * 1000, p99=lat[int(len(lat) * 0.99)] * 1000)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--entries", type=int, default=200_000)
+    p.add_argument("--appenders", type=int, default=4)
+    p.add_argument("--window", type=int, default=256)
+    p.add_argument("--store", choices=("file", "memory"), default="file")
+    a = p.parse_args()
+    print(f"# {' '.join(sys.argv)}")
+    print(f"# {platform.python_version()} {platform.system()} {platform.machine()}, {os.cpu_count()} cpus, "
+          f"store={a.store}, appenders={a.appenders}, window={a.window}")
+    print(f"{'mode':<14}{'body':>6}{'entries':>10}{'entries/s':>12}{'MB/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'fail':>6}")
+    for size in (128, 1024):
+        for mode, batch in (("append", 1), ("batch_append", 64)):
+            r = run(a.entries, size, a.appenders, a.window if batch == 1 else max(a.window // batch, 2), batch,
+                    a.store)
+            print(f"{mode:<14}{size:>6}{r['entries']:>10}{r['rate']:>12,.0f}{r['mbps']:>8.1f}{r['p50']:>9.2f}"
+                  f"{r['p99']:>9.2f}{r['failures']:>6}")
+
+
+if __name__ == "__main__":
+    main()

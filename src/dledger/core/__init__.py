@@ -1,0 +1,13 @@
+"""The sans-IO Raft core: MemberState, LeaderElector, EntryPusher, EntryHandler,
+StateMachineCaller, composed by ``Node``.
+
+Rules for every module here: no ``time``, ``asyncio``, ``socket``, ``threading`` and no
+module-level ``random``. Time comes in as ``now_ms`` arguments, randomness from the
+``random.Random`` handed to ``Node``, and effects leave through ``Node.take_ready()``.
+"""
+
+from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.node import Completion, Node, Ready
+from dledger.core.state_machine_caller import ApplyEntry, StateMachine
+
+__all__ = ["ApplyEntry", "Completion", "MemberState", "Node", "Ready", "Role", "RoleChange", "StateMachine"]

@@ -1,0 +1,207 @@
+"""EntryHandler (SPEC §5.4): the follower's side of replication.
+
+Rules:
+- pushes are accepted only from the leader this node follows, in its term (a follower
+  learns its leader from heartbeats, as in DLedger); others get NOT_FOLLOWER,
+  EXPIRED_TERM or INCONSISTENT_LEADER and change nothing;
+- an APPEND whose first index is beyond ``ledger_end + 1`` waits for its predecessor (a
+  duplicate waiting copy is answered REPEATED_PUSH); waiting pushes older than
+  ``max_push_timeout_ms`` are answered INCONSISTENT_STATE so the leader compares again;
+- an APPEND that overlaps the local log is checked byte for byte: matching records are
+  acknowledged again (duplicates and resends are idempotent), the first differing record
+  and everything after it is truncated and replaced (Raft's rule); records are written as
+  the leader's bytes at the leader's positions (the store refuses anything else);
+- COMPARE and TRUNCATE answer every waiting APPEND they supersede (fixes SPEC §11.12);
+  TRUNCATE never removes an entry already verified against this leader in this term (so a
+  late duplicate cannot undo acknowledged appends) nor a committed one;
+- the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
+  highest index verified against the current leader in its term: a follower never commits
+  an entry it has not checked against the leader (RELIABILITY RP-06).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dledger.core.member_state import Role
+from dledger.entry import MAGIC_SIZE
+from dledger.errors import DLedgerError
+from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryResponse, PushEntryType
+
+log = logging.getLogger(__name__)
+
+MAX_WAITING = 1024
+
+
+class EntryHandler:
+    def __init__(self, node) -> None:
+        self.node = node
+        self.ms = node.ms
+        self.store = node.store
+        self.cfg = node.config
+        self.waiting: dict[int, tuple[str, int, PushEntryRequest, int]] = {}
+        self.matched_term = -1
+        self.matched_index = -1
+
+    # -- helpers --------------------------------------------------------------------------
+    def _answer(self, req: PushEntryRequest, code: int, **kw) -> PushEntryResponse:
+        ms = self.ms
+        if req.type != PushEntryType.COMMIT and "index" not in kw:
+            kw["index"] = req.first_entry_index
+            kw["count"] = req.count
+        return PushEntryResponse(group=ms.group, local_id=ms.self_id, remote_id=req.local_id, leader_id=ms.leader_id,
+                                 code=code, term=ms.curr_term if code == Code.EXPIRED_TERM else req.term,
+                                 type=req.type, end_index=self.store.ledger_end_index, **kw)
+
+    def _verified(self, term: int, index: int) -> None:
+        if self.matched_term != term:
+            self.matched_term, self.matched_index = term, -1
+        if index > self.matched_index:
+            self.matched_index = index
+
+    def commit_hint(self, term: int, commit_index: int) -> None:
+        """The leader of ``term`` says ``commit_index`` is committed."""
+        if self.matched_term == term and commit_index >= 0:
+            self.ms.follower_update_committed_index(min(commit_index, self.matched_index))
+
+    def flush_waiting(self, code: int) -> None:
+        waiting, self.waiting = self.waiting, {}
+        for src, rid, req, _t in waiting.values():
+            self.node.reply(src, rid, self._answer(req, code))
+
+    def on_role_change(self, change) -> None:
+        if change.role is not Role.FOLLOWER:
+            self.flush_waiting(Code.NOT_FOLLOWER)
+        if self.matched_term != change.term:
+            self.matched_term, self.matched_index = -1, -1
+
+    # -- entry point ----------------------------------------------------------------------
+    def handle_push(self, now: int, src: str, rid: int, req: PushEntryRequest) -> PushEntryResponse | None:
+        ms = self.ms
+        if req.term < ms.curr_term:
+            return self._answer(req, Code.EXPIRED_TERM)
+        if ms.role is not Role.FOLLOWER or req.term != ms.curr_term:
+            return self._answer(req, Code.NOT_FOLLOWER)
+        if req.leader_id != ms.leader_id:
+            return self._answer(req, Code.INCONSISTENT_LEADER)
+        if self.matched_term != req.term:
+            self.matched_term, self.matched_index = req.term, -1
+        self.node.elector.last_leader_heartbeat_ms = now      # a push proves the leader alive too
+        t = req.type
+        if t == PushEntryType.APPEND:
+            if req.count <= 0 or not req.entries:
+                return self._answer(req, Code.UNEXPECTED_ARGUMENT)
+            first = req.first_entry_index
+            if first > self.store.ledger_end_index + 1:
+                if first in self.waiting:
+                    return self._answer(req, Code.REPEATED_PUSH)
+                if len(self.waiting) >= MAX_WAITING:
+                    return self._answer(req, Code.PUSH_REQUEST_IS_FULL)
+                self.waiting[first] = (src, rid, req, now)
+                return None
+            resp = self._append(req)
+            self._drain()
+            return resp
+        if t == PushEntryType.COMMIT:
+            self.commit_hint(req.term, req.commit_index)
+            return self._answer(req, Code.SUCCESS)
+        if t in (PushEntryType.COMPARE, PushEntryType.TRUNCATE):
+            if self.waiting:
+                self.flush_waiting(Code.INCONSISTENT_STATE)
+            return self._compare(req) if t == PushEntryType.COMPARE else self._truncate(req)
+        return self._answer(req, Code.UNEXPECTED_ARGUMENT)
+
+    def tick(self, now: int) -> None:
+        if not self.waiting:
+            return
+        self._drain()
+        limit = now - self.cfg.max_push_timeout_ms
+        for first in [k for k, v in self.waiting.items() if v[3] <= limit]:
+            src, rid, req, _t = self.waiting.pop(first)
+            self.node.reply(src, rid, self._answer(req, Code.INCONSISTENT_STATE))
+
+    def next_deadline(self) -> int | None:
+        if not self.waiting:
+            return None
+        return min(v[3] for v in self.waiting.values()) + self.cfg.max_push_timeout_ms
+
+    def _drain(self) -> None:
+        while self.waiting:
+            end = self.store.ledger_end_index
+            ready = [k for k in self.waiting if k <= end + 1]
+            if not ready:
+                return
+            for k in sorted(ready):
+                src, rid, req, _t = self.waiting.pop(k)
+                self.node.reply(src, rid, self._append(req))
+
+    # -- APPEND ---------------------------------------------------------------------------
+    def _append(self, req: PushEntryRequest) -> PushEntryResponse:
+        store = self.store
+        first, last = req.first_entry_index, req.last_entry_index
+        data = memoryview(req.entries)
+        try:
+            offset = 0
+            index = first
+            end = store.ledger_end_index
+            if first <= store.ledger_before_begin_index:
+                return self._answer(req, Code.INCONSISTENT_STATE)
+            # skip what we already hold, byte for byte; truncate at the first difference
+            while index <= end and offset < len(data):
+                size = MAGIC_SIZE.unpack_from(data, offset)[1]
+                if size <= 0 or offset + size > len(data):
+                    return self._answer(req, Code.INCONSISTENT_STATE)
+                if store.get_raw(index) != data[offset:offset + size]:
+                    if index <= max(self.matched_index, self.ms.committed_index):
+                        log.error("%s: leader %s sent entry %d that differs from a verified one",
+                                  self.ms.self_id, req.leader_id, index)
+                        return self._answer(req, Code.INCONSISTENT_STATE)
+                    store.truncate(index)
+                    break
+                offset += size
+                index += 1
+            if offset < len(data):
+                store.batch_append_as_follower(data[offset:], req.term, req.leader_id)
+        except DLedgerError as exc:
+            log.warning("%s: push %d..%d from %s refused: %s", self.ms.self_id, first, last, req.leader_id, exc)
+            return self._answer(req, Code.INCONSISTENT_STATE)
+        if store.ledger_end_index < last:
+            return self._answer(req, Code.INCONSISTENT_STATE)
+        self._verified(req.term, last)
+        self.commit_hint(req.term, req.commit_index)
+        return self._answer(req, Code.SUCCESS)
+
+    # -- COMPARE / TRUNCATE ---------------------------------------------------------------
+    def _compare(self, req: PushEntryRequest) -> PushEntryResponse:
+        store = self.store
+        p = req.pre_log_index
+        if p == -1 and req.pre_log_term == -1:
+            self._verified(req.term, -1)
+            return self._answer(req, Code.SUCCESS, index=p)
+        end = store.ledger_end_index
+        try:
+            if end >= p >= store.ledger_before_begin_index:
+                local = store.get_entry_term(p)
+                if local == req.pre_log_term:
+                    self._verified(req.term, p)
+                    return self._answer(req, Code.SUCCESS, index=p)
+                first = store.get_first_log_of_target_term(local, p) if p > store.ledger_before_begin_index else None
+                if first is None:
+                    return self._answer(req, Code.INCONSISTENT_STATE, index=p)
+                return self._answer(req, Code.INCONSISTENT_STATE, index=p, x_term=local, x_index=first.index)
+        except DLedgerError as exc:
+            log.warning("%s: compare at %d failed: %s", self.ms.self_id, p, exc)
+        return self._answer(req, Code.INCONSISTENT_STATE, index=p)
+
+    def _truncate(self, req: PushEntryRequest) -> PushEntryResponse:
+        store = self.store
+        at = max(req.pre_log_index, self.matched_index + 1, self.ms.committed_index + 1)
+        try:
+            if at <= store.ledger_end_index:
+                store.truncate(at)
+        except DLedgerError as exc:
+            log.warning("%s: truncate at %d failed: %s", self.ms.self_id, at, exc)
+            return self._answer(req, Code.INCONSISTENT_STATE, index=req.pre_log_index)
+        self._verified(req.term, min(store.ledger_end_index, max(req.pre_log_index - 1, self.matched_index)))
+        self.commit_hint(req.term, req.commit_index)
+        return self._answer(req, Code.SUCCESS, index=req.pre_log_index)

@@ -1,0 +1,401 @@
+"""Node: one Raft member as a deterministic state machine (the sans-IO core).
+
+The host (a driver) calls, always with the current time in milliseconds:
+- ``tick(now_ms)`` when ``next_deadline_ms`` of the last ``Ready`` has come;
+- ``receive(now_ms, envelope)`` for every envelope addressed to this node;
+- ``propose(now_ms, token, bodies)``, ``read(now_ms, token, mode)``,
+  ``transfer_leadership(now_ms, token, target)`` for local clients;
+and after each call ``take_ready()``, which hands back one ``Ready``: the envelopes to send,
+the client operations completed, the role changes, the commit and applied index, and the
+next deadline. The contract (docs/architecture.md):
+
+1. Everything in a ``Ready`` is already durable as far as it promises: the store is called
+   synchronously, so a vote or term is persisted before the answer is in ``messages``, and
+   an entry is written before the push that acknowledges it.
+2. The driver sends ``messages`` in order (any order between peers is fine; the core
+   tolerates loss, duplication and reordering), completes ``completions`` and tells role
+   handlers about ``role_changes`` (each transition once, in term order).
+3. The driver calls ``tick`` again at ``next_deadline_ms`` (or earlier; early ticks are
+   harmless).
+
+Requests from peers get their response in the same ``Ready`` unless a component parks them
+(out-of-order pushes, leadership transfers); responses to this node's own requests are
+matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from dledger.core.entry_handler import EntryHandler
+from dledger.core.entry_pusher import EntryPusher
+from dledger.core.leader_elector import LeaderElector
+from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.state_machine_caller import StateMachineCaller
+from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
+from dledger.errors import DLedgerError
+from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
+                              DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
+                              HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
+                              LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
+                              MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
+                              PushEntryResponse, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse)
+
+log = logging.getLogger(__name__)
+
+RESPONSE_OF = {
+    VoteRequest: VoteResponse, HeartBeatRequest: HeartBeatResponse, PushEntryRequest: PushEntryResponse,
+    AppendEntryRequest: AppendEntryResponse, BatchAppendEntryRequest: AppendEntryResponse,
+    GetEntriesRequest: GetEntriesResponse, MetadataRequest: MetadataResponse,
+    PullEntriesRequest: PullEntriesResponse, LeadershipTransferRequest: LeadershipTransferResponse,
+    InstallSnapshotRequest: InstallSnapshotResponse,
+}
+
+
+@dataclass(slots=True)
+class Completion:
+    """A local client operation finished: ``response`` (code, index, term, pos, leader_id),
+    plus whatever the state machine answered for it."""
+
+    token: Any
+    response: Any
+    result: Any = None
+
+
+@dataclass(slots=True)
+class Ready:
+    messages: list[Envelope] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+    role_changes: list[RoleChange] = field(default_factory=list)
+    committed_index: int = -1
+    applied_index: int = -1
+    next_deadline_ms: int | None = None
+
+
+class _Remote:
+    """A token standing for a client request that came over the network."""
+
+    __slots__ = ("src", "rid", "req")
+
+    def __init__(self, src: str, rid: int, req: Any) -> None:
+        self.src, self.rid, self.req = src, rid, req
+
+
+class Node:
+    def __init__(self, config, store, rng, *, state_machine=None, now_ms: int = 0) -> None:
+        if not config.peer_map:
+            config.validate()
+        self.config = config
+        self.store = store
+        self.rng = rng
+        self.now_ms = now_ms
+        self.ms = MemberState(config, store)
+        self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
+        self.elector = LeaderElector(self)
+        self.pusher = EntryPusher(self)
+        self.handler = EntryHandler(self)
+        self._messages: list[Envelope] = []
+        self._completions: list[Completion] = []
+        self._rpcs: dict[int, tuple] = {}
+        self._rpc_order: deque = deque()          # (deadline, request id), in send order
+        # request ids start at a random point so that answers meant for an earlier
+        # incarnation of this node cannot be taken for answers to this one's requests
+        self._next_rid = (rng.getrandbits(30) << 20) + 1
+        self._seen_changes = 0
+        self._reacted = 0
+        self.stopped = False
+        self.ms._told()
+        self._after(now_ms)
+
+    # =====================================================================================
+    # effects, used by the components
+    # =====================================================================================
+    def send(self, peer: str, msg: Any, on_response) -> int:
+        rid = self._next_rid
+        self._next_rid += 1
+        self._rpc_order.append((self.now_ms + self.config.rpc_timeout_ms, rid))
+        self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms, self.now_ms, self.ms.curr_term,
+                           RESPONSE_OF[type(msg)], peer)
+        self._messages.append(Envelope(self.ms.self_id, peer, rid, False, msg))
+        return rid
+
+    def reply(self, dst: str, rid: int, msg: Any) -> None:
+        self._messages.append(Envelope(self.ms.self_id, dst, rid, True, msg))
+
+    def complete(self, token: Any, response: Any, result: Any = None) -> None:
+        if isinstance(token, _Remote):
+            response.remote_id = token.src
+            self.reply(token.src, token.rid, response)
+        elif token is not None:
+            self._completions.append(Completion(token, response, result))
+
+    def fail(self, token: Any, code: int) -> None:
+        ms = self.ms
+        self.complete(token, AppendEntryResponse(group=ms.group, local_id=ms.self_id, code=int(code),
+                                                 term=ms.curr_term, leader_id=ms.leader_id))
+
+    def complete_read(self, token: Any, code: int, index: int) -> None:
+        ms = self.ms
+        self.complete(token, AppendEntryResponse(group=ms.group, local_id=ms.self_id, code=int(code),
+                                                 term=ms.curr_term, leader_id=ms.leader_id, index=index))
+
+    # =====================================================================================
+    # entry points
+    # =====================================================================================
+    def tick(self, now_ms: int) -> None:
+        now = self._clock(now_ms)
+        if self._rpcs:
+            self._expire_rpcs(now)
+        self.handler.tick(now)
+        self.pusher.check_timeouts(now)
+        self._after(now)
+
+    def receive(self, now_ms: int, env: Envelope) -> None:
+        now = self._clock(now_ms)
+        if env.is_response:
+            entry = self._rpcs.get(env.request_id)
+            if entry is not None and type(env.msg) is entry[4] and env.src == entry[5]:
+                del self._rpcs[env.request_id]
+                if getattr(env.msg, "code", None) == Code.SUCCESS and entry[3] == self.ms.curr_term \
+                        and self.ms.role is Role.LEADER:
+                    self.elector.note_contact(env.src, entry[2])
+                try:
+                    entry[0](now, env.src, env.msg)
+                except DLedgerError as exc:
+                    log.error("%s: handling %s from %s failed: %s", self.ms.self_id, type(env.msg).__name__,
+                              env.src, exc)
+        else:
+            try:
+                resp = self._handle_request(now, env)
+            except DLedgerError as exc:          # a store problem while serving a peer
+                log.error("%s: %s failed: %s", self.ms.self_id, type(env.msg).__name__, exc)
+                resp = self._error(env.msg, exc.code)
+            except (ValueError, TypeError, IndexError, KeyError, struct.error) as exc:
+                # a peer sent something malformed: answer, log, never crash (remote misbehaviour)
+                log.warning("%s: malformed %s from %s: %r", self.ms.self_id, type(env.msg).__name__, env.src, exc)
+                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
+            if resp is not None:
+                self.reply(env.src, env.request_id, resp)
+        self._after(now)
+
+    def propose(self, now_ms: int, token: Any, bodies: list, magic: int = MAGIC_NORMAL) -> None:
+        """Append ``bodies`` as one batch; the completion carries index/pos of the last one."""
+        self.propose_many(now_ms, [(token, bodies, magic)])
+
+    def propose_many(self, now_ms: int, items: list[tuple[Any, list, int]]) -> None:
+        now = self._clock(now_ms)
+        self.pusher.propose(now, items)
+        self._after(now)
+
+    def read(self, now_ms: int, token: Any, mode: ReadMode) -> None:
+        """Complete ``token`` when reading the local state at the returned index is safe."""
+        now = self._clock(now_ms)
+        ms = self.ms
+        mode = ReadMode(mode)
+        if mode is ReadMode.UNSAFE_READ:
+            self.complete_read(token, Code.SUCCESS, self.caller.applied_index)
+        elif ms.role is not Role.LEADER:
+            self.complete_read(token, Code.NOT_LEADER, -1)
+        elif ms.transferee is not None:
+            self.complete_read(token, Code.LEADER_TRANSFERRING, -1)
+        elif mode is ReadMode.RAFT_LOG_READ or not self._committed_in_term():
+            self.pusher.propose(now, [(token, [], MAGIC_NOOP)])
+        elif mode is ReadMode.LEASE_READ and self.elector.lease_valid(now):
+            self.complete_read(token, Code.SUCCESS, ms.committed_index)
+        else:
+            self.elector.register_read(now, token, ms.committed_index)
+        self._after(now)
+
+    def transfer_leadership(self, now_ms: int, token: Any, transferee_id: str) -> None:
+        now = self._clock(now_ms)
+        ms = self.ms
+        if transferee_id == ms.self_id:
+            code = Code.SUCCESS if ms.role is Role.LEADER else Code.NOT_LEADER
+            self.complete(token, LeadershipTransferResponse(group=ms.group, local_id=ms.self_id, code=code,
+                                                            term=ms.curr_term, leader_id=ms.leader_id))
+            self._after(now)
+            return
+        req = LeadershipTransferRequest(group=ms.group, local_id=ms.self_id, remote_id=ms.self_id,
+                                        term=ms.curr_term, transfer_id=ms.self_id, transferee_id=transferee_id)
+        resp = self.elector.handle_leadership_transfer(now, req, lambda r: self.complete(token, r))
+        if resp is not None:
+            self.complete(token, resp)
+        self._after(now)
+
+    def force_role(self, now_ms: int, leader_id: str, term: int | None = None) -> None:
+        """Test harness only (SPEC §9 ``launchServer`` with the elector disabled): make this
+        node the leader of ``term`` (default: its current term) if ``leader_id`` is itself,
+        else a follower of ``leader_id``. The term is persisted first."""
+        now = self._clock(now_ms)
+        ms = self.ms
+        if term is not None:
+            ms.adopt_term(term)
+        if leader_id == ms.self_id:
+            ms.store.persist_term(ms.curr_term, ms.self_id)
+            self.elector._become_leader(now, ms.curr_term)
+        else:
+            ms.change_to_follower(ms.curr_term, leader_id)
+            self.elector.last_leader_heartbeat_ms = now
+        self._after(now)
+
+    def take_ready(self) -> Ready:
+        changes = self.ms.changes
+        ready = Ready(self._messages, self._completions, changes[self._seen_changes:] if changes else [],
+                      self.ms.committed_index, self.caller.applied_index, self.next_deadline())
+        self._messages = []
+        self._completions = []
+        self._seen_changes = len(changes)
+        if changes and self._reacted == len(changes):
+            changes.clear()
+            self._seen_changes = self._reacted = 0
+        return ready
+
+    def has_ready(self) -> bool:
+        return bool(self._messages or self._completions or len(self.ms.changes) > self._seen_changes)
+
+    def next_deadline(self) -> int | None:
+        now = self.now_ms
+        cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline()]
+        if self._rpcs:
+            cands.append(self._first_rpc_deadline())
+        cands = [c for c in cands if c is not None]
+        return max(min(cands), now) if cands else None
+
+    def stop(self) -> None:
+        """Fail everything pending (the node is shutting down): appends, reads, transfers,
+        and the node's own outstanding requests (as if unanswered)."""
+        self.stopped = True
+        self.pusher.fail_all(Code.INTERNAL_ERROR)
+        self.elector.fail_pending(Code.INTERNAL_ERROR)
+        rpcs, self._rpcs = self._rpcs, {}
+        self._rpc_order.clear()
+        for entry in rpcs.values():
+            try:
+                entry[0](self.now_ms, None, None)
+            except DLedgerError:
+                pass
+        self.caller.shutdown()
+
+    # -- state, for hosts and tests -------------------------------------------------------
+    @property
+    def role(self) -> Role:
+        return self.ms.role
+
+    @property
+    def term(self) -> int:
+        return self.ms.curr_term
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.ms.leader_id
+
+    @property
+    def committed_index(self) -> int:
+        return self.ms.committed_index
+
+    @property
+    def applied_index(self) -> int:
+        return self.caller.applied_index
+
+    @property
+    def self_id(self) -> str:
+        return self.ms.self_id
+
+    # =====================================================================================
+    # internals
+    # =====================================================================================
+    def _clock(self, now_ms: int) -> int:
+        if now_ms > self.now_ms:
+            self.now_ms = now_ms
+        return self.now_ms
+
+    def _committed_in_term(self) -> bool:
+        c = self.ms.committed_index
+        return c >= 0 and c > self.store.ledger_before_begin_index and self.store.get_entry_term(c) == self.ms.curr_term
+
+    def _first_rpc_deadline(self) -> int | None:
+        order, rpcs = self._rpc_order, self._rpcs
+        while order and order[0][1] not in rpcs:
+            order.popleft()
+        return order[0][0] if order else None
+
+    def _expire_rpcs(self, now: int) -> None:
+        order, rpcs = self._rpc_order, self._rpcs
+        while order and order[0][0] <= now:
+            _deadline, rid = order.popleft()
+            entry = rpcs.pop(rid, None)
+            if entry is not None:
+                entry[0](now, None, None)
+
+    def _after(self, now: int) -> None:
+        """Run after every entry point: role reactions, elector, pusher, applying."""
+        for _ in range(8):
+            self._react_to_role_changes(now)
+            self.elector.maintain(now)
+            self._react_to_role_changes(now)
+            self.pusher.pump(now)
+            if self.ms.committed_index > self.caller.applied_index:
+                results = self.caller.on_committed(self.ms.committed_index)
+                self.pusher.complete_applied(self.caller.applied_index, results)
+            if len(self.ms.changes) == self._reacted:
+                break
+
+    def _react_to_role_changes(self, now: int) -> None:
+        changes = self.ms.changes
+        while self._reacted < len(changes):
+            change = changes[self._reacted]
+            self._reacted += 1
+            self.pusher.on_role_change(now, change)
+            self.handler.on_role_change(change)
+            self.elector.on_role_change(change)
+            if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
+                    and self.ms.committed_index < self.store.ledger_end_index:
+                self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
+
+    def _error(self, req: Any, code: int) -> Any:
+        cls = RESPONSE_OF.get(type(req), AppendEntryResponse)
+        ms = self.ms
+        return cls(group=getattr(req, "group", ms.group), local_id=ms.self_id, remote_id=getattr(req, "local_id", ""),
+                   code=int(code), term=getattr(req, "term", -1), leader_id=ms.leader_id)
+
+    def _handle_request(self, now: int, env: Envelope) -> Any:
+        req = env.msg
+        ms = self.ms
+        if type(req) not in RESPONSE_OF:
+            return None                              # a response type sent as a request: drop
+        if req.group != ms.group:
+            return self._error(req, Code.UNKNOWN_GROUP)
+        if isinstance(req, (AppendEntryRequest, BatchAppendEntryRequest)):
+            bodies = [req.body] if isinstance(req, AppendEntryRequest) else list(req.batch_msgs)
+            if not all(isinstance(b, bytes) for b in bodies):
+                return self._error(req, Code.UNEXPECTED_ARGUMENT)
+            self.pusher.propose(now, [(_Remote(env.src, env.request_id, req), bodies, MAGIC_NORMAL)])
+            return None
+        if isinstance(req, MetadataRequest):
+            return MetadataResponse(group=ms.group, local_id=ms.self_id, remote_id=req.local_id,
+                                    leader_id=ms.leader_id, term=ms.curr_term, peers=dict(ms.peer_map))
+        if req.remote_id != ms.self_id:
+            return self._error(req, Code.UNKNOWN_MEMBER)
+        if isinstance(req, HeartBeatRequest):
+            return self.elector.handle_heartbeat(now, req)
+        if isinstance(req, VoteRequest):
+            resp = self.elector.handle_vote(now, req)
+            return resp
+        if isinstance(req, PushEntryRequest):
+            return self.handler.handle_push(now, env.src, env.request_id, req)
+        if isinstance(req, LeadershipTransferRequest):
+            src, rid = env.src, env.request_id
+            return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))
+        if isinstance(req, GetEntriesRequest):
+            if ms.role is not Role.LEADER:
+                return self._error(req, Code.NOT_LEADER)
+            if req.begin_index > ms.committed_index:
+                return self._error(req, Code.INDEX_OUT_OF_RANGE)
+            return GetEntriesResponse(group=ms.group, local_id=ms.self_id, remote_id=req.local_id,
+                                      leader_id=ms.leader_id, term=ms.curr_term,
+                                      entries=[bytes(self.store.get_raw(req.begin_index))])
+        return self._error(req, Code.UNSUPPORTED)

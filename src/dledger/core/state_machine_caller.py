@@ -1,0 +1,83 @@
+"""StateMachine and StateMachineCaller (SPEC §7.1-7.2).
+
+Rules:
+- committed entries are applied in index order, each exactly once per process lifetime
+  (``applied_index`` only grows; a restarted node rebuilds its state by replaying the log
+  from its first entry, as DLedger without snapshots);
+- NOOP and CONFIG_CHANGE entries are not handed to the state machine, but their index counts
+  as applied;
+- the state machine runs synchronously inside the core step that advanced the commit index,
+  so a client's append completes after its entry is applied (SPEC "differs" 8);
+- an exception from the state machine stops applying (``error`` is set) and is reported
+  once; the node keeps serving the log but applies nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dledger.entry import MAGIC_NORMAL, DLedgerEntry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ApplyEntry:
+    """One committed entry for the state machine; set ``resp`` to answer the appender."""
+
+    entry: DLedgerEntry
+    resp: Any = None
+
+    @property
+    def index(self) -> int:
+        return self.entry.index
+
+
+class StateMachine(Protocol):
+    def on_apply(self, entries: list[ApplyEntry]) -> None:
+        """Apply committed NORMAL entries (in order). May set ``ApplyEntry.resp``."""
+
+    def on_shutdown(self) -> None:  # pragma: no cover - protocol
+        ...
+
+
+class StateMachineCaller:
+    def __init__(self, store, state_machine: StateMachine | None, applied_index: int) -> None:
+        self.store = store
+        self.state_machine = state_machine
+        self.applied_index = applied_index
+        self.error: BaseException | None = None
+        self.max_batch = 1024
+
+    def on_committed(self, committed_index: int) -> dict[int, Any]:
+        """Apply everything up to ``committed_index``; returns ``{index: resp}`` of set resps."""
+        if committed_index <= self.applied_index or self.error is not None:
+            return {}
+        if self.state_machine is None:
+            self.applied_index = committed_index
+            return {}
+        results: dict[int, Any] = {}
+        while self.applied_index < committed_index and self.error is None:
+            hi = min(committed_index, self.applied_index + self.max_batch)
+            batch = [ApplyEntry(e) for e in self.store.iter_entries(self.applied_index + 1, hi)
+                     if e.magic == MAGIC_NORMAL]
+            try:
+                if batch:
+                    self.state_machine.on_apply(batch)
+            except Exception as exc:  # the host's code failed: stop applying, say so once
+                self.error = exc
+                log.error("state machine failed applying %d..%d: %r; applying stops",
+                          self.applied_index + 1, hi, exc)
+                return results
+            for a in batch:
+                if a.resp is not None:
+                    results[a.index] = a.resp
+            self.applied_index = hi
+        return results
+
+    def shutdown(self) -> None:
+        sm = self.state_machine
+        if sm is not None and hasattr(sm, "on_shutdown"):
+            sm.on_shutdown()

@@ -1,0 +1,365 @@
+"""Messages between nodes: one slotted dataclass per request/response, the codes, the codec.
+
+Names and fields follow Java DLedger (SPEC §5.5, §6.4) in snake_case. Differences, on purpose:
+- ``PushEntryRequest.entries`` is the leader's encoded records back to back, exactly as they lie
+  in its data file (``store.get_raw_range``); the follower validates and writes those bytes at
+  the same positions. ``first_entry_index``/``count``/``last_entry_index``/``last_entry_term``
+  describe them (Java derives them from the entry list).
+- ``HeartBeatRequest.commit_index`` carries the leader's commit index (SPEC "differs" 9).
+- ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
+  marks the vote of a transferee (see ``core.leader_elector``).
+- ``AppendEntryResponse.positions`` lists every position of a batch append.
+
+Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
+with msgpack as ``[1, src, dst, request_id, is_response, tag, [field values...]]``. Decoding
+checks the version, the tag, the field count and every field's type, and raises ``FrameError``
+(a ``ValueError``) on anything else; it never trusts a length (msgpack limits are set).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+WIRE_VERSION = 1
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """Bytes that do not decode to a valid envelope."""
+
+
+class DLedgerRequestCode(IntEnum):
+    UNKNOWN = -1
+    METADATA = 50000
+    APPEND = 50001
+    GET = 50002
+    VOTE = 51001
+    HEART_BEAT = 51002
+    PULL = 51003
+    PUSH = 51004
+    LEADERSHIP_TRANSFER = 51005
+    INSTALL_SNAPSHOT = 51006
+    USER_DEFINE_REQUEST = 59999
+
+
+class DLedgerResponseCode(IntEnum):
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    PUSH_REQUEST_IS_FULL = 421
+    NEWER_INSTALL_SNAPSHOT_REQUEST_EXIST = 422
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+    LOAD_SNAPSHOT_ERROR = 507
+    INSTALL_SNAPSHOT_ERROR = 508
+
+    @classmethod
+    def of(cls, code: int) -> "DLedgerResponseCode":
+        """The member for ``code``; unknown numbers map to ``UNKNOWN`` (as Java)."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class PushEntryType(IntEnum):
+    APPEND = 0
+    COMMIT = 1
+    COMPARE = 2
+    TRUNCATE = 3
+    INSTALL_SNAPSHOT = 4
+
+
+class VoteResult(IntEnum):
+    """Java's ``VoteResponse.RESULT`` in its declaration order."""
+
+    UNKNOWN = 0
+    ACCEPT = 1
+    REJECT_UNKNOWN_LEADER = 2
+    REJECT_UNEXPECTED_LEADER = 3
+    REJECT_EXPIRED_VOTE_TERM = 4
+    REJECT_ALREADY_VOTED = 5
+    REJECT_ALREADY_HAS_LEADER = 6
+    REJECT_TERM_NOT_READY = 7
+    REJECT_TERM_SMALL_THAN_LEDGER = 8
+    REJECT_EXPIRED_LEDGER_TERM = 9
+    REJECT_SMALL_LEDGER_END_INDEX = 10
+    REJECT_TAKING_LEADERSHIP = 11
+
+
+class ReadMode(IntEnum):
+    UNSAFE_READ = 0
+    RAFT_LOG_READ = 1
+    READ_INDEX_READ = 2
+    LEASE_READ = 3
+
+
+SUCCESS = DLedgerResponseCode.SUCCESS
+
+_dc = dataclass(slots=True, kw_only=True)
+
+
+@_dc
+class RequestOrResponse:
+    group: str = ""
+    remote_id: str = ""
+    local_id: str = ""
+    code: int = 200
+    leader_id: str | None = None
+    term: int = -1
+
+
+@_dc
+class VoteRequest(RequestOrResponse):
+    ledger_end_index: int = -1
+    ledger_end_term: int = -1
+    leadership_transfer: bool = False
+
+
+@_dc
+class VoteResponse(RequestOrResponse):
+    vote_result: int = VoteResult.UNKNOWN
+
+
+@_dc
+class HeartBeatRequest(RequestOrResponse):
+    commit_index: int = -1
+
+
+@_dc
+class HeartBeatResponse(RequestOrResponse):
+    pass
+
+
+@_dc
+class PushEntryRequest(RequestOrResponse):
+    pre_log_index: int = -1
+    pre_log_term: int = -1
+    commit_index: int = -1
+    type: int = PushEntryType.APPEND
+    entries: bytes = b""
+    first_entry_index: int = -1
+    count: int = 0
+    last_entry_term: int = -1
+
+    @property
+    def last_entry_index(self) -> int:
+        return self.first_entry_index + self.count - 1 if self.count else -1
+
+    @property
+    def total_size(self) -> int:
+        return len(self.entries)
+
+
+@_dc
+class PushEntryResponse(RequestOrResponse):
+    type: int = PushEntryType.APPEND
+    index: int = -1
+    begin_index: int = -1
+    end_index: int = -1
+    count: int = 0
+    x_term: int = -1
+    x_index: int = -1
+
+
+@_dc
+class AppendEntryRequest(RequestOrResponse):
+    body: bytes = b""
+
+
+@_dc
+class BatchAppendEntryRequest(RequestOrResponse):
+    batch_msgs: list = field(default_factory=list)
+
+
+@_dc
+class AppendEntryResponse(RequestOrResponse):
+    index: int = -1
+    pos: int = -1
+    positions: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == SUCCESS
+
+
+@_dc
+class GetEntriesRequest(RequestOrResponse):
+    begin_index: int = -1
+    max_size: int = 0
+    index_list: list = field(default_factory=list)
+
+
+@_dc
+class GetEntriesResponse(RequestOrResponse):
+    entries: list = field(default_factory=list)   # encoded records
+
+
+@_dc
+class MetadataRequest(RequestOrResponse):
+    pass
+
+
+@_dc
+class MetadataResponse(RequestOrResponse):
+    peers: dict = field(default_factory=dict)
+
+
+@_dc
+class PullEntriesRequest(RequestOrResponse):
+    node_id: str = ""
+    begin_index: int = -1
+
+
+@_dc
+class PullEntriesResponse(RequestOrResponse):
+    entries: list = field(default_factory=list)
+
+
+@_dc
+class LeadershipTransferRequest(RequestOrResponse):
+    transfer_id: str | None = None
+    transferee_id: str | None = None
+    take_leadership_ledger_index: int = -1
+
+
+@_dc
+class LeadershipTransferResponse(RequestOrResponse):
+    pass
+
+
+@_dc
+class InstallSnapshotRequest(RequestOrResponse):
+    last_included_index: int = -1
+    last_included_term: int = -1
+    data: bytes = b""
+
+
+@_dc
+class InstallSnapshotResponse(RequestOrResponse):
+    pass
+
+
+#: (class, request code) by wire tag. Tags are stable: append only.
+MESSAGE_TYPES: tuple[tuple[type, DLedgerRequestCode], ...] = (
+    (VoteRequest, DLedgerRequestCode.VOTE),
+    (VoteResponse, DLedgerRequestCode.VOTE),
+    (HeartBeatRequest, DLedgerRequestCode.HEART_BEAT),
+    (HeartBeatResponse, DLedgerRequestCode.HEART_BEAT),
+    (PushEntryRequest, DLedgerRequestCode.PUSH),
+    (PushEntryResponse, DLedgerRequestCode.PUSH),
+    (AppendEntryRequest, DLedgerRequestCode.APPEND),
+    (BatchAppendEntryRequest, DLedgerRequestCode.APPEND),
+    (AppendEntryResponse, DLedgerRequestCode.APPEND),
+    (GetEntriesRequest, DLedgerRequestCode.GET),
+    (GetEntriesResponse, DLedgerRequestCode.GET),
+    (MetadataRequest, DLedgerRequestCode.METADATA),
+    (MetadataResponse, DLedgerRequestCode.METADATA),
+    (PullEntriesRequest, DLedgerRequestCode.PULL),
+    (PullEntriesResponse, DLedgerRequestCode.PULL),
+    (LeadershipTransferRequest, DLedgerRequestCode.LEADERSHIP_TRANSFER),
+    (LeadershipTransferResponse, DLedgerRequestCode.LEADERSHIP_TRANSFER),
+    (InstallSnapshotRequest, DLedgerRequestCode.INSTALL_SNAPSHOT),
+    (InstallSnapshotResponse, DLedgerRequestCode.INSTALL_SNAPSHOT),
+)
+_TAG_OF = {cls: tag for tag, (cls, _code) in enumerate(MESSAGE_TYPES)}
+
+
+def request_code_of(msg: Any) -> DLedgerRequestCode:
+    return MESSAGE_TYPES[_TAG_OF[type(msg)]][1]
+
+
+_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "str | None": lambda v: v is None or isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63),
+    "bool": lambda v: isinstance(v, bool),
+    "bytes": lambda v: isinstance(v, bytes),
+    "list": lambda v: isinstance(v, list),
+    "dict": lambda v: isinstance(v, dict),
+}
+_SCHEMA = {cls: tuple((f.name, _CHECKS[f.type]) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One message on its way: who sent it, to whom, and which request it is or answers."""
+
+    src: str
+    dst: str
+    request_id: int
+    is_response: bool
+    msg: Any
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    msg = env.msg
+    tag = _TAG_OF.get(type(msg))
+    if tag is None:
+        raise TypeError(f"not a protocol message: {type(msg).__name__}")
+    values = [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
+    return msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
+                         use_bin_type=True)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode one frame; ``FrameError`` says what is wrong with it."""
+    if len(data) > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise FrameError(f"malformed msgpack: {exc}") from None
+    if not isinstance(obj, list) or len(obj) != 7:
+        raise FrameError("an envelope is a list of 7 items")
+    version, src, dst, request_id, is_response, tag, values = obj
+    if version != WIRE_VERSION:
+        raise FrameError(f"unsupported wire version {version!r}")
+    if not (isinstance(src, str) and isinstance(dst, str) and isinstance(is_response, bool)
+            and isinstance(request_id, int) and not isinstance(request_id, bool)):
+        raise FrameError("bad envelope header")
+    if not isinstance(tag, int) or isinstance(tag, bool) or not 0 <= tag < len(MESSAGE_TYPES):
+        raise FrameError(f"unknown message tag {tag!r}")
+    cls = MESSAGE_TYPES[tag][0]
+    schema = _SCHEMA[cls]
+    if not isinstance(values, list) or len(values) != len(schema):
+        raise FrameError(f"{cls.__name__} needs {len(schema)} fields")
+    kwargs = {}
+    for (name, check), value in zip(schema, values):
+        if not check(value):
+            raise FrameError(f"{cls.__name__}.{name}: bad value {value!r:.40}")
+        kwargs[name] = value
+    return Envelope(src, dst, request_id, is_response, cls(**kwargs))

@@ -1,0 +1,86 @@
+"""AsyncioRuntime: the real runtime, one asyncio event loop for every node of the process.
+
+``AsyncioRuntime()`` starts its own loop in a daemon thread (for synchronous hosts);
+``AsyncioRuntime(loop=...)`` uses the host's running loop. ``shared()`` is the process-wide
+instance that ``DLedgerServer`` uses by default. Timers are ``loop.call_at`` on the loop's
+monotonic clock; ``uvloop`` is used for the private loop when it is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+
+class AsyncioRuntime:
+    _shared: "AsyncioRuntime | None" = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._own = loop is None
+        self._thread: threading.Thread | None = None
+        if loop is None:
+            try:
+                import uvloop  # type: ignore
+                loop = uvloop.new_event_loop()
+            except ImportError:
+                loop = asyncio.new_event_loop()
+            started = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(started.set)
+                loop.run_forever()
+
+            self._thread = threading.Thread(target=run, name="dledger-loop", daemon=True)
+            self._thread.start()
+            started.wait()
+        self.loop = loop
+
+    @classmethod
+    def shared(cls) -> "AsyncioRuntime":
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared.loop.is_closed():
+                cls._shared = cls()
+            return cls._shared
+
+    # -- the Runtime protocol -------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self.loop.time() * 1000)
+
+    def call_at(self, when_ms: int, fn: Callable[..., Any], *args: Any):
+        return self.loop.call_at(when_ms / 1000.0, fn, *args)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any):
+        return self.loop.call_soon(fn, *args)
+
+    def call_soon_threadsafe(self, fn: Callable[..., Any], *args: Any):
+        return self.loop.call_soon_threadsafe(fn, *args)
+
+    def in_loop_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
+    def run_sync(self, fn: Callable[[], Any]) -> Any:
+        if self.in_loop_thread():
+            return fn()
+        fut: Future = Future()
+
+        def call() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed back to the caller
+                fut.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(call)
+        return fut.result()
+
+    def close(self) -> None:
+        if self._own and self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+            self.loop.close()

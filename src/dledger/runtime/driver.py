@@ -1,0 +1,128 @@
+"""Driver: the one crank that turns a sans-IO ``Node``, used by every runtime.
+
+What it does with each ``Ready`` (in this order, see docs/architecture.md):
+1. hand every envelope in ``messages`` to the transport;
+2. complete the operation of every ``Completion`` (its token is an ``Op``: a future plus
+   what to put in it);
+3. tell role-change handlers about every ``RoleChange``, in order (exceptions are logged);
+4. arm one timer for ``next_deadline_ms`` (re-armed only when the deadline moves earlier;
+   an early tick is harmless).
+
+It never sleeps and never polls: it runs only when an envelope arrives, a timer fires or the
+host submits an operation. All of it runs on the runtime's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from dledger.core import Node, Ready, RoleChange
+from dledger.protocol import Envelope
+
+log = logging.getLogger(__name__)
+
+APPEND, WRITE, READ, TRANSFER = "append", "write", "read", "transfer"
+
+
+class Op:
+    """A host operation in flight: the future to complete and how."""
+
+    __slots__ = ("future", "kind", "started_ms")
+
+    def __init__(self, future: Future, kind: str, started_ms: int = 0) -> None:
+        self.future = future
+        self.kind = kind
+        self.started_ms = started_ms
+
+    def finish(self, response: Any, result: Any) -> None:
+        if self.future.done():
+            return
+        if self.kind == WRITE:
+            self.future.set_result((response, result))
+        else:
+            self.future.set_result(response)
+
+
+class Driver:
+    def __init__(self, node: Node, runtime, transport) -> None:
+        self.node = node
+        self.runtime = runtime
+        self.transport = transport
+        self.role_change_handlers: list[Callable[[RoleChange], None]] = []
+        self.ready_listeners: list[Callable[[Ready], None]] = []
+        self._timer = None
+        self._timer_at: int | None = None
+        self.stopped = False
+        transport.set_receiver(self.on_envelope)
+
+    # -- inputs ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._process()
+
+    def on_envelope(self, env: Envelope) -> None:
+        if self.stopped:
+            return
+        self.node.receive(self.runtime.now_ms(), env)
+        self._process()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if self.stopped:
+            return
+        self.node.tick(self.runtime.now_ms())
+        self._process()
+
+    def propose_many(self, items: list[tuple[Op, list, int]]) -> None:
+        if self.stopped:
+            for op, _b, _m in items:
+                op.future.set_exception(RuntimeError("the server is shut down"))
+            return
+        self.node.propose_many(self.runtime.now_ms(), items)
+        self._process()
+
+    def read(self, op: Op, mode) -> None:
+        self.node.read(self.runtime.now_ms(), op, mode)
+        self._process()
+
+    def transfer_leadership(self, op: Op, target: str) -> None:
+        self.node.transfer_leadership(self.runtime.now_ms(), op, target)
+        self._process()
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.node.stop()
+        self._process()
+        self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- the crank ------------------------------------------------------------------------
+    def _process(self) -> None:
+        ready = self.node.take_ready()
+        send = self.transport.send
+        for env in ready.messages:
+            send(env)
+        for c in ready.completions:
+            try:
+                c.token.finish(c.response, c.result)
+            except Exception:  # a host callback on the future failed
+                log.exception("completing %r failed", c.token)
+        for change in ready.role_changes:
+            for handler in self.role_change_handlers:
+                try:
+                    handler(change)
+                except Exception:
+                    log.exception("role change handler %r failed on %s", handler, change)
+        for listener in self.ready_listeners:
+            listener(ready)
+        when = ready.next_deadline_ms
+        if when is not None and not self.stopped and (self._timer_at is None or when < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = self.runtime.call_at(when, self._on_timer)

@@ -1,0 +1,338 @@
+"""DLedgerServer: the facade a host embeds (SPEC §6, §7.5).
+
+Every part is injected at construction or defaults sensibly: the store (opened from the
+config), the transport (the in-process hub), the runtime (the process-wide asyncio loop in a
+background thread) and the random source. The simulator passes its own runtime, transport
+and seeded random, and so runs this very class.
+
+What it promises:
+- ``append(body)`` returns a ``concurrent.futures.Future`` of ``AppendEntryResponse``
+  (``code``, ``index``, ``term``, ``pos``, ``leader_id``). It completes with SUCCESS once a
+  quorum holds the entry (and the state machine, if any, applied it), or with NOT_LEADER,
+  LEADER_TRANSFERRING, LEADER_PENDING_FULL, WAIT_QUORUM_ACK_TIMEOUT (after
+  ``max_wait_ack_time_ms``; the entry may still commit later) or EXPIRED_TERM. Appends that
+  arrive together are appended as one batch and replicated together;
+- what SUCCESS survives depends on ``durability``: ``page_cache`` survives a crash of this
+  process on a quorum (data is flushed every ``flush_file_interval`` ms), ``fsync`` also
+  survives power loss on a quorum (one sync covers a whole batch before it is acknowledged);
+- ``read(mode)`` completes when reading local state at the returned index is safe:
+  UNSAFE_READ at once (may be stale), RAFT_LOG_READ after a NOOP entry commits, READ_INDEX_READ
+  after a heartbeat round confirms leadership, LEASE_READ at once while the leader's lease
+  (``lease_ratio`` of the election timeout since the last confirmed round) holds;
+- role-change handlers receive ``RoleChange(term, role, leader_id)`` on the runtime's thread,
+  each transition once, in order;
+- every blocking call has an ``*_async`` twin for hosts running their own asyncio loop.
+Local misuse (calling before ``startup()``, a body that is not bytes) raises at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from dledger.config import FILE, DLedgerConfig
+from dledger.core import Node, Role, RoleChange
+from dledger.entry import MAGIC_NORMAL, DLedgerEntry
+from dledger.errors import DLedgerError
+from dledger.protocol import AppendEntryResponse, ReadMode
+from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
+from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
+
+log = logging.getLogger(__name__)
+
+INDEX_OUT_OF_RANGE = 410
+CHECKPOINT_INTERVAL_MS = 1000
+MAX_DRAIN_BODIES = 2048
+
+
+class DLedgerServer:
+    def __init__(self, config: DLedgerConfig, *, store=None, transport=None, runtime=None,
+                 rng: random.Random | None = None, state_machine=None, hub=None) -> None:
+        self.config = config.validate()
+        self._store = store
+        self._own_store = store is None
+        self._transport = transport
+        self._runtime = runtime
+        self._hub = hub
+        self._rng = rng if rng is not None else random.Random()
+        self._state_machine = state_machine
+        self._role_handlers: list[Callable[[RoleChange], None]] = []
+        self._append_hooks: list = []
+        self._inbox: deque = deque()
+        self._drain_scheduled = False
+        self._flush_timer = None
+        self.node: Node | None = None
+        self.driver: Driver | None = None
+        self.started = False
+        self._lock = threading.Lock()
+
+    # =====================================================================================
+    # lifecycle
+    # =====================================================================================
+    @property
+    def runtime(self):
+        if self._runtime is None:
+            from dledger.runtime.asyncio_runtime import AsyncioRuntime
+            self._runtime = AsyncioRuntime.shared()
+        return self._runtime
+
+    def register_state_machine(self, state_machine) -> None:
+        if self.started:
+            raise RuntimeError("register_state_machine must be called before startup()")
+        self._state_machine = state_machine
+
+    def add_role_change_handler(self, handler: Callable[[RoleChange], None]) -> None:
+        self._role_handlers.append(handler)
+        if self.driver is not None and handler not in self.driver.role_change_handlers:
+            self.driver.role_change_handlers.append(handler)
+
+    def add_append_hook(self, hook) -> None:
+        """``hook(entry, record_view, body_offset)`` may rewrite body bytes on the leader
+        before the record is written (e.g. to stamp the entry's position into it)."""
+        self._append_hooks.append(hook)
+        if self._store is not None:
+            self._store.add_append_hook(hook)
+
+    def _open_store(self):
+        c = self.config
+        if c.store_type == FILE:
+            return DLedgerMmapFileStore.open(
+                c.default_path, data_file_size=c.mapped_file_size_for_entry_data,
+                index_file_size=c.mapped_file_size_for_entry_index, durability=c.durability,
+                file_reserved_hours=c.file_reserved_hours, delete_when=c.delete_when,
+                disk_space_ratio_to_check_expired=c.disk_space_ratio_to_check_expired,
+                disk_space_ratio_to_force_clean=c.disk_space_ratio_to_force_clean,
+                enable_disk_force_clean=c.enable_disk_force_clean, flush_interval_ms=c.flush_file_interval,
+                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
+        return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
+
+    def startup(self) -> "DLedgerServer":
+        if self.started:
+            return self
+        rt = self.runtime
+
+        def start() -> None:
+            if self._store is None:
+                self._store = self._open_store()
+            for hook in self._append_hooks:
+                self._store.add_append_hook(hook)
+            if self._transport is None:
+                from dledger.transport.inproc import default_hub
+                self._transport = (self._hub or default_hub()).endpoint(self.config.group, self.config.self_id, rt)
+            self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
+                             now_ms=rt.now_ms())
+            self.driver = Driver(self.node, rt, self._transport)
+            self.driver.role_change_handlers.extend(self._role_handlers)
+            self.started = True
+            self.driver.start()
+            if isinstance(self._store, DLedgerMmapFileStore) and self.config.durability == "page_cache":
+                self._flush_timer = rt.call_at(rt.now_ms() + self.config.flush_file_interval, self._flush_tick)
+
+        rt.run_sync(start)
+        return self
+
+    def _flush_tick(self) -> None:
+        if not self.started:
+            return
+        rt = self.runtime
+        now = rt.now_ms()
+        try:
+            self._store.flush_if_due(now)
+        except DLedgerError as exc:
+            log.error("%s: flush failed: %s", self.config.self_id, exc)
+        self._flush_timer = rt.call_at(now + self.config.flush_file_interval, self._flush_tick)
+
+    def shutdown(self) -> None:
+        """Stop the node: pending operations fail, the store is flushed and closed."""
+        if not self.started:
+            return
+
+        def stop() -> None:
+            self.started = False
+            if self._flush_timer is not None:
+                self._flush_timer.cancel()
+            self.driver.stop()
+            self._transport.close()
+            if self._own_store:
+                self._store.close()
+
+        self.runtime.run_sync(stop)
+
+    def crash(self) -> None:
+        """Stop as a killed process would: nothing flushed, nothing answered (simulation)."""
+        if not self.started:
+            return
+        self.started = False
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+        self.driver.stopped = True
+        self._transport.close()
+
+    # =====================================================================================
+    # operations (thread-safe; they run on the runtime's thread)
+    # =====================================================================================
+    def _check_started(self) -> None:
+        if not self.started:
+            raise RuntimeError(f"DLedgerServer {self.config.self_id} is not started")
+
+    def _submit(self, item: tuple[Op, list, int]) -> None:
+        self._check_started()
+        self._inbox.append(item)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.runtime.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        """Hand what the host submitted to the node as one batch, at most
+        ``MAX_DRAIN_BODIES`` bodies per turn so timers and peers are never starved."""
+        self._drain_scheduled = False
+        inbox = self._inbox
+        items = []
+        bodies = 0
+        while inbox and bodies < MAX_DRAIN_BODIES:
+            item = inbox.popleft()
+            items.append(item)
+            bodies += len(item[1])
+        if inbox and not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.runtime.call_soon(self._drain)
+        if items and self.driver is not None:
+            self.driver.propose_many(items)
+
+    def _now(self) -> int:
+        return self.runtime.now_ms()
+
+    def append(self, body: bytes) -> Future:
+        """Append one entry; a future of ``AppendEntryResponse``."""
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes, got {type(body).__name__}")
+        f: Future = Future()
+        self._submit((Op(f, APPEND, self._now()), [bytes(body)], MAGIC_NORMAL))
+        return f
+
+    def batch_append(self, bodies: list[bytes]) -> Future:
+        """Append several entries as one batch; the response names the last index and lists
+        every position in ``positions``."""
+        bodies = [bytes(b) for b in bodies]
+        if not bodies:
+            raise ValueError("batch_append needs at least one body")
+        f: Future = Future()
+        self._submit((Op(f, APPEND, self._now()), bodies, MAGIC_NORMAL))
+        return f
+
+    def write(self, body: bytes) -> Future:
+        """Append and wait for the state machine: a future of ``(response, state machine resp)``."""
+        f: Future = Future()
+        self._submit((Op(f, WRITE, self._now()), [bytes(body)], MAGIC_NORMAL))
+        return f
+
+    def read(self, mode: ReadMode = ReadMode.RAFT_LOG_READ) -> Future:
+        """A future of ``AppendEntryResponse`` whose ``index`` is safe to read up to."""
+        self._check_started()
+        f: Future = Future()
+        op = Op(f, READ, self._now())
+        self.runtime.call_soon_threadsafe(lambda: self.driver.read(op, mode))
+        return f
+
+    def transfer_leadership(self, target_id: str) -> Future:
+        """Hand leadership to ``target_id``; a future of ``LeadershipTransferResponse``."""
+        self._check_started()
+        f: Future = Future()
+        op = Op(f, TRANSFER, self._now())
+        self.runtime.call_soon_threadsafe(lambda: self.driver.transfer_leadership(op, target_id))
+        return f
+
+    def get(self, index: int) -> DLedgerEntry:
+        """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index)."""
+        self._check_started()
+
+        def read_entry() -> DLedgerEntry:
+            if index > self.node.committed_index:
+                raise DLedgerError(f"index {index} is beyond the committed index {self.node.committed_index}",
+                                   INDEX_OUT_OF_RANGE)
+            return self._store.get(index)
+
+        return self.runtime.run_sync(read_entry)
+
+    def metadata(self) -> dict[str, Any]:
+        self._check_started()
+
+        def meta() -> dict[str, Any]:
+            n = self.node
+            return {"group": self.config.group, "self_id": self.config.self_id, "peers": dict(self.config.peer_map),
+                    "leader_id": n.leader_id, "role": n.role.value, "term": n.term,
+                    "ledger_end_index": self._store.ledger_end_index, "committed_index": n.committed_index,
+                    "applied_index": n.applied_index}
+
+        return self.runtime.run_sync(meta)
+
+    # -- async twins ----------------------------------------------------------------------
+    async def append_async(self, body: bytes) -> AppendEntryResponse:
+        return await asyncio.wrap_future(self.append(body))
+
+    async def batch_append_async(self, bodies: list[bytes]) -> AppendEntryResponse:
+        return await asyncio.wrap_future(self.batch_append(bodies))
+
+    async def write_async(self, body: bytes):
+        return await asyncio.wrap_future(self.write(body))
+
+    async def read_async(self, mode: ReadMode = ReadMode.RAFT_LOG_READ) -> AppendEntryResponse:
+        return await asyncio.wrap_future(self.read(mode))
+
+    async def transfer_leadership_async(self, target_id: str):
+        return await asyncio.wrap_future(self.transfer_leadership(target_id))
+
+    async def get_async(self, index: int) -> DLedgerEntry:
+        return await asyncio.get_running_loop().run_in_executor(None, self.get, index)
+
+    async def metadata_async(self) -> dict[str, Any]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.metadata)
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def store(self):
+        return self._store
+
+    @property
+    def member_state(self):
+        return self.node.ms if self.node is not None else None
+
+    @property
+    def role(self) -> Role | None:
+        return self.node.role if self.node is not None else None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node is not None and self.started and self.node.role is Role.LEADER
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.node.leader_id if self.node is not None else None
+
+    def wait_for_leader(self, timeout: float | None = None) -> str | None:
+        """Block until this node knows the group's leader (itself or a peer); returns its id,
+        or None when ``timeout`` seconds pass first. For synchronous hosts on the asyncio
+        runtime (under the simulator, run the cluster instead)."""
+        known = threading.Event()
+
+        def on_change(change: RoleChange) -> None:
+            if change.leader_id is not None:
+                known.set()
+
+        self.add_role_change_handler(on_change)
+        try:
+            if self.leader_id is None:
+                known.wait(timeout)
+            return self.leader_id
+        finally:
+            for handlers in (self._role_handlers, self.driver.role_change_handlers if self.driver else []):
+                if on_change in handlers:
+                    handlers.remove(on_change)
+
+    def __repr__(self) -> str:
+        return f"DLedgerServer({self.config.self_id}, {self.node.ms if self.node else 'not started'})"

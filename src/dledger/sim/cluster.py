@@ -1,0 +1,300 @@
+"""Cluster: a deterministic simulated cluster of production ``DLedgerServer`` nodes.
+
+Only the environment is simulated: time (``SimScheduler``), the network (``SimNetwork``)
+and, for ``store="memory"``, the disk (each node's memory store survives its crashes, as a
+disk would). With ``store="file"`` every node has a real store directory under ``base_dir``
+and a crash reopens it (a process crash: what was written stays in the page cache; nothing
+is flushed or checkpointed at the crash). Every random choice comes from ``seed``.
+
+    c = Cluster(n=3, seed=7)
+    c.run_until(lambda: c.leader() is not None, 2_000)
+    f = c.append(b"hello")
+    c.run_until(f.done, 1_000)
+    c.check()
+
+Never call ``f.result()`` on a future that is not done: the simulator has one thread, and
+time moves only inside ``run_for``/``run_until``.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from concurrent.futures import Future
+from typing import Callable
+
+from dledger.config import DLedgerConfig
+from dledger.core import Role
+from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code
+from dledger.server import DLedgerServer
+from dledger.sim.disk import FaultyStore
+from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
+from dledger.sim.history import History, LogEntry, check_commit_log
+from dledger.sim.network import NetworkOptions, SimNetwork
+from dledger.sim.scheduler import SimScheduler
+from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
+
+SIM_DEFAULTS = dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 8192,
+                    flush_file_interval=200)
+
+
+class Cluster:
+    def __init__(self, n: int = 3, seed: int = 0, store: str = "memory", base_dir=None, *,
+                 network: NetworkOptions | None = None, record_applies: bool = True, strict_history: bool = True,
+                 leader: str | None = None, state_machine_factory=None, disk_faults: bool = False,
+                 **config) -> None:
+        if store not in ("memory", "file"):
+            raise ValueError(f"store must be 'memory' or 'file', got {store!r}")
+        self.n = n
+        self.seed = seed
+        self.store_type = store
+        self._tmp = None
+        if store == "file" and base_dir is None:
+            base_dir = self._tmp = tempfile.mkdtemp(prefix="dledger-sim-")
+        self.base_dir = str(base_dir) if base_dir is not None else None
+        self.rng = random.Random(seed)
+        self.scheduler = SimScheduler()
+        self.network = SimNetwork(self.scheduler, random.Random(self.rng.getrandbits(64)), network)
+        self.ids = [f"n{i}" for i in range(n)]
+        self.peers = ";".join(f"{pid}-127.0.0.1:{20911 + k}" for k, pid in enumerate(self.ids))
+        self.config_overrides = {**SIM_DEFAULTS, **config}
+        self.record_applies = record_applies
+        self.strict_history = strict_history
+        self.servers: dict[str, DLedgerServer] = {}
+        self.incarnation: dict[str, int] = {i: 0 for i in self.ids}
+        self.crashed: set[str] = set()
+        self.history = History()
+        self.invariants = InvariantChecker()
+        self.state_machines: dict[str, RecordingStateMachine] = {}
+        self._memory: dict[str, DLedgerMemoryStore] = {}
+        self.state_machine_factory = state_machine_factory
+        #: with ``disk_faults=True`` every node's store is wrapped in a ``FaultyStore`` (here)
+        self.disk_faults = disk_faults
+        self.disks: dict[str, FaultyStore] = {}
+        #: forced roles (SPEC §9's harness with the elector disabled): the leader's id
+        self.forced_leader = leader
+        self.forced_term: int | None = None
+        if leader is not None:
+            self.config_overrides["enable_leader_elector"] = False
+        for node_id in self.ids:
+            self._boot(node_id)
+
+    # =====================================================================================
+    # nodes
+    # =====================================================================================
+    def config_for(self, node_id: str) -> DLedgerConfig:
+        return DLedgerConfig(group="sim", self_id=node_id, peers=self.peers, store_type=self.store_type,
+                             store_base_dir=self.base_dir or "/nonexistent", **self.config_overrides)
+
+    def _boot(self, node_id: str) -> DLedgerServer:
+        cfg = self.config_for(node_id)
+        store = None
+        if self.store_type == "memory":
+            store = self._memory.get(node_id)
+            if store is None:
+                store = self._memory[node_id] = DLedgerMemoryStore(data_file_size=cfg.mapped_file_size_for_entry_data)
+            store.closed = False
+        if self.disk_faults:
+            if store is None:
+                store = DLedgerMmapFileStore.open(
+                    cfg.default_path, data_file_size=cfg.mapped_file_size_for_entry_data,
+                    index_file_size=cfg.mapped_file_size_for_entry_index, durability=cfg.durability)
+            store = self.disks[node_id] = FaultyStore(store)
+        sm = None
+        if self.state_machine_factory is not None:
+            sm = self.state_machine_factory(node_id)
+        elif self.record_applies:
+            sm = self.state_machines[node_id] = RecordingStateMachine(node_id, self.invariants.problems)
+        server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id), runtime=self.scheduler,
+                               rng=random.Random(self.rng.getrandbits(64)), state_machine=sm)
+        self.incarnation[node_id] += 1
+        inc = self.incarnation[node_id]
+        server.startup()
+        st = server.store
+        server.driver.ready_listeners.append(
+            lambda ready: self.invariants.observe(node_id, inc, self.scheduler.now, ready, st.ledger_end_index))
+        self.servers[node_id] = server
+        self.crashed.discard(node_id)
+        if self.forced_leader is not None:
+            self._force(node_id)
+        return server
+
+    def _force(self, node_id: str) -> None:
+        server = self.servers[node_id]
+        server.driver.node.force_role(self.now_ms, self.forced_leader, self.forced_term)
+        server.driver._process()
+
+    def force_roles(self, leader: str, term: int | None = None) -> None:
+        """Elector disabled: make ``leader`` the leader (of ``term``) and everyone else its
+        follower, now and after every restart (SPEC §9's ``launchServer``)."""
+        self.forced_leader, self.forced_term = leader, term
+        for node_id in self.live():
+            self._force(node_id)
+
+    def crash(self, node_id: str) -> None:
+        """Kill the node's process: in-flight client calls fail, nothing is flushed."""
+        if node_id in self.crashed:
+            return
+        server = self.servers[node_id]
+        server.crash()
+        server.driver.node.stop()             # the client side sees its calls fail
+        server.driver._process()              # (the transport is closed: nothing is sent)
+        store = server.store
+        if isinstance(store, FaultyStore):
+            store = store.inner
+        if isinstance(store, DLedgerMmapFileStore):
+            store.data_list.close()           # unmap without msync or checkpoint
+            store.index_list.close()
+            store.closed = True
+        self.crashed.add(node_id)
+
+    def restart(self, node_id: str) -> DLedgerServer:
+        """Crash the node if it runs, then start it again from its store."""
+        if node_id not in self.crashed:
+            self.crash(node_id)
+        return self._boot(node_id)
+
+    def partition(self, *groups) -> None:
+        self.network.partition(*groups)
+
+    def heal(self) -> None:
+        self.network.heal()
+
+    # =====================================================================================
+    # time
+    # =====================================================================================
+    @property
+    def now_ms(self) -> int:
+        return self.scheduler.now
+
+    def run_for(self, ms: int) -> None:
+        self.scheduler.run_until(self.scheduler.now + ms)
+
+    def run_until(self, predicate: Callable[[], bool], timeout_ms: int = 10_000) -> bool:
+        if predicate():
+            return True
+        return self.scheduler.run_until(self.scheduler.now + timeout_ms, stop=predicate)
+
+    # =====================================================================================
+    # clients
+    # =====================================================================================
+    def live(self) -> list[str]:
+        return [i for i in self.ids if i not in self.crashed]
+
+    def leader(self) -> str | None:
+        """The id of the single current leader (highest term among live leaders), if any."""
+        leaders = [(self.servers[i].node.term, i) for i in self.live() if self.servers[i].role is Role.LEADER]
+        if not leaders:
+            return None
+        leaders.sort(reverse=True)
+        if len(leaders) > 1 and leaders[0][0] == leaders[1][0]:
+            return None
+        return leaders[0][1]
+
+    def append(self, body: bytes, via: str | None = None) -> Future:
+        """Append through ``via`` (default: the current leader); the history records it."""
+        node = via if via is not None else self.leader()
+        op = self.history.invoke(bytes(body), node, self.now_ms)
+        if node is None or node in self.crashed:
+            f: Future = Future()
+            resp = AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR)
+            History.complete(op, self.now_ms, resp)
+            f.set_result(resp)
+            return f
+        f = self.servers[node].append(body)
+
+        def done(fut: Future) -> None:
+            if fut.exception() is None:
+                History.complete(op, self.now_ms, fut.result())
+            else:
+                op.complete_ms = self.now_ms       # outcome stays "info"
+
+        f.add_done_callback(done)
+        return f
+
+    def read(self, mode=None, via: str | None = None) -> Future:
+        """A read through ``via`` (default: the current leader); a future of the response
+        whose ``index`` is safe to read up to (see ``DLedgerServer.read``)."""
+        from dledger.protocol import ReadMode
+        node = via if via is not None else self.leader()
+        if node is None or node in self.crashed:
+            f: Future = Future()
+            f.set_result(AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR))
+            return f
+        return self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode)
+
+    # =====================================================================================
+    # checking
+    # =====================================================================================
+    def _stores(self) -> tuple[dict, dict, list]:
+        stores, committed, opened = {}, {}, []
+        for i in self.ids:
+            server = self.servers[i]
+            if i not in self.crashed:
+                st = server.store
+                stores[i], committed[i] = getattr(st, "inner", st), server.node.committed_index
+            elif self.store_type == "memory":
+                stores[i] = self._memory[i]
+                committed[i] = min(self._memory[i].committed_index, self._memory[i].ledger_end_index)
+            else:
+                cfg = self.config_for(i)
+                st = DLedgerMmapFileStore.open(cfg.default_path, data_file_size=cfg.mapped_file_size_for_entry_data,
+                                               index_file_size=cfg.mapped_file_size_for_entry_index, read_only=True)
+                opened.append(st)
+                stores[i], committed[i] = st, min(st.committed_index, st.ledger_end_index)
+        return stores, committed, opened
+
+    def committed_log(self) -> list[LogEntry]:
+        """The longest committed prefix any replica holds (the agreed log)."""
+        stores, committed, opened = self._stores()
+        try:
+            ref = max(self.ids, key=lambda i: committed[i])
+            st = stores[ref]
+            return [LogEntry(e.index, e.term, e.pos, e.magic, bytes(e.body))
+                    for e in st.iter_entries(st.ledger_before_begin_index + 1, committed[ref])]
+        finally:
+            for st in opened:
+                st.close()
+
+    def problems(self) -> list[str]:
+        problems = list(self.invariants.problems)
+        stores, committed, opened = self._stores()
+        try:
+            problems += check_logs(stores, committed)
+        finally:
+            for st in opened:
+                st.close()
+        log = self.committed_log()
+        problems += check_commit_log(self.history.ops, log, strict=self.strict_history)
+        by_index = {e.index: e.body for e in log}
+        for i, sm in self.state_machines.items():
+            for index, body in sm.applied:
+                if index in by_index and by_index[index] != body:
+                    problems.append(f"{i} applied {body[:16]!r} at {index}, the committed log has "
+                                    f"{by_index[index][:16]!r}")
+        return problems
+
+    def check(self) -> None:
+        """Raise ``InvariantViolation`` with a readable report if any invariant is broken."""
+        problems = self.problems()
+        if problems:
+            counts = self.history.counts()
+            head = (f"{len(problems)} invariant violation(s) in a {self.n}-node cluster, seed {self.seed}, "
+                    f"at {self.now_ms} ms virtual; history: {dict(counts)}")
+            raise InvariantViolation("\n".join([head] + [f"  - {p}" for p in problems[:30]]))
+
+    def close(self) -> None:
+        for i in self.ids:
+            if i not in self.crashed:
+                self.servers[i].shutdown()
+                if i in self.disks and self.store_type == "file":
+                    self.disks[i].inner.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,134 @@
+"""Client history and the commit-log history checker (RELIABILITY "Recommended checker design").
+
+Every ``Cluster.append`` is one ``Operation`` with its invoke and complete virtual times and
+its outcome: ``ok`` (SUCCESS), ``fail`` (a code that guarantees nothing was appended: the
+node was not leader, was transferring, was full, or refused the body) or ``info`` (anything
+else, or never completed: the entry may or may not be in the log).
+
+``check_commit_log(ops, log)`` checks, in linear-ish time, against the agreed committed log
+(a list of ``LogEntry`` from index 0 or the log's first index):
+1. every ok append is in the log at its returned index, with its body, term and pos;
+2. no two ok appends share an index;
+3. real-time order: if A was acknowledged before B was invoked, index(A) < index(B);
+4. no body appears in the log more often than it was invoked by ok/info operations (so a
+   failed append never appears and a timed-out one appears at most once), and (``strict``)
+   every entry in the log comes from some invoked operation.
+Bodies should be unique per operation for (4) to be sharp; ``Cluster.append`` users
+normally make them so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from dledger.protocol import DLedgerResponseCode as Code
+
+DEFINITE_FAILURES = frozenset({Code.NOT_LEADER, Code.LEADER_PENDING_FULL, Code.LEADER_TRANSFERRING,
+                               Code.REQUEST_WITH_EMPTY_BODYS, Code.UNEXPECTED_ARGUMENT, Code.DISK_FULL})
+
+
+@dataclass(slots=True)
+class Operation:
+    op_id: int
+    body: bytes
+    node: str | None
+    invoke_ms: int
+    complete_ms: int | None = None
+    code: int | None = None
+    index: int = -1
+    term: int = -1
+    pos: int = -1
+    kind: str = "append"
+
+    @property
+    def outcome(self) -> str:
+        if self.code == Code.SUCCESS:
+            return "ok"
+        if self.code is not None and self.code in DEFINITE_FAILURES:
+            return "fail"
+        return "info"
+
+    def __str__(self) -> str:
+        return (f"op#{self.op_id} {self.kind} {self.body[:16]!r} via {self.node} invoked {self.invoke_ms}ms "
+                f"completed {self.complete_ms}ms code {self.code} index {self.index}")
+
+
+class LogEntry(NamedTuple):
+    index: int
+    term: int
+    pos: int
+    magic: int
+    body: bytes
+
+
+class History:
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def invoke(self, body: bytes, node: str | None, now_ms: int) -> Operation:
+        op = Operation(len(self.ops), body, node, now_ms)
+        self.ops.append(op)
+        return op
+
+    @staticmethod
+    def complete(op: Operation, now_ms: int, resp) -> None:
+        op.complete_ms = now_ms
+        op.code = int(resp.code)
+        op.index, op.term, op.pos = resp.index, resp.term, resp.pos
+
+    def __iter__(self):
+        return iter(self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def counts(self) -> Counter:
+        return Counter(op.outcome for op in self.ops)
+
+
+def check_commit_log(ops: list[Operation], log: list[LogEntry], *, strict: bool = True,
+                     normal_magic: int = 1) -> list[str]:
+    """Problems found (empty when the history is consistent with the log)."""
+    problems: list[str] = []
+    by_index = {e.index: e for e in log}
+    acked = [op for op in ops if op.outcome == "ok"]
+    # 1 + 2
+    seen: dict[int, Operation] = {}
+    for op in acked:
+        e = by_index.get(op.index)
+        if e is None:
+            problems.append(f"{op}: acknowledged but index {op.index} is not in the committed log")
+        elif e.body != op.body:
+            problems.append(f"{op}: committed log holds {e.body[:16]!r} at index {op.index}")
+        elif (e.term, e.pos) != (op.term, op.pos):
+            problems.append(f"{op}: acknowledged term/pos {op.term}/{op.pos}, log has {e.term}/{e.pos}")
+        if op.index in seen:
+            problems.append(f"{op} and {seen[op.index]} were both acknowledged at index {op.index}")
+        seen[op.index] = op
+    # 3: real-time order
+    by_complete = sorted(acked, key=lambda o: o.complete_ms)
+    k = 0
+    best: Operation | None = None
+    for op in sorted(acked, key=lambda o: o.invoke_ms):
+        while k < len(by_complete) and by_complete[k].complete_ms < op.invoke_ms:
+            if best is None or by_complete[k].index > best.index:
+                best = by_complete[k]
+            k += 1
+        if best is not None and best.index >= op.index:
+            problems.append(f"{best} was acknowledged before {op} was invoked, yet its index is not smaller")
+    # 4: occurrences
+    allowed = Counter(op.body for op in ops if op.outcome != "fail")
+    failed = {op.body for op in ops if op.outcome == "fail"}
+    present = Counter(e.body for e in log if e.magic == normal_magic)
+    for body, n in present.items():
+        if body in allowed:
+            if n > allowed[body]:
+                problems.append(f"body {body[:16]!r} is in the log {n} times but was appended {allowed[body]} times"
+                                " (not counting failed appends)")
+        elif body in failed:
+            problems.append(f"body {body[:16]!r} of a failed append is in the log")
+        elif strict:
+            problems.append(f"body {body[:16]!r} is in the log but no client appended it")
+    return problems

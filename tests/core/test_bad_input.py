@@ -1,0 +1,86 @@
+"""Remote misbehaviour (RELIABILITY BI-04, BI-05, BI-09): malformed or hostile pushes get an
+error answer, change nothing and never raise."""
+
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from dledger.config import DLedgerConfig
+from dledger.core import Node, Role
+from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, PushEntryRequest,
+                              PushEntryType, VoteRequest)
+from dledger.store import DLedgerMemoryStore
+
+PEERS = "n0-h:1;n1-h:2;n2-h:3"
+
+
+def follower_with_log(entries=3):
+    """n0 following n1 in term 2, holding ``entries`` entries written by n1."""
+    leader_store = DLedgerMemoryStore(data_file_size=1 << 16)
+    leader_store.persist_term(2, "n1")
+    leader_store.batch_append_as_leader([b"e%d" % i for i in range(entries)])
+    store = DLedgerMemoryStore(data_file_size=1 << 16)
+    store.persist_term(2, None)
+    raw, _n = leader_store.get_raw_range(0, 1 << 20)
+    store.batch_append_as_follower(raw, 2, "n1")
+    node = Node(DLedgerConfig(self_id="n0", peers=PEERS, group="g").validate(), store, random.Random(1))
+    node.take_ready()
+    node.receive(0, Envelope("n1", "n0", 1, False, HeartBeatRequest(group="g", local_id="n1", remote_id="n0",
+                                                                   leader_id="n1", term=2)))
+    node.take_ready()
+    assert node.role is Role.FOLLOWER
+    return node, leader_store
+
+
+def push(node, **kw):
+    base = dict(group="g", local_id="n1", remote_id="n0", leader_id="n1", term=2, type=PushEntryType.APPEND)
+    base.update(kw)
+    node.receive(1, Envelope("n1", "n0", 7, False, PushEntryRequest(**base)))
+    out = [m.msg for m in node.take_ready().messages if m.request_id == 7]
+    return out[0] if out else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=st.binary(max_size=300), first=st.integers(-5, 10), count=st.integers(-2, 5),
+       type_=st.sampled_from(list(PushEntryType)), pre=st.integers(-3, 10), pre_term=st.integers(-2, 4),
+       commit=st.integers(-2, 20))
+def test_random_pushes_never_raise_and_never_damage_the_log(entries, first, count, type_, pre, pre_term, commit):
+    node, _leader = follower_with_log()
+    before = [node.store.get_raw(i) for i in range(3)]
+    resp = push(node, entries=entries, first_entry_index=first, count=count, type=type_, pre_log_index=pre,
+                pre_log_term=pre_term, commit_index=commit)
+    assert resp is None or isinstance(resp.code, int)
+    # verified or committed entries are never lost; what remains is what the leader wrote
+    assert node.committed_index <= node.store.ledger_end_index
+    for i in range(min(3, node.store.ledger_end_index + 1)):
+        assert node.store.get_raw(i) == before[i]
+
+
+def test_a_push_with_a_corrupt_record_is_refused_and_nothing_is_written():
+    node, leader = follower_with_log(3)
+    leader.batch_append_as_leader([b"new"])
+    raw = bytearray(leader.get_raw(3))
+    raw[-1] ^= 1                                             # flip a body bit: CRC mismatch
+    resp = push(node, entries=bytes(raw), first_entry_index=3, count=1, last_entry_term=2)
+    assert resp.code == Code.INCONSISTENT_STATE and node.store.ledger_end_index == 2
+
+
+def test_a_push_from_a_stranger_or_an_old_term_changes_nothing():
+    node, leader = follower_with_log(3)
+    leader.batch_append_as_leader([b"new"])
+    raw = leader.get_raw(3)
+    assert push(node, leader_id="n2", entries=raw, first_entry_index=3, count=1).code == Code.INCONSISTENT_LEADER
+    assert push(node, term=1, entries=raw, first_entry_index=3, count=1).code == Code.EXPIRED_TERM
+    assert node.store.ledger_end_index == 2 and node.term == 2
+
+
+def test_vote_and_heartbeat_with_absurd_terms_from_strangers_are_refused_without_a_term_change():
+    node, _ = follower_with_log(1)
+    node.receive(5, Envelope("n9", "n0", 3, False, VoteRequest(group="g", local_id="n9", remote_id="n0",
+                                                               leader_id="n9", term=(1 << 62),
+                                                               ledger_end_index=99, ledger_end_term=99)))
+    node.receive(5, Envelope("n9", "n0", 4, False, HeartBeatRequest(group="g", local_id="n9", remote_id="n0",
+                                                                    leader_id="n9", term=(1 << 62))))
+    assert node.term == 2
+    codes = [m.msg for m in node.take_ready().messages if m.is_response]
+    assert len(codes) == 2

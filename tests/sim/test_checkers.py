@@ -1,0 +1,108 @@
+"""The checkers themselves, fed known-bad histories and logs: each must be caught."""
+
+from dledger.core import Role, RoleChange
+from dledger.core.node import Ready
+from dledger.sim import InvariantChecker, LogEntry, Operation, check_commit_log, check_logs
+from dledger.store import DLedgerMemoryStore
+
+
+def log_of(*bodies, term=1):
+    return [LogEntry(i, term, i * 100, 1, b) for i, b in enumerate(bodies)]
+
+
+def ok(op_id, body, index, invoke, complete, term=1):
+    return Operation(op_id, body, "n0", invoke, complete, 200, index, term, index * 100)
+
+
+def test_a_consistent_history_passes():
+    ops = [ok(0, b"a", 0, 0, 10), ok(1, b"b", 1, 5, 20), ok(2, b"c", 2, 21, 30)]
+    assert check_commit_log(ops, log_of(b"a", b"b", b"c")) == []
+
+
+def test_acknowledged_append_missing_from_the_log_is_caught():
+    ops = [ok(0, b"a", 0, 0, 10), ok(1, b"b", 1, 11, 20)]
+    problems = check_commit_log(ops, log_of(b"a"))
+    assert any("not in the committed log" in p for p in problems)
+
+
+def test_acknowledged_append_with_other_bytes_at_its_index_is_caught():
+    problems = check_commit_log([ok(0, b"a", 0, 0, 10)], log_of(b"z"), strict=False)
+    assert any("holds" in p for p in problems)
+
+
+def test_wrong_position_in_an_ack_is_caught():
+    op = ok(0, b"a", 0, 0, 10)
+    op.pos = 7
+    assert any("term/pos" in p for p in check_commit_log([op], log_of(b"a")))
+
+
+def test_two_acks_at_one_index_are_caught():
+    ops = [ok(0, b"a", 0, 0, 10), ok(1, b"a", 0, 0, 10)]
+    assert any("both acknowledged" in p for p in check_commit_log(ops, log_of(b"a")))
+
+
+def test_real_time_order_violation_is_caught():
+    # A acknowledged at 10, B invoked at 20, but B got the smaller index
+    ops = [ok(0, b"a", 1, 0, 10), ok(1, b"b", 0, 20, 30)]
+    problems = check_commit_log(ops, log_of(b"b", b"a"))
+    assert any("acknowledged before" in p for p in problems)
+
+
+def test_concurrent_appends_may_take_either_order():
+    ops = [ok(0, b"a", 1, 0, 30), ok(1, b"b", 0, 5, 20)]
+    assert check_commit_log(ops, log_of(b"b", b"a")) == []
+
+
+def test_a_timed_out_append_may_appear_once_but_not_twice():
+    info = Operation(0, b"t", "n0", 0, 50, 502)
+    assert check_commit_log([info], log_of(b"t")) == []
+    assert check_commit_log([info], []) == []
+    assert any("2 times" in p for p in check_commit_log([info], log_of(b"t", b"t")))
+
+
+def test_a_failed_append_must_not_appear():
+    failed = Operation(0, b"f", "n1", 0, 1, 404)
+    assert any("failed append" in p for p in check_commit_log([failed], log_of(b"f")))
+
+
+def test_phantom_entries_are_caught_in_strict_mode():
+    assert any("no client appended" in p for p in check_commit_log([], log_of(b"ghost")))
+    assert check_commit_log([], log_of(b"ghost"), strict=False) == []
+
+
+def test_two_leaders_in_one_term_are_caught():
+    c = InvariantChecker()
+    c.observe("n0", 1, 5, Ready(role_changes=[RoleChange(3, Role.LEADER, "n0")]), -1)
+    c.observe("n1", 1, 6, Ready(role_changes=[RoleChange(3, Role.LEADER, "n1")]), -1)
+    assert any("I1" in p for p in c.problems)
+
+
+def test_commit_index_going_back_or_beyond_the_log_is_caught():
+    c = InvariantChecker()
+    c.observe("n0", 1, 5, Ready(committed_index=4), 9)
+    c.observe("n0", 1, 6, Ready(committed_index=3), 9)
+    c.observe("n0", 1, 7, Ready(committed_index=12), 9)
+    assert sum("I6" in p for p in c.problems) == 2
+    c.observe("n0", 2, 8, Ready(committed_index=0), 9)     # a new process lifetime starts over
+    assert sum("I6" in p for p in c.problems) == 2
+
+
+def _store(*terms_bodies):
+    s = DLedgerMemoryStore(data_file_size=1 << 16)
+    for term, body in terms_bodies:
+        s.persist_term(term, None)
+        s.batch_append_as_leader([body])
+    return s
+
+
+def test_divergent_committed_prefixes_are_caught():
+    a = _store((1, b"x"), (1, b"y"))
+    b = _store((1, b"x"), (2, b"z"))
+    assert check_logs({"a": a, "b": b}, {"a": 1, "b": 1})
+    assert check_logs({"a": a, "b": b}, {"a": 0, "b": 0}) == []     # uncommitted tails may differ
+
+
+def test_same_index_and_term_with_different_bytes_breaks_log_matching():
+    a = _store((1, b"x"), (1, b"y"))
+    b = _store((1, b"q"), (1, b"y"))
+    assert any("I2" in p for p in check_logs({"a": a, "b": b}, {"a": -1, "b": -1}))

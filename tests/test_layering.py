@@ -1,0 +1,104 @@
+"""The layering rule of STYLE.md, enforced with ``ast``: imports point down only, the core
+never touches time, sockets, threads, asyncio or a global random, nothing but ``sim`` and
+``cli`` imports the simulator, and ``pyspark`` is imported only inside ``dledger.spark``
+functions."""
+
+import ast
+import pathlib
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dledger"
+
+LOWER = {"errors", "config", "progress", "entry", "store", "protocol", "core", "transport", "runtime", "server"}
+ALLOWED = {
+    "errors": set(),
+    "config": set(),
+    "progress": set(),
+    "entry": {"errors"},
+    "store": {"store", "entry", "errors"},
+    "protocol": {"entry", "errors"},
+    "core": {"core", "store", "protocol", "entry", "errors", "config"},
+    "transport": {"transport", "protocol", "errors"},
+    "runtime": {"runtime", "core", "transport", "protocol", "entry", "errors", "config"},
+    "server": {"server", "runtime", "core", "transport", "protocol", "store", "entry", "errors", "config"},
+    "__init__": LOWER,
+}
+EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress"}, "sim": set(), "spark": set(), "client": set(), "broker": set()}
+CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
+
+
+def modules():
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        layer = rel.parts[0][:-3] if len(rel.parts) == 1 else rel.parts[0]
+        yield path, layer, ast.parse(path.read_text(), str(path))
+
+
+def imports(tree):
+    """(module name, node, inside a function?) for every import."""
+    out = []
+
+    def visit(node, in_func):
+        for child in ast.iter_child_nodes(node):
+            f = in_func or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child, f) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                out.extend((f"{child.module}.{a.name}" if child.module == "dledger" else child.module, child, f)
+                           for a in child.names)
+            visit(child, f)
+
+    visit(tree, False)
+    return out
+
+
+def allowed_for(layer):
+    if layer in ALLOWED:
+        return ALLOWED[layer]
+    return LOWER | {layer} | EDGE_EXTRA.get(layer, set())
+
+
+def test_imports_point_down_only():
+    bad = []
+    for path, layer, tree in modules():
+        ok = allowed_for(layer)
+        for name, node, _f in imports(tree):
+            parts = name.split(".")
+            if parts[0] != "dledger" or len(parts) < 2:
+                continue
+            target = parts[1]
+            if target == "__version__":
+                continue
+            if "*" not in ok and target not in ok:
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno} ({layer}) imports dledger.{target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_core_has_no_clock_socket_thread_asyncio_or_global_random():
+    bad = []
+    for path, layer, tree in modules():
+        if layer != "core":
+            continue
+        for name, node, _f in imports(tree):
+            if name.split(".")[0] in CORE_BANNED:
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_only_sim_and_cli_import_the_simulator():
+    bad = [f"{p.relative_to(SRC)}:{n.lineno}" for p, layer, tree in modules() if layer not in ("sim", "cli")
+           for name, n, _f in imports(tree) if name.startswith("dledger.sim")]
+    assert not bad, bad
+
+
+def test_pyspark_only_inside_spark_functions():
+    bad = [f"{p.relative_to(SRC)}:{n.lineno}" for p, layer, tree in modules()
+           for name, n, in_func in imports(tree)
+           if name.split(".")[0] == "pyspark" and (layer != "spark" or not in_func)]
+    assert not bad, bad
+
+
+def test_the_checker_sees_a_bad_import():
+    tree = ast.parse("import time\nfrom dledger.server import DLedgerServer\n")
+    names = [n for n, _node, _f in imports(tree)]
+    assert names == ["time", "dledger.server"]
+    assert "server" not in allowed_for("core")
