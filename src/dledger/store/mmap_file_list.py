@@ -44,11 +44,11 @@ class MmapFileList:
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        """Map every segment of the directory (creating the directory if missing)."""
+        """Map every segment of the directory (created later, with the first segment)."""
         if not os.path.isdir(self.store_path):
-            if self.read_only:
-                return
-            os.makedirs(self.store_path, exist_ok=True)
+            if os.path.lexists(self.store_path):
+                raise StoreLayoutError(f"{self.store_path} is not a directory")
+            return
         names = sorted(os.listdir(self.store_path))
         for name in names:
             path = os.path.join(self.store_path, name)

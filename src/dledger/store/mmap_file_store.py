@@ -20,9 +20,10 @@ Recovery (``load``), stronger than SPEC §2.6:
   trusted after one spot check, so restart time does not grow with the log;
 - what follows is scanned record by record (header, chain of index/term, CRC, index unit);
   the first bad record there ends the log: a torn tail is truncated, never served;
+- a bad record that is followed by intact entries is mid-log corruption and stops the open
+  with ``CorruptStoreError`` naming the file and offset, instead of truncating it away
+  (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable);
 - without a usable checkpoint the scan starts at most three segments from the end (as Java);
-  a bad record that is followed by intact entries is mid-log corruption and stops the open
-  with ``CorruptStoreError`` naming the file and offset, instead of truncating it away;
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served.
 """
@@ -61,6 +62,16 @@ DURABILITY_MODES = (PAGE_CACHE, FSYNC)
 _ZERO8 = bytes(MIN_BLANK_LEN)
 
 AppendHook = Callable[[DLedgerEntry, memoryview, int], None]
+
+
+def _record_matches_unit(unit: IndexUnit, magic: int, size: int, index: int, term: int, pos: int,
+                         body_crc: int) -> bool:
+    """Does a record's header agree with its index unit? The CRC covers only the body, so this
+    is what catches a damaged header field. Java leaders write magic 1 into the index of NOOP
+    entries (SPEC §1.2); records without a CRC (Java's) may hold another node's ``pos``."""
+    return (index == unit.index and term == unit.term and size == unit.size
+            and (magic == unit.magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP))
+            and (not body_crc or pos == unit.pos))
 
 
 @dataclass(slots=True)
@@ -448,11 +459,13 @@ class DLedgerMmapFileStore:
         except CorruptEntryError as exc:
             raise CorruptStoreError(f"entry {index} is corrupt: {exc.args[0].split(' (')[0]}",
                                     path=f.path, offset=off, position=unit.pos) from None
-        if entry.index != index or entry.term != unit.term or entry.size != unit.size:
+        if not _record_matches_unit(unit, entry.magic, entry.size, entry.index, entry.term,
+                                    entry.pos, entry.body_crc):
             raise CorruptStoreError(f"entry at the position of index {index} is (index "
-                                    f"{entry.index}, term {entry.term}, size {entry.size}), index unit "
-                                    f"says (term {unit.term}, size {unit.size})", path=f.path, offset=off,
-                                    position=unit.pos)
+                                    f"{entry.index}, term {entry.term}, size {entry.size}, magic "
+                                    f"{entry.magic}, pos {entry.pos}), index unit says (term "
+                                    f"{unit.term}, size {unit.size}, magic {unit.magic}, pos "
+                                    f"{unit.pos})", path=f.path, offset=off, position=unit.pos)
         return entry
 
     def get_raw(self, index: int) -> bytes:
@@ -472,23 +485,32 @@ class DLedgerMmapFileStore:
         first_unit, f, off = self._locate(begin_index)
         # Extend within the same segment as far as the limits allow.
         count, nbytes = 1, first_unit.size
+        units = [first_unit]
         while begin_index + count <= end:
             unit = self._index_unit(begin_index + count)
             if unit.pos != first_unit.pos + nbytes or nbytes + unit.size > max_bytes:
                 break
+            units.append(unit)
             nbytes += unit.size
             count += 1
         chunk = f.read(off, nbytes)
-        self._verify_chunk(chunk, begin_index, count, f.path, off)
+        self._verify_chunk(chunk, begin_index, units, f.path, off)
         return chunk, count
 
-    def _verify_chunk(self, chunk: bytes, first: int, count: int, path: str, base_off: int) -> None:
+    def _verify_chunk(self, chunk: bytes, first: int, units: list[IndexUnit], path: str,
+                      base_off: int) -> None:
         off = 0
-        for i in range(first, first + count):
-            fields = decode_header(chunk, off, path=path)
-            if fields[2] != i or (fields[7] and crc32(memoryview(chunk)[off + BODY_OFFSET:off + fields[1]]) != fields[7]):
+        for i, unit in enumerate(units, first):
+            try:
+                fields = decode_header(chunk, off)
+            except CorruptEntryError as exc:
+                raise CorruptStoreError(f"entry {i} is corrupt: {exc.args[0]}", path=path,
+                                        offset=base_off + off) from None
+            magic, size, index, term, pos, _ch, _cc, body_crc, _bs = fields
+            if (not _record_matches_unit(unit, magic, size, index, term, pos, body_crc) or index != i
+                    or (body_crc and crc32(memoryview(chunk)[off + BODY_OFFSET:off + size]) != body_crc)):
                 raise CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
-            off += fields[1]
+            off += size
 
     def get_entry_term(self, index: int) -> int:
         """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""
@@ -543,6 +565,16 @@ class DLedgerMmapFileStore:
             f.write_at(off, bytes(MIN_BLANK_LEN))
             f.mm.flush(off & ~4095, off - (off & ~4095) + MIN_BLANK_LEN)
 
+    def _sync_before_cut(self) -> None:
+        """Make the log durable before a truncation or reset makes its cut durable.
+
+        The cut is synced at once (the page holding an erased header or a head blank). Were
+        the pages before it still only in the page cache, a power loss could keep the cut and
+        lose what precedes it: a hole that recovery would take for mid-log damage.
+        """
+        self.data_list.flush(0)
+        self.index_list.flush(0)
+
     def truncate(self, truncate_index: int) -> int:
         """Remove ``truncate_index`` and every later entry; returns the new end index.
 
@@ -560,18 +592,24 @@ class DLedgerMmapFileStore:
             raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
                                f"(committed index {self.committed_index})", INCONSISTENT_STATE)
         unit = self._index_unit(truncate_index)
+        # Crash-safe order: whatever step a crash interrupts, the next open finds either the
+        # old log or the truncated one. The checkpoint stops vouching for the doomed entries
+        # first (else it would trust a log whose record was already erased); the index units
+        # go before the data header (else intact entries would follow an erased record, which
+        # recovery must take for mid-log damage).
+        self._sync_before_cut()
+        if self._checkpoint is not None and self._checkpoint.end_index >= truncate_index:
+            self._write_checkpoint(truncate_index - 1)
+        self._truncate_index_to(truncate_index)
         self._zero_header_at(unit.pos)
         self.data_list.truncate_offset(unit.pos)
         if self.data_list.max_wrote_position() != unit.pos:
             self.data_list.rebuild_with_pos(unit.pos)
-        self._truncate_index_to(truncate_index)
         if truncate_index - 1 == self.ledger_before_begin_index:
             self.ledger_end_index, self.ledger_end_term = truncate_index - 1, self.ledger_before_begin_term
         else:
             self.ledger_end_index = truncate_index - 1
             self.ledger_end_term = self._index_unit(truncate_index - 1).term
-        if self._checkpoint is not None and self._checkpoint.end_index > self.ledger_end_index:
-            self._write_checkpoint(self.ledger_end_index)
         return self.ledger_end_index
 
     def _truncate_index_to(self, index: int) -> None:
@@ -618,6 +656,8 @@ class DLedgerMmapFileStore:
             if entry.index <= self.ledger_end_index:
                 self.truncate(entry.index)
         else:
+            self._sync_before_cut()
+            self._announce_begin(entry.index - 1, -1, self.committed_index)
             self._zero_header_at(entry.pos)
             data.rebuild_with_pos(entry.pos)
             self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
@@ -642,6 +682,9 @@ class DLedgerMmapFileStore:
         if before_begin_index <= self.ledger_before_begin_index:
             return self.ledger_before_begin_index + 1
         data = self.data_list
+        self._sync_before_cut()
+        self._announce_begin(before_begin_index, before_begin_term,
+                             max(self.committed_index, min(before_begin_index, self.ledger_end_index)))
         if before_begin_index >= self.ledger_end_index:
             if next_pos is not None:
                 data.rebuild_with_pos(next_pos)
@@ -667,6 +710,15 @@ class DLedgerMmapFileStore:
     # =====================================================================================
     # durability
     # =====================================================================================
+    def _announce_begin(self, before_begin_index: int, before_begin_term: int, committed: int) -> None:
+        """Write the checkpoint with a new begin before any file changes: an open after a crash
+        in the middle of the prefix removal finishes it (see ``load``)."""
+        cp = self._checkpoint
+        self._checkpoint = Checkpoint(cp.end_index if cp is not None else -1,
+                                      min(committed, self.ledger_end_index),
+                                      before_begin_index, before_begin_term)
+        write_checkpoint(self.store_dir, self._checkpoint)
+
     def flush(self, *, checkpoint: bool = True) -> None:
         """Make every appended entry durable (msync data, then index), then write the checkpoint."""
         self._check_open()
@@ -763,6 +815,7 @@ class DLedgerMmapFileStore:
             next_first = self._first_index_in(second)
             if next_first is None or next_first - 1 > self.committed_index:
                 break
+            self._announce_begin(next_first - 1, self.get_entry_term(next_first - 1), self.committed_index)
             self.data_list.delete_first_file()
             deleted += 1
             log.info("deleted expired data segment %s", first.path)
@@ -832,6 +885,28 @@ class DLedgerMmapFileStore:
         self.index_list.load()
         recover(self)
         self.loaded = True
+        if (self._checkpoint is None and not self.read_only and not self.data_list.files
+                and self.ledger_end_index < 0 and self.ledger_before_begin_index < 0):
+            # A new store starts with a checkpoint: from then on a missing one means a store
+            # of another origin (or a lost file), and recovery stays on the safe side.
+            self._write_checkpoint(-1)
+        cp = self._checkpoint
+        if cp is not None and cp.before_begin_index > self.ledger_before_begin_index:
+            # A reset was interrupted after announcing its new begin: finish it.
+            log.warning("store %s: finishing an interrupted reset to %d", self.store_dir,
+                        cp.before_begin_index)
+            if self.read_only:
+                self.ledger_before_begin_index = cp.before_begin_index
+                self.ledger_before_begin_term = cp.before_begin_term
+                if self.ledger_end_index < cp.before_begin_index:
+                    self.ledger_end_index, self.ledger_end_term = cp.before_begin_index, cp.before_begin_term
+            else:
+                self.reset(cp.before_begin_index, cp.before_begin_term)
+        if self.durability == FSYNC and not self.read_only:
+            # Appends sync only their own bytes; what a crashed process left unsynced before
+            # them must be durable first.
+            self.data_list.flush(0)
+            self.index_list.flush(0)
         if self.ledger_end_index >= 0 and self.term_file.term < self.ledger_end_term:
             if self.term_file.existed:
                 log.warning("term file says term %d below the last entry's term %d; raising it",

@@ -11,13 +11,20 @@ The rules (see also ``docs/format.md``):
    its CRC. Its index unit is compared; from the first disagreement on, index units are
    rewritten from the data (a torn or lost index is rebuilt, SPEC §2.6).
 3. **Where the scan stops.** The first record that fails (or a zero header) ends the log.
-   - After a trusted prefix, what follows was never confirmed durable: it is a torn tail and
-     is cut (logged with file, offset and entry index).
+   - If intact entries follow the bad record (their index units agree with them, CRC and
+     term check out), the damage is in the middle of the log: the open stops with
+     ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
+     In ``fsync`` mode this holds after a trusted prefix too: every append was synced before
+     it was acknowledged, and the checkpoint lags behind. The store syncs in log order
+     (data, then index; the log before any cut), so a crash alone leaves no such hole.
+   - In ``page_cache`` mode, after a checkpoint that checks out (or one written while the log
+     was empty), the rest was never promised durable and a power loss may have written parts
+     of it out of order: the first bad record ends the log whatever follows.
+   - Otherwise the bad record is the torn tail and is cut (logged with file, offset and
+     entry index).
    - Without a trusted prefix (no checkpoint, or one that does not check out: "ahead of the
-     log"), the scan starts at most three segments from the end, as Java DLedger does. If
-     intact entries follow the bad record, the damage is in the middle of the log: the open
-     stops with ``CorruptStoreError`` naming the file and offset instead of cutting away good
-     data. Otherwise the bad record is the torn tail and is cut.
+     log"), the scan starts at most three segments from the end, as Java DLedger does, and
+     refuses when more than a segment of written data would be discarded.
 4. **Begin index.** The first data record gives the before-begin index; the checkpoint keeps
    its term. An empty log after a full ``reset`` keeps its begin from the index list.
 
@@ -28,6 +35,7 @@ kept in memory and the tail is ignored rather than cut.
 from __future__ import annotations
 
 import logging
+import mmap
 from typing import TYPE_CHECKING
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
@@ -43,6 +51,8 @@ log = logging.getLogger(__name__)
 #: How many following index units the mid-log corruption check looks at.
 LOOKAHEAD_UNITS = 64
 
+_ZERO_UNIT = bytes(INDEX_UNIT_SIZE)
+
 
 def _read_record(f, off: int):
     """Validated header fields of the record at file offset ``off`` (CRC checked), or raise."""
@@ -50,6 +60,10 @@ def _read_record(f, off: int):
     body_crc = fields[7]
     if body_crc and crc32(f.mm[off + BODY_OFFSET:off + fields[1]]) != body_crc:
         raise CorruptEntryError(f"body CRC mismatch for index {fields[2]}", path=f.path, offset=off)
+    # Records we write (non-zero CRC) carry their own position; the CRC does not cover it.
+    if body_crc and fields[4] != f.file_from_offset + off:
+        raise CorruptEntryError(f"pos field {fields[4]} of index {fields[2]} differs from its "
+                                f"position {f.file_from_offset + off}", path=f.path, offset=off)
     return fields
 
 
@@ -57,6 +71,23 @@ def _unit_matches(unit: IndexUnit, magic: int, pos: int, size: int, index: int, 
     # Java leaders write magic 1 into the index for every entry (SPEC §1.2 quirk): accept it.
     magic_ok = unit.magic == magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP)
     return magic_ok and unit.pos == pos and unit.size == size and unit.index == index and unit.term == term
+
+
+def _last_segment_with_data(files, pos: int) -> int:
+    """Start of the last segment after ``pos`` that holds anything (a record or blank starts
+    every used segment at byte 0); ``pos`` when none does. Pre-sized segments that were never
+    written (all zeros) hold nothing to lose."""
+    for f in reversed(files):
+        if f.file_from_offset <= pos:
+            break
+        if f.mm[0:MIN_BLANK_LEN] != bytes(MIN_BLANK_LEN):
+            return f.file_from_offset
+    return pos
+
+
+def _torn_unit(unit: IndexUnit, magic: int, pos: int, size: int, index: int, term: int) -> bool:
+    """Is ``unit`` the right unit with a zeroed tail (its write interrupted by a crash)?"""
+    return INDEX_UNIT.pack(magic, pos, size, index, term).startswith(INDEX_UNIT.pack(*unit).rstrip(b"\0"))
 
 
 class _Recovery:
@@ -108,6 +139,24 @@ class _Recovery:
             else:
                 idx.rebuild_with_pos(target)
         self.index.append(unit_bytes, use_blank=False)
+
+    def erase_stale_units(self) -> None:
+        """Zero the units left after the log's end by a cut tail (as ``truncate`` does), so
+        that they cannot vouch for stale data after a later crash. Stops at the first zero
+        unit: a clean log has none, so this reads one unit."""
+        if self.read_only or not self.index.files:
+            return
+        f = self.index.files[-1]
+        lo = hi = f.wrote_position
+        while hi + INDEX_UNIT_SIZE <= f.file_size and f.mm[hi:hi + INDEX_UNIT_SIZE] != _ZERO_UNIT:
+            hi += INDEX_UNIT_SIZE
+        if hi > lo:
+            self.index.flush(0)  # the live units become durable before their erased tail
+            f.mm[lo:hi] = bytes(hi - lo)
+            aligned = lo - lo % mmap.ALLOCATIONGRANULARITY
+            f.mm.flush(aligned, hi - aligned)
+            log.warning("store %s: erased %d index units after the log's end",
+                        self.store.store_dir, (hi - lo) // INDEX_UNIT_SIZE)
 
     # -- start -----------------------------------------------------------------------------
     def trusted_start(self, end_index: int):
@@ -172,6 +221,13 @@ class _Recovery:
                             "(checkpoint ahead of the log); scanning the last segments",
                             store.store_dir, cp.end_index)
         trusted = start is not None
+        # Where the last durable point is known (a checkpoint that checks out, or one written
+        # while the log was empty) and appends are not synced one by one (page-cache mode),
+        # what follows it was never promised durable: parts of it may reach the disk out of
+        # order, so it is cut at its first bad record even if intact entries follow.
+        from dledger.store.mmap_file_store import PAGE_CACHE
+        cp_empty = cp is not None and cp.end_index <= cp.before_begin_index
+        unconfirmed_tail = (trusted or cp_empty) and store.durability == PAGE_CACHE
         last_index, last_term = -1, -1
         expect = None
         if not data.files:
@@ -179,6 +235,10 @@ class _Recovery:
         elif trusted:
             pos, last_index, last_term = start
             expect = last_index + 1
+        elif unconfirmed_tail:
+            # Nothing was confirmed durable since the log was empty: every segment is tail.
+            first = data.files[0]
+            pos = first.file_from_offset + first.start_position
         else:
             pos, before, last_term, _ = self.fallback_start()
             if before is not None:
@@ -224,6 +284,15 @@ class _Recovery:
                 first_scanned = k
             if self.index_trusted:
                 unit = self.unit_at(k)
+                if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, fields[1])
+                        and not _unit_matches(unit, fields[0], pos, fields[1], k, term)
+                        and not _torn_unit(unit, fields[0], pos, fields[1], k, term)):
+                    # Same entry, same place, but another term or type, and not a unit torn by
+                    # a crash: a header field (not covered by the CRC) or the unit is damaged.
+                    # Stale units are erased on truncation, so this is not a leftover.
+                    stop_reason = (f"entry {k} (term {term}, magic {fields[0]}) disagrees with its "
+                                   f"index unit (term {unit.term}, magic {unit.magic})")
+                    break
                 if unit is None or not _unit_matches(unit, fields[0], pos, fields[1], k, term):
                     self.put_unit(fields[0], pos, fields[1], k, term)
             else:
@@ -239,11 +308,12 @@ class _Recovery:
             k = expect if expect is not None else last_index + 1
             bad_file = data.find_file(pos)
             where = (bad_file.path, pos - bad_file.file_from_offset) if bad_file else (store.data_path, pos)
-            if not trusted and self.intact_entries_after(last_index, pos, last_term):
+            if not unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term):
                 raise CorruptStoreError(
                     f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
                     f"refusing to cut durable data", path=where[0], offset=where[1], position=pos)
-            if not trusted and files and files[-1].file_from_offset - pos > fsize:
+            if (not trusted and not unconfirmed_tail and files
+                    and _last_segment_with_data(files, pos) - pos > fsize):
                 raise CorruptStoreError(
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
@@ -257,13 +327,18 @@ class _Recovery:
 
     def finish(self, pos: int, last_index: int, last_term: int, bad: bool, cp) -> None:
         store, data, idx = self.store, self.data, self.index
+        # Nothing read back is known durable: after a process crash the page cache may still
+        # hold what the dead process wrote and never synced. Every segment counts as unflushed,
+        # so the next flush() syncs it in full before a checkpoint vouches for it.
+        for f in data.files + idx.files:
+            f.flushed_position = 0
         if data.files:
             if bad and not self.read_only:
+                data.flush(0)  # what precedes the cut must be durable before the cut is
                 store._zero_header_at(pos)
             data.truncate_offset(pos)
-        data.flushed_where = data.committed_where = data.max_wrote_position()
-        for f in data.files:
-            f.flushed_position = f.wrote_position
+        data.committed_where = data.max_wrote_position()
+        data.flushed_where = data.min_offset()
         if last_index >= 0:
             store.ledger_end_index, store.ledger_end_term = last_index, last_term
             if cp is not None and cp.before_begin_index >= 0:
@@ -281,9 +356,9 @@ class _Recovery:
                 idx.truncate_offset(end_units)
             elif not self.read_only:
                 idx.rebuild_with_pos(end_units)
-        idx.flushed_where = idx.committed_where = idx.max_wrote_position()
-        for f in idx.files:
-            f.flushed_position = f.wrote_position
+        self.erase_stale_units()
+        idx.committed_where = idx.max_wrote_position()
+        idx.flushed_where = idx.min_offset()
         if cp is not None:
             if cp.committed_index > store.ledger_end_index:
                 log.warning("store %s: checkpoint committed index %d is ahead of the log end %d; "
