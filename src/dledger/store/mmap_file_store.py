@@ -483,34 +483,58 @@ class DLedgerMmapFileStore:
         self._check_range(begin_index)
         end = min(self.ledger_end_index, begin_index + max_count - 1)
         first_unit, f, off = self._locate(begin_index)
-        # Extend within the same segment as far as the limits allow.
-        count, nbytes = 1, first_unit.size
         units = [first_unit]
-        while begin_index + count <= end:
-            unit = self._index_unit(begin_index + count)
-            if unit.pos != first_unit.pos + nbytes or nbytes + unit.size > max_bytes:
-                break
-            units.append(unit)
-            nbytes += unit.size
-            count += 1
+        nbytes = first_unit.size
+        expect_pos = first_unit.pos + nbytes
+        if end > begin_index and not self._index_overrides:
+            # Extend within the same data segment as far as the limits allow, reading the
+            # following index units in one slice of their index segment.
+            upos = (begin_index + 1) * INDEX_UNIT_SIZE
+            xf = self.index_list.find_file(upos)
+            if xf is not None:
+                lo = upos - xf.file_from_offset
+                most = min(end - begin_index, max(0, max_bytes - nbytes) // BODY_OFFSET)
+                hi = min(xf.wrote_position, lo + most * INDEX_UNIT_SIZE)
+                for unit in INDEX_UNIT.iter_unpack(xf.mm[lo:hi - (hi - lo) % INDEX_UNIT_SIZE]):
+                    if unit[1] != expect_pos or nbytes + unit[2] > max_bytes:
+                        break
+                    units.append(unit)
+                    nbytes += unit[2]
+                    expect_pos += unit[2]
+        elif end > begin_index:
+            while begin_index + len(units) <= end:
+                unit = self._index_unit(begin_index + len(units))
+                if unit.pos != expect_pos or nbytes + unit.size > max_bytes:
+                    break
+                units.append(unit)
+                nbytes += unit.size
+                expect_pos += unit.size
         chunk = f.read(off, nbytes)
         self._verify_chunk(chunk, begin_index, units, f.path, off)
-        return chunk, count
+        return chunk, len(units)
 
-    def _verify_chunk(self, chunk: bytes, first: int, units: list[IndexUnit], path: str,
-                      base_off: int) -> None:
+    def _verify_chunk(self, chunk: bytes, first: int, units: list, path: str, base_off: int) -> None:
+        """Every record of ``chunk`` agrees with its index unit (what the CRC does not cover)
+        and with its CRC. ``units`` are ``(magic, pos, size, index, term)`` tuples."""
+        unpack = RECORD_PREFIX.unpack_from
+        view = memoryview(chunk)
+        total = len(chunk)
         off = 0
-        for i, unit in enumerate(units, first):
-            try:
-                fields = decode_header(chunk, off)
-            except CorruptEntryError as exc:
-                raise CorruptStoreError(f"entry {i} is corrupt: {exc.args[0]}", path=path,
-                                        offset=base_off + off) from None
-            magic, size, index, term, pos, _ch, _cc, body_crc, _bs = fields
-            if (not _record_matches_unit(unit, magic, size, index, term, pos, body_crc) or index != i
-                    or (body_crc and crc32(memoryview(chunk)[off + BODY_OFFSET:off + size]) != body_crc)):
+        i = first
+        for u_magic, u_pos, u_size, u_index, u_term in units:
+            if off + BODY_OFFSET > total:
+                raise CorruptStoreError(f"entry {i} is corrupt: record header truncated", path=path,
+                                        offset=base_off + off)
+            magic, size, index, term, pos, _ch, _cc, body_crc, body_size = unpack(chunk, off)
+            if (index != i or u_index != i or size != u_size or term != u_term
+                    or body_size != size - BODY_OFFSET or size < BODY_OFFSET
+                    or magic not in VALID_MAGICS
+                    or (magic != u_magic and not (u_magic == MAGIC_NORMAL and magic == MAGIC_NOOP))
+                    or (body_crc and pos != u_pos)
+                    or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
                 raise CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
             off += size
+            i += 1
 
     def get_entry_term(self, index: int) -> int:
         """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""
