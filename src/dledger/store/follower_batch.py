@@ -14,7 +14,7 @@ bytes and the same blank-padding rule as the leader. That keeps replicas byte-id
 from __future__ import annotations
 
 from dledger.entry import (BODY_OFFSET, MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
-                           VALID_MAGICS, crc32, decode_header)
+                           crc32, decode_header)
 from dledger.errors import (INCONSISTENT_INDEX, INCONSISTENT_STATE, INCONSISTENT_TERM,
                             CorruptEntryError, DLedgerError, EntryTooLargeError)
 
@@ -47,29 +47,14 @@ def plan_follower_batch(view: memoryview, *, expect_index: int, last_term: int, 
     while off < total:
         if off + BODY_OFFSET <= total:
             magic, size, index, term, pos, _ch, _cc, body_crc, body_size = unpack(view, off)
-        elif off + 8 <= total:
-            magic, size = MAGIC_SIZE.unpack_from(view, off)
-            if magic != MAGIC_BLANK:
-                raise CorruptEntryError(f"pushed record at batch offset {off}: record header truncated: "
-                                        f"{total - off} of {BODY_OFFSET} bytes")
+            ok = (0 < magic < 4 and body_size == size - BODY_OFFSET and BODY_OFFSET <= size <= max_entry_size
+                  and off + size <= total and index == expect and last_term <= term <= leader_term)
         else:
-            raise CorruptEntryError(f"truncated record at batch offset {off}")
-        if magic == MAGIC_BLANK:
-            if size < MIN_BLANK_LEN or off + size > total:
-                raise CorruptEntryError(f"bad blank record of {size} bytes at batch offset {off}")
-            off += size
+            ok = False
+        if not ok:
+            # the rare paths: a blank record (skipped), or a precise error
+            off = _blank_or_raise(view, off, total, expect, last_term, leader_term, max_entry_size)
             continue
-        if magic not in VALID_MAGICS or size < BODY_OFFSET or body_size != size - BODY_OFFSET \
-                or off + size > total:
-            decode_header(view, off)  # raises the precise error
-            raise CorruptEntryError(f"pushed record at batch offset {off} is malformed")  # pragma: no cover
-        if size > max_entry_size:
-            raise EntryTooLargeError(f"pushed record of {size} bytes exceeds max_entry_size {max_entry_size}")
-        if index != expect:
-            raise DLedgerError(f"pushed index {index}, expected {expect}", INCONSISTENT_INDEX)
-        if term < last_term or term > leader_term:
-            raise DLedgerError(f"pushed entry {index} has term {term} (previous {last_term}, "
-                               f"leader {leader_term})", INCONSISTENT_TERM)
         if body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc:
             raise CorruptEntryError(f"pushed entry {index}: body CRC mismatch")
         if cur_from is None:
@@ -85,3 +70,26 @@ def plan_follower_batch(view: memoryview, *, expect_index: int, last_term: int, 
         expect += 1
         off += size
     return plan
+
+
+def _blank_or_raise(view, off: int, total: int, expect: int, last_term: int, leader_term: int,
+                    max_entry_size: int) -> int:
+    """Past a blank record at ``off``: returns the offset after it. Anything else that failed
+    the fast checks: raises the error that names what is wrong."""
+    if off + 8 > total:
+        raise CorruptEntryError(f"truncated record at batch offset {off}")
+    magic, size = MAGIC_SIZE.unpack_from(view, off)
+    if magic == MAGIC_BLANK:
+        if size < MIN_BLANK_LEN or off + size > total:
+            raise CorruptEntryError(f"bad blank record of {size} bytes at batch offset {off}")
+        return off + size
+    try:
+        magic, size, index, term, *_ = decode_header(view, off)
+    except CorruptEntryError as exc:
+        raise CorruptEntryError(f"pushed record at batch offset {off}: {exc}") from None
+    if size > max_entry_size:
+        raise EntryTooLargeError(f"pushed record of {size} bytes exceeds max_entry_size {max_entry_size}")
+    if index != expect:
+        raise DLedgerError(f"pushed index {index}, expected {expect}", INCONSISTENT_INDEX)
+    raise DLedgerError(f"pushed entry {index} has term {term} (previous {last_term}, "
+                       f"leader {leader_term})", INCONSISTENT_TERM)
