@@ -1,6 +1,5 @@
 """EntryPusher / EntryHandler / StateMachineCaller, stepped directly."""
 
-import pytest
 
 from core.wiring import Wired
 from dledger.core import Role

@@ -12,17 +12,18 @@ Records are kept encoded, so ``get_raw`` and pushes cost no re-encoding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from dledger.entry import (BODY_OFFSET, MAGIC_NORMAL, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
                            VALID_MAGICS, DLedgerEntry, crc32, decode)
 from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN,
                             INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
+from dledger.store.base import StoreBase
 from dledger.store.follower_batch import next_position, plan_follower_batch
 from dledger.store.mmap_file_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
 
 
-class DLedgerMemoryStore:
+class DLedgerMemoryStore(StoreBase):
     """In-memory log with the file store's interface."""
 
     durability = "memory"
@@ -210,26 +211,6 @@ class DLedgerMemoryStore:
             return self.ledger_before_begin_term
         return RECORD_PREFIX.unpack_from(self._records[self._slot(index)], 0)[3]
 
-    def iter_entries(self, begin: int | None = None, end: int | None = None) -> Iterator[DLedgerEntry]:
-        lo = self.ledger_before_begin_index + 1 if begin is None else max(begin, self.ledger_before_begin_index + 1)
-        hi = self.ledger_end_index if end is None else min(end, self.ledger_end_index)
-        for i in range(lo, hi + 1):
-            yield self.get(i)
-
-    __iter__ = iter_entries
-
-    def get_first_log_of_target_term(self, term: int, end_index: int) -> DLedgerEntry | None:
-        found = None
-        i = min(end_index, self.ledger_end_index)
-        while i > self.ledger_before_begin_index:
-            t = self.get_entry_term(i)
-            if t == term:
-                found = i
-            elif t < term:
-                break
-            i -= 1
-        return self.get(found) if found is not None else None
-
     def verify(self, progress: Callable[[int], None] | None = None) -> list:
         return []
 
@@ -238,12 +219,7 @@ class DLedgerMemoryStore:
         self._check_open()
         if truncate_index > self.ledger_end_index:
             return self.ledger_end_index
-        if truncate_index <= self.ledger_before_begin_index:
-            raise DLedgerError(f"cannot truncate at {truncate_index}: log begins at "
-                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
-        if truncate_index <= self.committed_index:
-            raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
-                               f"(committed index {self.committed_index})", INCONSISTENT_STATE)
+        self._check_truncatable(truncate_index)
         k = truncate_index - self.ledger_before_begin_index - 1
         self._next_pos = self._positions[k]
         del self._records[k:], self._positions[k:]

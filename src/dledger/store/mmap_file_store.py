@@ -34,18 +34,19 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
                            MAGIC_NORMAL, MAGIC_SIZE, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
                            VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode, decode_header)
-from dledger.errors import (DISK_ERROR, DISK_FULL, INCONSISTENT_INDEX, INCONSISTENT_STATE,
+from dledger.errors import (DISK_ERROR, DISK_FULL, INCONSISTENT_STATE,
                             INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE,
                             CorruptEntryError, CorruptStoreError, DLedgerError, EntryTooLargeError,
                             ReadOnlyStoreError, StoreClosedError)
+from dledger.store.base import StoreBase
 from dledger.store.follower_batch import plan_follower_batch
-from dledger.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from dledger.store.checkpoint import Checkpoint, write_checkpoint
 from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList
 from dledger.store.term_file import TermFile
@@ -87,7 +88,7 @@ class AppendBatchResult:
         return self.first_index + len(self.positions) - 1
 
 
-class DLedgerMmapFileStore:
+class DLedgerMmapFileStore(StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
 
     def __init__(self, store_dir: str, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
@@ -381,7 +382,7 @@ class DLedgerMmapFileStore:
             k = 0
             while k < n:
                 # The longest run of records that lie back to back in one segment: one copy.
-                off0, size0, pos0 = plan[k][0], plan[k][1], plan[k][2]
+                off0, size0 = plan[k][0], plan[k][1]
                 df = data.reserve(size0)
                 wp = df.wrote_position
                 room = df.file_size - wp - MIN_BLANK_LEN
@@ -543,27 +544,6 @@ class DLedgerMmapFileStore:
         self._check_range(index)
         return self._index_unit(index).term
 
-    def iter_entries(self, begin: int | None = None, end: int | None = None) -> Iterator[DLedgerEntry]:
-        """Entries ``begin..end`` (inclusive; default: the whole log), each checked as by ``get``."""
-        lo = self.ledger_before_begin_index + 1 if begin is None else max(begin, self.ledger_before_begin_index + 1)
-        hi = self.ledger_end_index if end is None else min(end, self.ledger_end_index)
-        for i in range(lo, hi + 1):
-            yield self.get(i)
-
-    __iter__ = iter_entries
-
-    def get_first_log_of_target_term(self, term: int, end_index: int) -> DLedgerEntry | None:
-        found = None
-        i = min(end_index, self.ledger_end_index)
-        while i > self.ledger_before_begin_index:
-            t = self._index_unit(i).term
-            if t == term:
-                found = i
-            elif t < term:
-                break
-            i -= 1
-        return self.get(found) if found is not None else None
-
     def verify(self, progress: Callable[[int], None] | None = None) -> list[CorruptStoreError]:
         """Read and check every entry; returns the errors found (empty when the log is sound)."""
         errors: list[CorruptStoreError] = []
@@ -609,12 +589,7 @@ class DLedgerMmapFileStore:
             raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
         if truncate_index > self.ledger_end_index:
             return self.ledger_end_index
-        if truncate_index <= self.ledger_before_begin_index:
-            raise DLedgerError(f"cannot truncate at {truncate_index}: log begins at "
-                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
-        if truncate_index <= self.committed_index:
-            raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
-                               f"(committed index {self.committed_index})", INCONSISTENT_STATE)
+        self._check_truncatable(truncate_index)
         unit = self._index_unit(truncate_index)
         # Crash-safe order: whatever step a crash interrupts, the next open finds either the
         # old log or the truncated one. The checkpoint stops vouching for the doomed entries
@@ -805,7 +780,7 @@ class DLedgerMmapFileStore:
         if not os.path.exists(path):
             return -1.0
         usage = self._disk_usage(path)
-        total, used, free = usage[0], usage[1], usage[2]
+        used, free = usage[1], usage[2]
         entire = used + free
         if entire <= 0:
             return -1.0
