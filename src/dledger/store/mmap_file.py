@@ -9,7 +9,8 @@ Rules:
   ``flushed_position`` <= ``wrote_position`` is what ``flush`` has made durable.
 - Writers call ``populate(wp, end)`` before writing past ``populated_to``: pages are faulted in
   a window at a time (``MADV_POPULATE_WRITE``), which more than doubles the copy rate of large
-  entries compared with taking one page fault per 4 KiB (measured in docs/benchmarks.md).
+  entries compared with taking one page fault per 4 KiB (measured in docs/benchmarks.md); the
+  next window is faulted in by the page warmer thread (``page_warmer``), off the GIL.
 - Reads return ``bytes`` copies, so no view outlives the mapping (``close`` never fails with
   exported buffers).
 """
@@ -22,6 +23,7 @@ import os
 import sys
 
 from dledger.errors import DISK_FULL, DISK_ERROR, DLedgerError
+from dledger.store import page_warmer
 
 OS_PAGE_SIZE = 4096
 _PAGE_MASK = ~(mmap.ALLOCATIONGRANULARITY - 1)
@@ -51,7 +53,8 @@ class MmapFile:
     """One mapped segment. ``mm`` is the mapping; the list and the store write into it directly."""
 
     __slots__ = ("path", "file_from_offset", "file_size", "start_position", "wrote_position",
-                 "committed_position", "flushed_position", "mm", "read_only", "_fd", "populated_to")
+                 "committed_position", "flushed_position", "mm", "read_only", "_fd", "populated_to",
+                 "_addr", "_warmed_to")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  read_only: bool = False) -> None:
@@ -65,6 +68,8 @@ class MmapFile:
         self.flushed_position = 0
         self._fd = -1
         self.populated_to = 0
+        self._warmed_to = 0
+        self._addr: int | None = None
         self.mm: mmap.mmap | None = None
         if create:
             self._create()
@@ -85,6 +90,7 @@ class MmapFile:
                     raise
                 os.ftruncate(fd, self.file_size)
             self.mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+            self._addr = page_warmer.base_address(self.mm)
         except BaseException:
             os.close(fd)
             try:
@@ -104,6 +110,8 @@ class MmapFile:
                                    DISK_ERROR)
             access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(fd, self.file_size, access=access)
+            if not self.read_only:
+                self._addr = page_warmer.base_address(self.mm)
         except BaseException:
             os.close(fd)
             raise
@@ -144,15 +152,24 @@ class MmapFile:
         return True
 
     def populate(self, wp: int, end: int) -> None:
-        """Fault in pages from the write position ``wp`` to at least ``end`` (a window ahead)."""
+        """Fault in pages from the write position ``wp`` to at least ``end`` (a window), and
+        ask the page warmer for the window after it, so the next call finds it done."""
         global _populate_ok
         start = max(self.populated_to, wp & _PAGE_MASK)
         stop = min(self.file_size, max(end, start + POPULATE_WINDOW))
-        if _populate_ok and stop > start:
-            try:
-                self.mm.madvise(MADV_POPULATE_WRITE, start, stop - start)
-            except (OSError, ValueError):
-                _populate_ok = False  # older kernel: plain page faults then
+        if stop > start and self._warmed_to < stop:
+            if self._addr is not None and page_warmer.supported:
+                page_warmer.populate(self._addr, start, stop - start)
+            elif _populate_ok:
+                try:
+                    self.mm.madvise(MADV_POPULATE_WRITE, start, stop - start)
+                except (OSError, ValueError):
+                    _populate_ok = False  # older kernel: plain page faults then
+        ahead = min(self.file_size, stop + POPULATE_WINDOW)
+        if self._addr is not None and ahead > max(stop, self._warmed_to):
+            begin = max(stop, self._warmed_to)
+            page_warmer.populate_later(self, begin, ahead - begin)
+            self._warmed_to = ahead
         self.populated_to = stop
 
     def write_at(self, offset: int, data) -> None:
