@@ -231,3 +231,45 @@ def test_wait_for_leader_returns_the_leader_on_every_node_and_none_without_a_quo
         assert lonely.servers["n0"]._role_handlers[-1].__name__ != "on_change"
     finally:
         lonely.stop_all()
+
+
+def test_a_running_file_server_refuses_appends_while_the_disk_is_full_and_resumes(tmp_path):
+    """The server runs the store's cleaning pass every 100 ms (SPEC §2.8); its disk-full guard
+    turns appends into DISK_FULL until space comes back."""
+    group = Group(tmp_path, n=1)
+    server = group.make("n0").startup()
+    try:
+        assert server.wait_for_leader(timeout=10) == "n0"
+        assert server.append(b"before").result(timeout=10).ok
+        usage = {"ratio": 0.95}
+
+        def fake_usage(path):
+            used = int(1000 * usage["ratio"])
+            return (1000, used, 1000 - used)
+
+        store = server.store
+        real_clean = store.clean
+        cleaned = threading.Event()
+
+        def clean(now=None):
+            deleted = real_clean(now)
+            cleaned.set()
+            return deleted
+
+        def install():
+            store._disk_usage = fake_usage
+            store.clean = clean
+
+        server.runtime.run_sync(install)
+        assert cleaned.wait(5), "the server did not run a cleaning pass"
+        refused = server.append(b"refused").result(timeout=10)
+        assert refused.code == Code.DISK_FULL
+        assert server.get(0).body == b"before"  # reads go on
+        usage["ratio"] = 0.5
+        for _ in range(2):  # the second pass surely started after the change
+            cleaned.clear()
+            assert cleaned.wait(5)
+        accepted = server.append(b"after").result(timeout=10)
+        assert accepted.ok and server.get(accepted.index).body == b"after"
+    finally:
+        group.stop_all()

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 INDEX_OUT_OF_RANGE = 410
 CHECKPOINT_INTERVAL_MS = 1000
+CLEAN_INTERVAL_MS = 100         # CleanSpaceService period
 MAX_DRAIN_BODIES = 2048
 
 
@@ -66,6 +68,7 @@ class DLedgerServer:
         self._inbox: deque = deque()
         self._drain_scheduled = False
         self._flush_timer = None
+        self._clean_timer = None
         self.node: Node | None = None
         self.driver: Driver | None = None
         self.started = False
@@ -132,6 +135,9 @@ class DLedgerServer:
             self.driver.start()
             if isinstance(self._store, DLedgerMmapFileStore) and self.config.durability == "page_cache":
                 self._flush_timer = rt.call_at(rt.now_ms() + self.config.flush_file_interval, self._flush_tick)
+            if isinstance(self._store, DLedgerMmapFileStore) and self._state_machine is None:
+                # Java's CleanSpaceService: off when a state machine is registered (snapshots trim then).
+                self._clean_timer = rt.call_at(rt.now_ms() + CLEAN_INTERVAL_MS, self._clean_tick)
 
         rt.run_sync(start)
         return self
@@ -147,6 +153,23 @@ class DLedgerServer:
             log.error("%s: flush failed: %s", self.config.self_id, exc)
         self._flush_timer = rt.call_at(now + self.config.flush_file_interval, self._flush_tick)
 
+    def _clean_tick(self) -> None:
+        """Expired-segment cleaning and the disk-full guard (SPEC §2.8), every 100 ms. Segment
+        ages are file times, so this one timer reads the wall clock."""
+        if not self.started:
+            return
+        try:
+            self._store.clean(time.time())
+        except (DLedgerError, OSError) as exc:
+            log.error("%s: cleaning failed: %s", self.config.self_id, exc)
+        rt = self.runtime
+        self._clean_timer = rt.call_at(rt.now_ms() + CLEAN_INTERVAL_MS, self._clean_tick)
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._flush_timer, self._clean_timer):
+            if timer is not None:
+                timer.cancel()
+
     def shutdown(self) -> None:
         """Stop the node: pending operations fail, the store is flushed and closed."""
         if not self.started:
@@ -154,8 +177,7 @@ class DLedgerServer:
 
         def stop() -> None:
             self.started = False
-            if self._flush_timer is not None:
-                self._flush_timer.cancel()
+            self._cancel_timers()
             self.driver.stop()
             self._transport.close()
             if self._own_store:
@@ -168,8 +190,7 @@ class DLedgerServer:
         if not self.started:
             return
         self.started = False
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
+        self._cancel_timers()
         self.driver.stopped = True
         self._transport.close()
 
