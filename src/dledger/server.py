@@ -111,8 +111,15 @@ class DLedgerServer:
                 disk_space_ratio_to_check_expired=c.disk_space_ratio_to_check_expired,
                 disk_space_ratio_to_force_clean=c.disk_space_ratio_to_force_clean,
                 enable_disk_force_clean=c.enable_disk_force_clean, flush_interval_ms=c.flush_file_interval,
-                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
+                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS,
+                # On the real runtime the periodic msync runs on the flush thread; the simulator
+                # keeps it on its one thread, so that a seed replays exactly.
+                background_flush=self._real_time_runtime())
         return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
+
+    def _real_time_runtime(self) -> bool:
+        from dledger.runtime.asyncio_runtime import AsyncioRuntime
+        return isinstance(self.runtime, AsyncioRuntime)
 
     def startup(self) -> "DLedgerServer":
         if self.started:

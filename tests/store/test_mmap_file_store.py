@@ -314,3 +314,43 @@ def test_periodic_flush_follows_the_callers_clock(open_file_store):
     assert "endIndex=2" in open(cp).read()  # checkpoint only every second
     assert store.flush_if_due(1000)
     assert "endIndex=3" in open(cp).read()
+
+
+def test_background_flush_syncs_off_thread_and_checkpoints_only_what_it_synced(open_file_store):
+    from dledger.store import background_flush
+    store = open_file_store(flush_interval_ms=10, checkpoint_interval_ms=0, background_flush=True)
+    assert store.background_flush == background_flush.supported
+    store.batch_append_as_leader([b"a"] * 5)
+    assert store.flush_if_due(0)
+    job = store._flush_job
+    if background_flush.supported:
+        assert job is not None and job.end_index == 4
+        assert job.done.wait(10)
+        store.append_as_leader(DLedgerEntry(body=b"later"))  # not covered by the job
+        store._reap_flush_job()
+    cp = os.path.join(store.store_dir, "checkpoint")
+    assert "endIndex=4\n" in open(cp).read()
+    assert store.data_list.files[0].flushed_position < store.data_list.files[0].wrote_position
+    assert store.flush_if_due(20)
+    if background_flush.supported:
+        assert store._flush_job.done.wait(10)
+        store._reap_flush_job()
+    assert "endIndex=5\n" in open(cp).read()
+
+
+def test_a_flush_job_overtaken_by_a_truncation_is_discarded(open_file_store):
+    from dledger.store import background_flush
+    store = open_file_store(flush_interval_ms=10, checkpoint_interval_ms=0, background_flush=True)
+    if not background_flush.supported:
+        return  # nothing runs in the background here; the synchronous path is tested above
+    store.batch_append_as_leader([b"x"] * 10)
+    store.flush()  # checkpoint at 9
+    store.batch_append_as_leader([b"y"] * 5)
+    assert store.flush_if_due(0)
+    job = store._flush_job
+    assert job.end_index == 14 and job.done.wait(10)
+    store.truncate(12)  # a cut overtakes the finished job before it is reaped
+    store.batch_append_as_leader([b"z"] * 3)  # indices 12-14 again, other bytes, not synced
+    store._reap_flush_job()
+    cp = open(os.path.join(store.store_dir, "checkpoint")).read()
+    assert "endIndex=9\n" in cp  # the flush before; the stale job did not vouch for 14

@@ -273,16 +273,19 @@ class MmapFileList:
                 before = f.flushed_position
                 f.flush(least_pages)
                 did = did or f.flushed_position != before
+        self.update_flushed_where()
+        self.committed_where = self.max_wrote_position()
+        return did
+
+    def update_flushed_where(self) -> None:
+        """``flushed_where``: the first position not yet known durable."""
         if self.files:
-            # flushed_where: the first position not yet known durable.
             where = self.min_offset()
             for f in self.files:
                 where = f.file_from_offset + f.flushed_position
                 if f.flushed_position < f.wrote_position:
                     break
             self.flushed_where = where
-        self.committed_where = self.max_wrote_position()
-        return did
 
     def close(self) -> None:
         for f in self.files:

@@ -44,6 +44,7 @@ from dledger.errors import (DISK_ERROR, DISK_FULL, INCONSISTENT_STATE,
                             INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE,
                             CorruptEntryError, CorruptStoreError, DLedgerError, EntryTooLargeError,
                             ReadOnlyStoreError, StoreClosedError)
+from dledger.store import background_flush as bg_flush
 from dledger.store.base import StoreBase
 from dledger.store.follower_batch import plan_follower_batch
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
@@ -98,7 +99,8 @@ class DLedgerMmapFileStore(StoreBase):
                  delete_when: str = "04", disk_space_ratio_to_check_expired: float = 0.70,
                  disk_space_ratio_to_force_clean: float = 0.85, enable_disk_force_clean: bool = True,
                  disk_usage: Callable[[str], tuple] = shutil.disk_usage,
-                 flush_interval_ms: int = 10, checkpoint_interval_ms: int = 1000) -> None:
+                 flush_interval_ms: int = 10, checkpoint_interval_ms: int = 1000,
+                 background_flush: bool = False) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
         if index_file_size % INDEX_UNIT_SIZE:
@@ -125,6 +127,11 @@ class DLedgerMmapFileStore(StoreBase):
         self.flush_interval_ms = flush_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self._last_flush_ms: float | None = None
+        #: page_cache mode: periodic msyncs run on the flush thread (see background_flush.py)
+        self.background_flush = background_flush and durability == PAGE_CACHE and bg_flush.supported
+        self._flush_job: bg_flush.FlushJob | None = None
+        #: moves on every cut (truncate, reset, segment deletion): stale flush jobs are dropped
+        self._cut_epoch = 0
         self._last_checkpoint_ms: float | None = None
 
         self.ledger_before_begin_index = -1
@@ -576,6 +583,7 @@ class DLedgerMmapFileStore(StoreBase):
         the pages before it still only in the page cache, a power loss could keep the cut and
         lose what precedes it: a hole that recovery would take for mid-log damage.
         """
+        self._cut_epoch += 1
         self.data_list.flush(0)
         self.index_list.flush(0)
 
@@ -734,18 +742,56 @@ class DLedgerMmapFileStore(StoreBase):
         """The periodic flush of ``page_cache`` mode, driven by the caller's clock.
 
         msyncs every ``flush_interval_ms`` (Java's FlushDataService period, 10 ms) and writes the
-        checkpoint every ``checkpoint_interval_ms``. Returns True when it flushed.
+        checkpoint every ``checkpoint_interval_ms``. With ``background_flush`` the msyncs run on
+        the flush thread and their result is taken in on a later call. Returns True when it
+        flushed or started a flush.
         """
         if self.read_only or self.closed:
             return False
+        self._reap_flush_job()
         if self._last_flush_ms is not None and now_ms - self._last_flush_ms < self.flush_interval_ms:
+            return False
+        if self._flush_job is not None:  # the previous one is still syncing
             return False
         self._last_flush_ms = now_ms
         due = self._last_checkpoint_ms is None or now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms
-        self.flush(checkpoint=due)
         if due:
             self._last_checkpoint_ms = now_ms
+        if self.background_flush and self._start_flush_job(due):
+            return True
+        self.flush(checkpoint=due)
         return True
+
+    def _start_flush_job(self, checkpoint: bool) -> bool:
+        ranges = [(f, f.flushed_position, f.wrote_position)
+                  for lst in (self.data_list, self.index_list) for f in lst.files
+                  if f.flushed_position < f.wrote_position]
+        if not all(bg_flush.can_sync(f) for f, _s, _e in ranges):
+            return False
+        if not ranges and not checkpoint:
+            return True
+        self._flush_job = bg_flush.FlushJob(ranges, self.ledger_end_index, self._cut_epoch, checkpoint)
+        bg_flush.submit(self._flush_job)
+        return True
+
+    def _reap_flush_job(self, wait: bool = False) -> None:
+        job = self._flush_job
+        if job is None or not (job.done.is_set() or (wait and job.done.wait(60))):
+            return
+        self._flush_job = None
+        if job.error is not None or job.epoch != self._cut_epoch:
+            if job.error is not None and job.epoch == self._cut_epoch:
+                log.error("store %s: background flush failed: %s", self.store_dir, job.error)
+            return
+        for f, _start, end in job.ranges:
+            if f.mm is not None and f.flushed_position < end <= f.wrote_position:
+                f.flushed_position = end
+        self.data_list.update_flushed_where()
+        self.index_list.update_flushed_where()
+        cp = self._checkpoint
+        if job.checkpoint and (cp is None or job.end_index > cp.end_index or (
+                job.end_index == cp.end_index and cp.committed_index != min(self.committed_index, job.end_index))):
+            self._write_checkpoint(job.end_index)
 
     def _write_checkpoint(self, end_index: int) -> None:
         if self.read_only:
@@ -759,6 +805,8 @@ class DLedgerMmapFileStore(StoreBase):
         """Flush (unless read-only) and unmap everything. Idempotent."""
         if self.closed:
             return
+        if self._flush_job is not None:
+            self._reap_flush_job(wait=True)
         if self.loaded and not self.read_only:
             self.flush()
         self.data_list.close()
@@ -815,6 +863,7 @@ class DLedgerMmapFileStore(StoreBase):
             if next_first is None or next_first - 1 > self.committed_index:
                 break
             self._announce_begin(next_first - 1, self.get_entry_term(next_first - 1), self.committed_index)
+            self._cut_epoch += 1
             self.data_list.delete_first_file()
             deleted += 1
             log.info("deleted expired data segment %s", first.path)
