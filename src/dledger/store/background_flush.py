@@ -25,21 +25,20 @@ import threading
 from dataclasses import dataclass, field
 
 from dledger.store import page_warmer
+from dledger.store.mmap_file import _PAGE_MASK
 
 log = logging.getLogger(__name__)
 
 MS_SYNC = 4
-_PAGE_MASK = ~(mmap.ALLOCATIONGRANULARITY - 1)
 
 supported = False
-_libc = None
-if page_warmer.supported:
+_libc = page_warmer.libc
+if _libc is not None:
     try:
-        _libc = ctypes.CDLL(None, use_errno=True)
         _libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _libc.msync.restype = ctypes.c_int
         supported = True
-    except (OSError, AttributeError):  # pragma: no cover - unusual libc
+    except AttributeError:  # pragma: no cover - unusual libc
         supported = False
 
 

@@ -1,6 +1,7 @@
 """StoreBase: what the file store and the memory store share, written once.
 
-Everything here is expressed through ``get``, ``get_entry_term`` and the ledger fields
+Everything here is expressed through ``get``, ``get_entry_term``, ``batch_append_as_follower``
+and the ledger fields
 (``ledger_before_begin_index``, ``ledger_end_index``, ``committed_index``), which each store
 implements its own way.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from dledger.entry import DLedgerEntry
+from dledger.entry import DLedgerEntry, encode
 from dledger.errors import INCONSISTENT_STATE, INDEX_LESS_THAN_LOCAL_BEGIN, DLedgerError
 
 
@@ -17,6 +18,16 @@ class StoreBase:
     ledger_before_begin_index: int
     ledger_end_index: int
     committed_index: int
+
+    def append_as_follower(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> DLedgerEntry:
+        """Append one entry received from the leader, at the leader's position (``entry.pos``).
+
+        The entry is encoded as it came (its ``body_crc`` kept) and goes through
+        ``batch_append_as_follower``, so one entry is checked exactly as a pushed batch is.
+        The role and the leader id are the core's to check.
+        """
+        self.batch_append_as_follower(encode(entry, compute_crc=False), leader_term, leader_id)
+        return entry
 
     def iter_entries(self, begin: int | None = None, end: int | None = None) -> Iterator[DLedgerEntry]:
         """Entries ``begin..end`` (inclusive; default: the whole log), each checked as by ``get``."""

@@ -147,16 +147,6 @@ class DLedgerMemoryStore(StoreBase):
             self.ledger_end_index, self.ledger_end_term = index - 1, term
         return AppendBatchResult(first, term, positions)
 
-    def append_as_follower(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> DLedgerEntry:
-        size = BODY_OFFSET + len(entry.body)
-        entry.size = size
-        rec = bytearray(size)
-        RECORD_PREFIX.pack_into(rec, 0, entry.magic, size, entry.index, entry.term, entry.pos,
-                                entry.channel, entry.chain_crc, entry.body_crc, len(entry.body))
-        rec[BODY_OFFSET:] = entry.body
-        self.batch_append_as_follower(rec, leader_term, leader_id)
-        return entry
-
     def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
         self._check_open()
         if leader_term != self._term:

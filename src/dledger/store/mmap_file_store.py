@@ -339,21 +339,6 @@ class DLedgerMmapFileStore(StoreBase):
             lo = max(start - f.file_from_offset, 0)
             f.flush_range(lo, f.wrote_position)
 
-    def append_as_follower(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> DLedgerEntry:
-        """Append an entry received from the leader at the leader's position (``entry.pos``).
-
-        The role and leader id are the core's to check; the store checks what it can see:
-        the index continues the log, the term is sane, the position and the CRC match.
-        """
-        if entry.size != BODY_OFFSET + len(entry.body):
-            entry.size = BODY_OFFSET + len(entry.body)
-        rec = bytearray(entry.size)
-        RECORD_PREFIX.pack_into(rec, 0, entry.magic, entry.size, entry.index, entry.term, entry.pos,
-                                entry.channel, entry.chain_crc, entry.body_crc, len(entry.body))
-        rec[BODY_OFFSET:] = entry.body
-        self.batch_append_as_follower(rec, leader_term, leader_id)
-        return entry
-
     def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
         """Append encoded records exactly as they lie in the leader's data file.
 

@@ -28,16 +28,16 @@ log = logging.getLogger(__name__)
 
 MADV_POPULATE_WRITE = 23
 
-_libc = None
+libc = None  # the C library through ctypes (shared with background_flush)
 if sys.platform.startswith("linux"):
     try:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        _libc.madvise.restype = ctypes.c_int
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise.restype = ctypes.c_int
     except (OSError, AttributeError):  # pragma: no cover - unusual libc
-        _libc = None
+        libc = None
 
-supported = _libc is not None
+supported = libc is not None
 _queue: "queue.SimpleQueue | None" = None
 _lock = threading.Lock()
 
@@ -60,7 +60,7 @@ def populate(addr: int, start: int, length: int) -> bool:
     global supported
     if not supported or length <= 0:
         return False
-    if _libc.madvise(addr + start, length, MADV_POPULATE_WRITE) != 0:
+    if libc.madvise(addr + start, length, MADV_POPULATE_WRITE) != 0:
         err = ctypes.get_errno()
         if err in (22, 95):  # EINVAL / EOPNOTSUPP: the kernel does not know the advice
             supported = False
