@@ -159,12 +159,15 @@ class DLedgerMemoryStore(StoreBase):
                                    last_term=self.ledger_end_term, leader_term=leader_term,
                                    next_pos=None if empty_without_position else self._next_pos,
                                    file_size=self.data_file_size, max_entry_size=self.max_entry_size)
-        for off, size, pos, _index, _term, _magic in plan:
-            self._records.append(bytes(view[off:off + size]))
-            self._positions.append(pos)
-            self._next_pos = pos + size
-        if plan:
-            self.ledger_end_index, self.ledger_end_term = plan[-1][3], plan[-1][4]
+        units = plan.units
+        for off, _nbytes, k, end in plan.runs:
+            for _magic, pos, size, _index, _term in units[k:end]:
+                self._records.append(bytes(view[off:off + size]))
+                self._positions.append(pos)
+                self._next_pos = pos + size
+                off += size
+        if units:
+            self.ledger_end_index, self.ledger_end_term = units[-1][3], units[-1][4]
         return self.ledger_end_index
 
     # -- reading ---------------------------------------------------------------------------

@@ -34,8 +34,11 @@ import logging
 import os
 import shutil
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat, starmap
+from operator import add
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
                            MAGIC_NORMAL, MAGIC_SIZE, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
@@ -146,6 +149,9 @@ class DLedgerMmapFileStore(StoreBase):
         self._encode_buf = bytearray()
         # read-only opens cannot rewrite a damaged index tail: the rebuilt units live here.
         self._index_overrides: dict[int, IndexUnit] = {}
+        #: entries from this index on were written through this object since ``load`` (moves
+        #: down on truncation); reading them back for a push skips the record checks
+        self._written_from = 0
         self._checkpoint: Checkpoint | None = None
 
     @classmethod
@@ -248,6 +254,10 @@ class DLedgerMmapFileStore(StoreBase):
         first_index = index = self.ledger_end_index + 1
         data, idx = self.data_list, self.index_list
         start_pos = data.max_wrote_position()
+        if not self._hooks and entries is None and len(bodies) > 1:
+            result = self._append_leader_joined(bodies, magic, term, first_index, start_pos)
+            if result is not None:
+                return result
         positions: list[int] = []
         add = positions.append
         pack_rec = RECORD_PREFIX.pack_into
@@ -296,13 +306,48 @@ class DLedgerMmapFileStore(StoreBase):
             df.wrote_position = wp
             xf.wrote_position = xw
             if positions:
-                self.ledger_end_index = first_index + len(positions) - 1
-                self.ledger_end_term = term
-                self._mark_end(df)
-                if self.durability == FSYNC:
-                    self._sync_range(data, start_pos)
-                    self._sync_range(idx, first_index * INDEX_UNIT_SIZE)
+                self._end_append(df, first_index, first_index + len(positions) - 1, term, start_pos)
         return AppendBatchResult(first_index, term, positions)
+
+    def _append_leader_joined(self, bodies: Sequence[bytes], magic: int, term: int, first_index: int,
+                              start_pos: int) -> AppendBatchResult | None:
+        """A batch of small bodies that fits the current segment: every record encoded by one
+        ``map`` and one join, written with one copy, its index units likewise; no Python
+        bytecode runs per entry. None when the batch crosses a segment end or its bodies
+        average over 4 KiB (there the loop's single copy wins); the loop then writes it."""
+        n = len(bodies)
+        lens = list(map(len, bodies))
+        total = sum(lens) + BODY_OFFSET * n
+        files = self.data_list.files
+        if total > n * 4096 or not files:
+            return None
+        df = files[-1]
+        wp = df.wrote_position
+        if wp + total + MIN_BLANK_LEN > df.file_size:
+            return None
+        sizes = list(map(add, lens, repeat(BODY_OFFSET, n)))
+        positions = list(accumulate(sizes[:-1], initial=df.file_from_offset + wp))
+        indexes = range(first_index, first_index + n)
+        heads = map(RECORD_PREFIX.pack, repeat(magic, n), sizes, indexes, repeat(term, n), positions,
+                    repeat(0, n), repeat(0, n), map(crc32, bodies), lens)
+        if wp + total > df.populated_to:
+            df.populate(wp, wp + total)
+        df.mm[wp:wp + total] = b"".join(chain.from_iterable(zip(heads, bodies)))
+        df.wrote_position = wp + total
+        self._write_index_units(list(zip(repeat(magic, n), positions, sizes, indexes, repeat(term, n))), 0, n)
+        self._end_append(df, first_index, first_index + n - 1, term, start_pos)
+        return AppendBatchResult(first_index, term, positions)
+
+    def _end_append(self, df: MmapFile | None, first_index: int, last_index: int, last_term: int,
+                    start_pos: int) -> None:
+        """After records ``first_index..last_index`` were written from data position
+        ``start_pos`` on: move the log end, mark it, and sync in fsync mode."""
+        self.ledger_end_index = last_index
+        self.ledger_end_term = last_term
+        self._mark_end(df)
+        if self.durability == FSYNC:
+            self._sync_range(self.data_list, start_pos)
+            self._sync_range(self.index_list, first_index * INDEX_UNIT_SIZE)
 
     def _write_hooked(self, df: MmapFile, wp: int, body: bytes, magic: int, index: int, term: int,
                       pos: int, entries: list[DLedgerEntry] | None, k: int) -> None:
@@ -357,56 +402,51 @@ class DLedgerMmapFileStore(StoreBase):
                                    last_term=self.ledger_end_term, leader_term=leader_term,
                                    next_pos=data.max_wrote_position() if has_position else None,
                                    file_size=data.mapped_file_size, max_entry_size=self.max_entry_size)
-        if not plan:
+        units = plan.units
+        if not units:
             return self.ledger_end_index
-        if not data.files and plan[0][2] != 0:
-            data.rebuild_with_pos(plan[0][2])
+        if not data.files and units[0][1] != 0:
+            data.rebuild_with_pos(units[0][1])
         self._ensure_index_start()
         start_pos = data.max_wrote_position()
-        first_index = plan[0][3]
-        idx = self.index_list
-        xf = idx.files[-1]
-        pack_idx = INDEX_UNIT.pack_into
+        first_index = units[0][3]
         done = 0
         df = None
-        n = len(plan)
         try:
-            k = 0
-            while k < n:
-                # The longest run of records that lie back to back in one segment: one copy.
-                off0, size0 = plan[k][0], plan[k][1]
-                df = data.reserve(size0)
+            for off, nbytes, k, end in plan.runs:
+                # one copy per run: the plan put each run's records back to back in one segment
+                df = data.reserve(nbytes)
                 wp = df.wrote_position
-                room = df.file_size - wp - MIN_BLANK_LEN
-                j, run = k + 1, size0
-                while j < n and plan[j][0] == off0 + run and run + plan[j][1] <= room:
-                    run += plan[j][1]
-                    j += 1
-                if wp + run > df.populated_to:
-                    df.populate(wp, wp + run)
-                df.mm[wp:wp + run] = view[off0:off0 + run]
-                df.wrote_position = wp + run
-                xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
-                for q in range(k, j):
-                    _off, size, pos, index, term, magic = plan[q]
-                    if xw + INDEX_UNIT_SIZE > xsize:
-                        xf.wrote_position = xw
-                        xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
-                        xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
-                    pack_idx(xmm, xw, magic, pos, size, index, term)
-                    xw += INDEX_UNIT_SIZE
-                xf.wrote_position = xw
-                done = j
-                k = j
+                if df.file_from_offset + wp != units[k][1]:
+                    raise DLedgerError(f"follower write of entry {units[k][3]} would land at "
+                                       f"{df.file_from_offset + wp}, not {units[k][1]}", INCONSISTENT_STATE)
+                if wp + nbytes > df.populated_to:
+                    df.populate(wp, wp + nbytes)
+                df.mm[wp:wp + nbytes] = view[off:off + nbytes]
+                df.wrote_position = wp + nbytes
+                self._write_index_units(units, k, end)
+                done = end
         finally:
             if done:
-                self.ledger_end_index = plan[done - 1][3]
-                self.ledger_end_term = plan[done - 1][4]
-                self._mark_end(df)
-                if self.durability == FSYNC:
-                    self._sync_range(data, start_pos)
-                    self._sync_range(idx, first_index * INDEX_UNIT_SIZE)
+                self._end_append(df, first_index, units[done - 1][3], units[done - 1][4], start_pos)
         return self.ledger_end_index
+
+    def _write_index_units(self, units: list[tuple], k: int, end: int) -> None:
+        """Append the index units ``units[k:end]`` (``(magic, pos, size, index, term)`` tuples),
+        packed in one join per index segment."""
+        idx = self.index_list
+        xf = idx.files[-1]
+        pack = INDEX_UNIT.pack
+        while k < end:
+            xw = xf.wrote_position
+            room = (xf.file_size - xw) // INDEX_UNIT_SIZE
+            if room <= 0:
+                xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
+                continue
+            m = min(room, end - k)
+            xf.mm[xw:xw + m * INDEX_UNIT_SIZE] = b"".join(starmap(pack, units[k:k + m]))
+            xf.wrote_position = xw + m * INDEX_UNIT_SIZE
+            k += m
 
     # =====================================================================================
     # reading
@@ -478,23 +518,27 @@ class DLedgerMmapFileStore(StoreBase):
         first_unit, f, off = self._locate(begin_index)
         units = [first_unit]
         nbytes = first_unit.size
-        expect_pos = first_unit.pos + nbytes
         if end > begin_index and not self._index_overrides:
-            # Extend within the same data segment as far as the limits allow, reading the
-            # following index units in one slice of their index segment.
+            # Extend within the same data segment as far as the limits allow, from the
+            # following index units read in one slice of their index segment.
             upos = (begin_index + 1) * INDEX_UNIT_SIZE
             xf = self.index_list.find_file(upos)
             if xf is not None:
                 lo = upos - xf.file_from_offset
                 most = min(end - begin_index, max(0, max_bytes - nbytes) // BODY_OFFSET)
                 hi = min(xf.wrote_position, lo + most * INDEX_UNIT_SIZE)
-                for unit in INDEX_UNIT.iter_unpack(xf.mm[lo:hi - (hi - lo) % INDEX_UNIT_SIZE]):
-                    if unit[1] != expect_pos or nbytes + unit[2] > max_bytes:
-                        break
-                    units.append(unit)
-                    nbytes += unit[2]
-                    expect_pos += unit[2]
+                more = list(INDEX_UNIT.iter_unpack(xf.mm[lo:hi - (hi - lo) % INDEX_UNIT_SIZE]))
+                if more:
+                    _m, poss, sizes, _i, _t = zip(*more)
+                    # ends[k]: where unit k must start to follow on; ends[k + 1] - pos: bytes through it
+                    ends = list(accumulate(sizes, initial=first_unit.pos + nbytes))
+                    take = max(0, bisect_right(ends, first_unit.pos + max_bytes) - 1)
+                    if poss[:take] != tuple(ends[:take]):     # a segment ends inside: stop there
+                        take = next(k for k in range(take) if poss[k] != ends[k])
+                    units.extend(more[:take])
+                    nbytes = ends[take] - first_unit.pos
         elif end > begin_index:
+            expect_pos = first_unit.pos + nbytes
             while begin_index + len(units) <= end:
                 unit = self._index_unit(begin_index + len(units))
                 if unit.pos != expect_pos or nbytes + unit.size > max_bytes:
@@ -503,7 +547,11 @@ class DLedgerMmapFileStore(StoreBase):
                 nbytes += unit.size
                 expect_pos += unit.size
         chunk = f.read(off, nbytes)
-        self._verify_chunk(chunk, begin_index, units, f.path, off)
+        if begin_index < self._written_from:
+            self._verify_chunk(chunk, begin_index, units, f.path, off)
+        # else: written through this store object since it was opened (leader records encoded
+        # here, follower records checked before they were written); the followers check every
+        # pushed record again, CRC included, before writing it.
         return chunk, len(units)
 
     def _verify_chunk(self, chunk: bytes, first: int, units: list, path: str, base_off: int) -> None:
@@ -584,6 +632,7 @@ class DLedgerMmapFileStore(StoreBase):
             return self.ledger_end_index
         self._check_truncatable(truncate_index)
         unit = self._index_unit(truncate_index)
+        self._written_from = min(self._written_from, truncate_index)
         # Crash-safe order: whatever step a crash interrupts, the next open finds either the
         # old log or the truncated one. The checkpoint stops vouching for the doomed entries
         # first (else it would trust a log whose record was already erased); the index units
@@ -948,6 +997,7 @@ class DLedgerMmapFileStore(StoreBase):
                 self.term_file.save(self.ledger_end_term, None)
             else:
                 self.term_file.term = self.ledger_end_term
+        self._written_from = self.ledger_end_index + 1
         return self
 
     def __repr__(self) -> str:
