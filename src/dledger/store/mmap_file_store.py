@@ -13,7 +13,9 @@ Invariants kept by every mutation:
 - an entry's ``pos`` field equals its local position: leaders stamp it, followers refuse a
   record whose ``pos`` differs from where it would land (replicas are byte-identical);
 - ``body_crc`` is the CRC-32 of the final body (after append hooks) and is checked on every
-  read; a record that fails a check is never returned.
+  read; a record that fails a check is never returned. The one exception: ``get_raw_range``
+  (the leader reading for a push) returns entries written through this object since ``load``
+  unchecked, because every follower checks each pushed record, CRC included, before writing.
 
 Recovery (``load``), stronger than SPEC §2.6:
 - the log up to the checkpoint's ``endIndex`` (flushed before the checkpoint was written) is
