@@ -83,6 +83,22 @@ def test_three_servers_elect_replicate_and_serve_reads(group):
         assert lead.read(mode).result(5).code == Code.SUCCESS
 
 
+def test_a_cancelled_future_only_drops_its_answer_the_append_still_happens(group, caplog):
+    lead = group.leader()
+    futures = [lead.append(b"c-%d" % i) for i in range(200)]
+    cancelled = [f.cancel() for f in futures[::2]]
+    last = lead.append(b"after").result(5)
+    assert last.code == Code.SUCCESS and last.index == 200
+    for i, f in enumerate(futures):
+        if i % 2 == 0 and cancelled[i // 2]:
+            assert f.cancelled()
+        else:
+            assert f.result(5).index == i
+    assert [lead.get(i).body for i in range(200)] == [b"c-%d" % i for i in range(200)]
+    assert any(cancelled)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], "a cancelled future is not an error"
+
+
 def test_append_hooks_can_stamp_the_position_into_the_body(tmp_path):
     g = Group(tmp_path)
     for node_id in ("n0", "n1", "n2"):

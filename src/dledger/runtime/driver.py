@@ -15,7 +15,7 @@ host submits an operation. All of it runs on the runtime's thread.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
 from dledger.core import Node, Ready, RoleChange
@@ -37,12 +37,10 @@ class Op:
         self.started_ms = started_ms
 
     def finish(self, response: Any, result: Any) -> None:
-        if self.future.done():
-            return
-        if self.kind == WRITE:
-            self.future.set_result((response, result))
-        else:
-            self.future.set_result(response)
+        try:
+            self.future.set_result((response, result) if self.kind == WRITE else response)
+        except InvalidStateError:
+            pass                    # cancelled by the host, or answered already
 
 
 class Driver:
