@@ -266,7 +266,9 @@ class DLedgerMmapFileStore(StoreBase):
         pack_idx = INDEX_UNIT.pack_into
         hooks = self._hooks
         # The loop keeps each segment's state in locals and writes it back on segment switches
-        # and at the end: attribute traffic was a third of the per-entry cost.
+        # and at the end: attribute traffic was a third of the per-entry cost. It packs its own
+        # index units rather than handing them to _write_index_units: that helper's list, zip
+        # and join cost single appends a third of their rate (325K -> 221K/s at 128 B).
         df = data.files[-1] if data.files else None
         if df is None:
             df = data.reserve(BODY_OFFSET + len(bodies[0]))
