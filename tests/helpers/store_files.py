@@ -7,6 +7,7 @@ crashed first), and decodes locations from the index units on disk, independentl
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
 from dledger.entry import INDEX_UNIT_SIZE, decode_index
@@ -67,3 +68,9 @@ def record_location(store_dir: str, index: int, index_file_size: int, data_file_
     start = unit.pos - unit.pos % data_file_size
     return Location(os.path.join(store_dir, "data", f"{start:020d}"), unit.pos - start, unit.size,
                     unit.pos)
+
+
+def copy_store(src: str, dst: str) -> str:
+    """Copy a (closed or crashed) store directory byte for byte; returns ``dst``."""
+    shutil.copytree(src, dst)
+    return dst

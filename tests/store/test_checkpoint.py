@@ -16,7 +16,7 @@ import pytest
 
 from dledger.entry import DLedgerEntry
 from dledger.store.checkpoint import read_checkpoint
-from helpers.crash import crash
+from dledger.sim.disk import crash_store
 from helpers.small_store import MODES, append_bodies, body, open_small, snapshot
 
 N = 30  # three 1 KiB data segments of 64-byte records
@@ -61,7 +61,7 @@ def test_commit_without_flush_is_not_persisted_past_the_last_checkpoint(tmp_path
     build(d, durability, committed=10)
     s = open_small(d, durability)
     s.update_committed_index(20)
-    crash(s)
+    crash_store(s)
     s = open_small(d, durability)
     try:
         assert s.committed_index == 10
@@ -175,7 +175,7 @@ def test_checkpoint_names_an_entry_that_was_replaced(tmp_path):
     s.persist_term(2, None)
     append_bodies(s, [body(100 + i) for i in range(5)])
     written = snapshot(s)
-    crash(s)
+    crash_store(s)
     write(cp_path(d), b"endIndex=9\ncommittedIndex=3\n")  # as it was before the truncation
     s = open_small(d)
     try:
@@ -206,7 +206,7 @@ def test_before_begin_term_survives_restart_through_checkpoint(tmp_path):
     s.update_committed_index(N - 1)
     s.reset(14, 3)
     written = snapshot(s)
-    crash(s)
+    crash_store(s)
     s = open_small(d)
     try:
         assert (s.ledger_before_begin_index, s.ledger_before_begin_term) == (14, 3)
@@ -219,7 +219,7 @@ def test_before_begin_term_survives_restart_through_checkpoint(tmp_path):
 def test_new_store_starts_with_a_checkpoint(tmp_path):
     d = str(tmp_path / "s")
     s = open_small(d)
-    crash(s)
+    crash_store(s)
     cp = read_checkpoint(d)
     assert (cp.end_index, cp.committed_index, cp.before_begin_index) == (-1, -1, -1)
 
@@ -244,7 +244,7 @@ def test_hole_after_the_checkpoint(tmp_path, durability, flushed):
         s.flush()
     append_bodies(s, [body(i) for i in range(flushed, 10)])
     written = snapshot(s)
-    crash(s)
+    crash_store(s)
     hole = record_location(d, 5, INDEX_FILE_SIZE, DATA_FILE_SIZE)
     zero(hole.path, hole.offset, hole.size)
     if durability == "fsync":

@@ -21,7 +21,8 @@ import tracemalloc
 import pytest
 
 from dledger.errors import INDEX_OUT_OF_RANGE, CorruptStoreError, DLedgerError
-from helpers.crash import copy_store, crash
+from dledger.sim.disk import crash_store
+from helpers.store_files import copy_store
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small, snapshot
 from helpers.store_files import flip_bit, read_at, record_location, write_at
 
@@ -62,7 +63,7 @@ def bases(tmp_path_factory):
             s.update_committed_index(N - 1)
             s.close()
         else:
-            crash(s)
+            crash_store(s)
             os.unlink(os.path.join(d, "checkpoint"))  # as Java writes it, or a lost checkpoint
         out[name] = (d, written)
     return out
@@ -192,7 +193,7 @@ def test_bit_flip_after_the_checkpoint(tmp_path, durability, field):
     s.flush()                      # checkpoint: endIndex 5
     append_bodies(s, [body(i, BODY) for i in range(6, N)])
     s.flush(checkpoint=False)      # durable, but no checkpoint vouches for 6..19
-    crash(s)
+    crash_store(s)
     loc = record_location(d, 9, INDEX_FILE_SIZE, DATA_FILE_SIZE)
     off, width = FIELDS[field]
     flip_bit(loc.path, loc.offset + off + width - 1, 1)

@@ -15,7 +15,8 @@ import pytest
 from dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, DLedgerEntry, decode_index
 from dledger.errors import INDEX_OUT_OF_RANGE, DLedgerError
 from dledger.store import open_store
-from helpers.crash import copy_store, crash
+from dledger.sim.disk import crash_store
+from helpers.store_files import copy_store
 from helpers.small_store import (DATA_FILE_SIZE, INDEX_FILE_SIZE, MODES, append_bodies, body,
                                  open_small, snapshot)
 from helpers.store_files import (index_unit_location, read_at, record_location, segments, write_at,
@@ -33,7 +34,7 @@ def build(path, durability, with_checkpoint, n=N, body_len=16):
         s.update_committed_index(n - 4)
         s.flush()
     entries += append_bodies(s, [body(i, body_len) for i in range(n - 2, n)])
-    crash(s)
+    crash_store(s)
     if not with_checkpoint:  # a store of another origin, or one whose checkpoint was lost
         os.unlink(os.path.join(path, "checkpoint"))
     return [(e.index, e.term, e.pos, e.body) for e in entries]
@@ -124,7 +125,7 @@ def test_tail_cut_is_durable_and_stale_bytes_never_resurrect(tmp_path, durabilit
     assert snapshot(s) == written[:-1]
     e = s.append_as_leader(DLedgerEntry(body=b"x"))  # shorter than the cut record
     assert e.pos == victim.pos
-    crash(s)
+    crash_store(s)
     s = open_small(str(tmp_path / "s"), durability)
     try:
         assert snapshot(s)[-1] == (N - 1, 1, victim.pos, b"x")
@@ -188,7 +189,7 @@ def test_lost_index_page_is_rebuilt_from_data(tmp_path, durability, lost_page, c
         s.flush()
     append_bodies(s, [body(i, 8) for i in range(checkpoint_at or 0, LOST_N)])
     written = snapshot(s)
-    crash(s)
+    crash_store(s)
     assert len(segments(d, "data")) == 3
     index_file = segments(d, "index")[0]
     if checkpoint_at and lost_page == 0:
@@ -250,7 +251,7 @@ def build_rollover(path, durability, with_checkpoint):
         s.flush()
     append_bodies(s, [body(i, ROLL_BODY) for i in range(3, 5)])
     written = snapshot(s)
-    crash(s)
+    crash_store(s)
     assert [p for _, _, p, _ in written] == [0, 248, 496, 744, DATA_FILE_SIZE]
     seg0, seg1 = segments(str(path), "data")
     assert MAGIC_SIZE.unpack(read_at(seg0, 992, 8)) == (MAGIC_BLANK, 32)
@@ -315,8 +316,8 @@ def _disk_70_percent_full(path):
     return (100, 80, 20)  # (total, used, free): above the 0.70 "check expired" ratio
 
 
-def _open(path, durability):
-    return open_small(str(path), durability, disk_usage=_disk_70_percent_full)
+def _open(path, durability, **kwargs):
+    return open_small(str(path), durability, disk_usage=_disk_70_percent_full, **kwargs)
 
 
 def _base_store(path, durability):
@@ -415,25 +416,25 @@ def _matches(state, accepted):
 @pytest.mark.parametrize("fault", ["process-crash", "power-loss"])
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
 def test_crash_at_every_write_of_an_operation(tmp_path, durability, fault, operation):
-    from helpers.crash import PowerLoss, SimulatedCrash
+    from dledger.sim.disk import PowerLoss, SimulatedCrash
     op, acceptable = OPERATIONS[operation]
     base = tmp_path / "base"
     _base_store(base, durability)
     # dry run: how many mapping writes and msyncs the operation makes
     with PowerLoss() as pl:
-        s = _open(copy_store(str(base), str(tmp_path / "dry")), durability)
+        s = _open(copy_store(str(base), str(tmp_path / "dry")), durability, store_io=pl.io)
         before = _state(s)
         start = pl.ops
         op(s)
         total = pl.ops - start
         done = _state(s)
-        crash(s)
+        crash_store(s)
     accepted = acceptable(*before)
     assert total >= 2 and done != before and _matches(done, accepted), "the operation did nothing"
     for n in range(total):
         d = copy_store(str(base), str(tmp_path / f"n{n}"))
         with PowerLoss() as pl:
-            s = _open(d, durability)
+            s = _open(d, durability, store_io=pl.io)
             pl.arm(n)
             with pytest.raises(SimulatedCrash):
                 op(s)
@@ -441,7 +442,7 @@ def test_crash_at_every_write_of_an_operation(tmp_path, durability, fault, opera
             if fault == "power-loss":
                 pl.power_loss(s)
             else:
-                crash(s)
+                crash_store(s)
         # an offline reader sees an acceptable state too, and changes nothing on disk
         before_ro = _fingerprint(d)
         with open_store(d) as ro:
@@ -468,14 +469,14 @@ def test_crash_at_every_write_of_an_operation(tmp_path, durability, fault, opera
 
 
 # ---------------------------------------------------------------------------------------------
-# the power-loss model itself (helpers.crash.PowerLoss)
+# the power-loss model itself (dledger.sim.disk.PowerLoss)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("durability", MODES)
 def test_power_loss_keeps_exactly_what_was_synced(tmp_path, durability):
-    from helpers.crash import PowerLoss
+    from dledger.sim.disk import PowerLoss
     d = str(tmp_path / "s")
     with PowerLoss() as pl:
-        s = open_small(d, durability)
+        s = open_small(d, durability, store_io=pl.io)
         s.persist_term(1, None)
         append_bodies(s, [body(i, ROLL_BODY) for i in range(3)])
         s.flush()
@@ -491,14 +492,14 @@ def test_power_loss_keeps_exactly_what_was_synced(tmp_path, durability):
 
 
 def test_process_crash_keeps_the_page_cache_but_not_across_a_power_loss(tmp_path):
-    from helpers.crash import PowerLoss
+    from dledger.sim.disk import PowerLoss
     d = str(tmp_path / "s")
     with PowerLoss() as pl:
-        s = open_small(d)
+        s = open_small(d, store_io=pl.io)
         s.persist_term(1, None)
         append_bodies(s, [body(i) for i in range(4)])
-        crash(s)                       # the page cache still holds the four entries
-        s = open_small(d)
+        crash_store(s)                       # the page cache still holds the four entries
+        s = open_small(d, store_io=pl.io)
         assert len(snapshot(s)) == 4
         pl.power_loss(s)               # never synced: gone after a power loss
     s = open_small(d)
@@ -519,7 +520,7 @@ def _damaged_store(path, durability):
     s.flush()
     append_bodies(s, [body(i, 100) for i in range(4, 10)])
     written = snapshot(s)
-    crash(s)
+    crash_store(s)
     for seg in segments(str(path), "index")[1:]:
         zero(seg, 0, 32 * 4)
     data = segments(str(path), "data")[-1]
@@ -531,23 +532,23 @@ def _damaged_store(path, durability):
 @pytest.mark.parametrize("durability", MODES)
 @pytest.mark.parametrize("fault", ["process-crash", "power-loss"])
 def test_crash_while_recovery_repairs(tmp_path, durability, fault):
-    from helpers.crash import PowerLoss, SimulatedCrash
+    from dledger.sim.disk import PowerLoss, SimulatedCrash
     base = tmp_path / "base"
     written = _damaged_store(base, durability)
     with PowerLoss() as pl:
         start = pl.ops
         s = open_small(str(copy_store(str(base), str(tmp_path / "dry"))), durability,
-                       index_file_size=32 * 4)
+                       index_file_size=32 * 4, store_io=pl.io)
         total = pl.ops - start
         assert snapshot(s) == written[:9]
-        crash(s)
+        crash_store(s)
     assert total >= 3, "recovery repaired nothing"
     for n in range(total):
         d = copy_store(str(base), str(tmp_path / f"n{n}"))
         with PowerLoss() as pl:
             pl.arm(n)
             with pytest.raises(SimulatedCrash):
-                open_small(d, durability, index_file_size=32 * 4)
+                open_small(d, durability, index_file_size=32 * 4, store_io=pl.io)
             pl.disarm()
             # the half-opened store dies with the process
             if fault == "power-loss":

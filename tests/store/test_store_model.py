@@ -10,7 +10,7 @@ begin/end.
 After every step the store must equal the model exactly. After a process crash (page cache
 survives) and a clean close it must equal the model exactly, too. After a power loss (only
 msync'ed pages survive, or a random subset of the unsynced sectors too, see
-``helpers.crash.PowerLoss``) it must equal a prefix of the model that keeps at least
+``dledger.sim.disk.PowerLoss``) it must equal a prefix of the model that keeps at least
 everything made durable: everything flushed in ``page_cache`` mode, every append in
 ``fsync`` mode. The committed index is never above the model's and never below the one
 persisted by the last flush. ``DLEDGER_MODEL_EXAMPLES`` sets the number of examples
@@ -32,7 +32,7 @@ from dledger.entry import BODY_OFFSET, DLedgerEntry, encode
 from dledger.errors import INCONSISTENT_STATE, INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE, DLedgerError
 from dledger.store import DLedgerMmapFileStore
 from dledger.store.follower_batch import next_position
-from helpers.crash import PowerLoss, crash
+from dledger.sim.disk import PowerLoss, crash_store
 
 DATA_FILE_SIZE = 512
 INDEX_FILE_SIZE = 32 * 8
@@ -50,7 +50,7 @@ class StoreModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="dledger-model-")
-        self.power = PowerLoss().__enter__()
+        self.power = PowerLoss()
         self.store: DLedgerMmapFileStore | None = None
         self.entries: dict[int, tuple[int, bytes]] = {}
         self.bb_index, self.bb_term = -1, -1
@@ -65,7 +65,7 @@ class StoreModel(RuleBasedStateMachine):
         store = DLedgerMmapFileStore.open(self.dir, data_file_size=DATA_FILE_SIZE,
                                           index_file_size=INDEX_FILE_SIZE,
                                           durability=self.durability, read_only=read_only,
-                                          disk_usage=_disk_75_percent_full)
+                                          disk_usage=_disk_75_percent_full, store_io=self.power.io)
         if not read_only:
             self.store = store
         return store
@@ -78,9 +78,8 @@ class StoreModel(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if self.store is not None and not self.store.closed:
-                crash(self.store)
+                crash_store(self.store)
         finally:
-            self.power.__exit__(None, None, None)
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -192,7 +191,7 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def read_only_view_after_crash(self):
         """An offline reader of a crashed store sees the same log, and changes nothing."""
-        crash(self.store)
+        crash_store(self.store)
         ro = self.open(read_only=True)
         try:
             self.check_equal(ro)
@@ -225,7 +224,7 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule()
     def crash_and_reopen(self):
-        crash(self.store)
+        crash_store(self.store)
         self.open()
         self.check_equal()
         self.check_committed_after_restart()

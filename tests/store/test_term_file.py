@@ -15,7 +15,7 @@ import pytest
 
 from dledger.errors import TermFileError
 from dledger.store.properties import read_properties
-from helpers.crash import crash
+from dledger.sim.disk import crash_store
 from helpers.small_store import append_bodies, body, open_small
 
 
@@ -81,7 +81,7 @@ def test_missing_term_file_with_a_log_is_raised_to_the_last_term(tmp_path, durab
     append_bodies(s, [body(0)])
     s.persist_term(7, "n1")
     append_bodies(s, [body(1), body(2)])
-    crash(s)
+    crash_store(s)
     os.unlink(term_path(d))
     s = open_small(d, durability)
     try:
@@ -176,7 +176,7 @@ def test_persisted_term_and_vote_survive_a_crash(tmp_path):
     s.persist_term(3, "n1")
     s.persist_term(4, None)
     s.persist_term(4, "n2")
-    crash(s)
+    crash_store(s)
     assert not os.path.exists(term_path(d) + ".tmp")
     s = open_small(d)
     try:

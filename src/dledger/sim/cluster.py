@@ -28,7 +28,7 @@ from dledger.config import DLedgerConfig
 from dledger.core import Role
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code
 from dledger.server import DLedgerServer
-from dledger.sim.disk import FaultyStore
+from dledger.sim.disk import FaultyStore, crash_store
 from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
 from dledger.sim.history import History, LogEntry, check_commit_log
 from dledger.sim.network import NetworkOptions, SimNetwork
@@ -140,13 +140,8 @@ class Cluster:
         server.crash()
         server.driver.node.stop()             # the client side sees its calls fail
         server.driver._process()              # (the transport is closed: nothing is sent)
-        store = server.store
-        if isinstance(store, FaultyStore):
-            store = store.inner
-        if isinstance(store, DLedgerMmapFileStore):
-            store.data_list.close()           # unmap without msync or checkpoint
-            store.index_list.close()
-            store.closed = True
+        if self.store_type == "file":
+            crash_store(server.store)         # unmap without msync or checkpoint
         self.crashed.add(node_id)
 
     def restart(self, node_id: str) -> DLedgerServer:

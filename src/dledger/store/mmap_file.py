@@ -24,6 +24,7 @@ import sys
 
 from dledger.errors import DISK_FULL, DISK_ERROR, DLedgerError
 from dledger.store import page_warmer
+from dledger.store.store_io import LOCAL_IO, StoreIO
 
 OS_PAGE_SIZE = 4096
 _PAGE_MASK = ~(mmap.ALLOCATIONGRANULARITY - 1)
@@ -54,11 +55,12 @@ class MmapFile:
 
     __slots__ = ("path", "file_from_offset", "file_size", "start_position", "wrote_position",
                  "committed_position", "flushed_position", "mm", "read_only", "_fd", "populated_to",
-                 "_addr", "_warmed_to")
+                 "_addr", "_warmed_to", "io")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, io: StoreIO = LOCAL_IO) -> None:
         self.path = path
+        self.io = io
         self.file_from_offset = file_from_offset
         self.file_size = file_size
         self.read_only = read_only
@@ -89,7 +91,7 @@ class MmapFile:
                 if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                     raise
                 os.ftruncate(fd, self.file_size)
-            self.mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+            self.mm = self.io.map(fd, self.file_size, writable=True)
             self._addr = page_warmer.base_address(self.mm)
         except BaseException:
             os.close(fd)
@@ -108,8 +110,7 @@ class MmapFile:
             if size != self.file_size:
                 raise DLedgerError(f"segment {self.path} has {size} bytes, expected {self.file_size}",
                                    DISK_ERROR)
-            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
-            self.mm = mmap.mmap(fd, self.file_size, access=access)
+            self.mm = self.io.map(fd, self.file_size, writable=not self.read_only)
             if not self.read_only:
                 self._addr = page_warmer.base_address(self.mm)
         except BaseException:
@@ -218,7 +219,8 @@ class MmapFile:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
-            pass
+            return
+        self.io.deleted(self.path)
 
     def __repr__(self) -> str:
         return (f"MmapFile({self.file_name}, start={self.start_position}, "

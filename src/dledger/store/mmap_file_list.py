@@ -23,6 +23,7 @@ import re
 from dledger.entry import MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN, encode_blank
 from dledger.errors import DISK_ERROR, DLedgerError, ReadOnlyStoreError, StoreLayoutError
 from dledger.store.mmap_file import MmapFile, file_name_for, fsync_dir
+from dledger.store.store_io import LOCAL_IO, StoreIO
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,14 @@ _NAME = re.compile(r"^\d{20}$")
 class MmapFileList:
     """Segments of one list (data or index) in ``store_path``."""
 
-    def __init__(self, store_path: str, mapped_file_size: int, *, read_only: bool = False) -> None:
+    def __init__(self, store_path: str, mapped_file_size: int, *, read_only: bool = False,
+                 io: StoreIO = LOCAL_IO) -> None:
         if mapped_file_size < 64:
             raise ValueError(f"mapped_file_size must be at least 64 bytes, got {mapped_file_size}")
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.read_only = read_only
+        self.io = io
         self.files: list[MmapFile] = []
         self.flushed_where = 0
         self.committed_where = 0
@@ -66,7 +69,7 @@ class MmapFileList:
                                        f"mapped file size {self.mapped_file_size}")
         for name in names:
             self.files.append(MmapFile(os.path.join(self.store_path, name), int(name),
-                                       self.mapped_file_size, read_only=self.read_only))
+                                       self.mapped_file_size, read_only=self.read_only, io=self.io))
         self.check_self()
         if self.files:
             first = self.files[0]
@@ -129,7 +132,7 @@ class MmapFileList:
         self._check_writable()
         os.makedirs(self.store_path, exist_ok=True)
         f = MmapFile(os.path.join(self.store_path, file_name_for(offset)), offset,
-                     self.mapped_file_size, create=True)
+                     self.mapped_file_size, create=True, io=self.io)
         fsync_dir(self.store_path)
         self.files.append(f)
         return f

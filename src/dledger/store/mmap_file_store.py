@@ -55,6 +55,7 @@ from dledger.store.follower_batch import plan_follower_batch
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
 from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList
+from dledger.store.store_io import LOCAL_IO, StoreIO
 from dledger.store.term_file import TermFile
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class DLedgerMmapFileStore(StoreBase):
                  disk_space_ratio_to_force_clean: float = 0.85, enable_disk_force_clean: bool = True,
                  disk_usage: Callable[[str], tuple] = shutil.disk_usage,
                  flush_interval_ms: int = 10, checkpoint_interval_ms: int = 1000,
-                 background_flush: bool = False) -> None:
+                 background_flush: bool = False, store_io: StoreIO = LOCAL_IO) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
         if index_file_size % INDEX_UNIT_SIZE:
@@ -119,8 +120,8 @@ class DLedgerMmapFileStore(StoreBase):
         self.max_entry_size = min(max_entry_size, data_file_size - MIN_BLANK_LEN)
         self.data_path = data_path or os.path.join(store_dir, "data")
         self.index_path = os.path.join(store_dir, "index")
-        self.data_list = MmapFileList(self.data_path, data_file_size, read_only=read_only)
-        self.index_list = MmapFileList(self.index_path, index_file_size, read_only=read_only)
+        self.data_list = MmapFileList(self.data_path, data_file_size, read_only=read_only, io=store_io)
+        self.index_list = MmapFileList(self.index_path, index_file_size, read_only=read_only, io=store_io)
         self.term_file = TermFile(store_dir, read_only=read_only)
         self.file_reserved_hours = max(1.0, file_reserved_hours)
         self.delete_when = {int(h) for h in delete_when.split(";") if h.strip()}
