@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Callable
 
 from dledger.config import DLedgerConfig
@@ -87,6 +87,8 @@ class Cluster:
         self.processes: dict[str, SimProcess] = {}
         #: with ``store="file"``: each node's power-loss recorder (its stores are opened through it)
         self.power: dict[str, PowerLoss] = {i: PowerLoss() for i in self.ids} if store == "file" else {}
+        #: client calls made through ``append``/``read`` and not answered yet, per node
+        self._in_flight: dict[str, set[Future]] = {i: set() for i in self.ids}
         #: forced roles (SPEC §9's harness with the elector disabled): the leader's id
         self.forced_leader = leader
         self.forced_term: int | None = None
@@ -154,7 +156,13 @@ class Cluster:
         server = self.servers[node_id]
         self.processes[node_id].kill()         # every timer it armed is cancelled
         self.network.endpoints[node_id].close()
-        server.driver.kill()                   # the client side sees its calls fail
+        server.driver.kill()                   # calls the node had taken in fail
+        for f in list(self._in_flight[node_id]):
+            try:                               # calls it had not yet taken in: the client's
+                f.set_exception(ConnectionError(f"{node_id} crashed before answering"))  # connection broke
+            except InvalidStateError:
+                pass
+        self._in_flight[node_id].clear()
         if self.store_type == "file":
             crash_store(server.store)          # unmap without msync or checkpoint
         self.crashed.add(node_id)
@@ -229,7 +237,7 @@ class Cluster:
             History.complete(op, self.now_ms, resp)
             f.set_result(resp)
             return f
-        f = self.servers[node].append(body)
+        f = self._track(node, self.servers[node].append(body))
 
         def done(fut: Future) -> None:
             if fut.exception() is None:
@@ -249,7 +257,15 @@ class Cluster:
             f: Future = Future()
             f.set_result(AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR))
             return f
-        return self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode)
+        return self._track(node, self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode))
+
+    def _track(self, node_id: str, f: Future) -> Future:
+        """Remember a client call until it is answered: if its node crashes first, the call
+        fails as a client's does when its connection breaks."""
+        calls = self._in_flight[node_id]
+        calls.add(f)
+        f.add_done_callback(calls.discard)
+        return f
 
     # =====================================================================================
     # checking
