@@ -157,9 +157,10 @@ class Cluster:
         self.processes[node_id].kill()         # every timer it armed is cancelled
         self.network.endpoints[node_id].close()
         server.driver.kill()                   # calls the node had taken in fail
+        # calls it had not taken in yet fail as a client's do when its connection breaks
         for f in list(self._in_flight[node_id]):
-            try:                               # calls it had not yet taken in: the client's
-                f.set_exception(ConnectionError(f"{node_id} crashed before answering"))  # connection broke
+            try:
+                f.set_exception(ConnectionError(f"{node_id} crashed before answering"))
             except InvalidStateError:
                 pass
         self._in_flight[node_id].clear()
