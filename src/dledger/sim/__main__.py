@@ -2,6 +2,7 @@
 
     python -m dledger.sim --seed 17 --nodes 5          # one seed, full report
     python -m dledger.sim --seeds 500 --nodes 3        # a sweep of seeds 0..499
+    python -m dledger.sim --seeds 500 --no-codec       # envelopes by reference: faster, same runs
 """
 
 from __future__ import annotations
