@@ -146,11 +146,12 @@ def test_leadership_transfer_and_failover(group):
     lead = group.leader()
     lead.append(b"x").result(5)
     target = next(s for s in group.servers.values() if s is not lead)
-    # wait until the target follows the leader, then hand over
-    for _ in range(100):
-        if target.leader_id == lead.config.self_id:
-            break
-        lead.read(ReadMode.READ_INDEX_READ).result(5)
+    # wait until the target follows the leader (a role change names it), then hand over
+    follows = threading.Event()
+    target.add_role_change_handler(lambda ch: ch.leader_id == lead.config.self_id and follows.set())
+    if target.leader_id == lead.config.self_id:
+        follows.set()
+    assert follows.wait(5), f"{target.config.self_id} does not follow {lead.config.self_id}: {target.metadata()}"
     group.leader_event.clear()
     assert lead.transfer_leadership(target.config.self_id).result(5).code == Code.SUCCESS
     assert target.is_leader

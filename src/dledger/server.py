@@ -1,9 +1,13 @@
-"""DLedgerServer: the facade a host embeds (SPEC §6, §7.5).
+"""DLedgerServer: the facade a host embeds.
 
 Every part is injected at construction or defaults sensibly: the store (opened from the
-config), the transport (the in-process hub), the runtime (the process-wide asyncio loop in a
-background thread) and the random source. The simulator passes its own runtime, transport
-and seeded random, and so runs this very class.
+config, through ``store_io``), the transport (the in-process hub), the runtime (the
+process-wide asyncio loop in a background thread) and the random source. Everything else the
+server takes from its environment comes from the runtime: the monotonic clock and timers, the
+wall clock (segment ages for cleaning) and the flush policy (whether the periodic msync may run
+on a background thread). The server never tests what kind of runtime or store it was given:
+the simulator passes its own runtime, transport, seeded random and (optionally) store, and so
+runs this very class unchanged.
 
 What it promises:
 - ``append(body)`` returns a ``concurrent.futures.Future`` of ``AppendEntryResponse``
@@ -31,7 +35,6 @@ import asyncio
 import logging
 import random
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -43,6 +46,7 @@ from dledger.errors import DLedgerError
 from dledger.protocol import AppendEntryResponse, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
+from dledger.store.store_io import LOCAL_IO, StoreIO
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +56,28 @@ CLEAN_INTERVAL_MS = 100         # CleanSpaceService period
 MAX_DRAIN_BODIES = 2048
 
 
+def open_store_for(config: DLedgerConfig, *, background_flush: bool = False, store_io: StoreIO = LOCAL_IO):
+    """The store ``config`` describes, opened (a file store is recovered first)."""
+    c = config
+    if c.store_type == FILE:
+        return DLedgerMmapFileStore.open(
+            c.default_path, data_file_size=c.mapped_file_size_for_entry_data,
+            index_file_size=c.mapped_file_size_for_entry_index, durability=c.durability,
+            file_reserved_hours=c.file_reserved_hours, delete_when=c.delete_when,
+            disk_space_ratio_to_check_expired=c.disk_space_ratio_to_check_expired,
+            disk_space_ratio_to_force_clean=c.disk_space_ratio_to_force_clean,
+            enable_disk_force_clean=c.enable_disk_force_clean, flush_interval_ms=c.flush_file_interval,
+            checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS, background_flush=background_flush, store_io=store_io)
+    return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
+
+
 class DLedgerServer:
     def __init__(self, config: DLedgerConfig, *, store=None, transport=None, runtime=None,
-                 rng: random.Random | None = None, state_machine=None, hub=None) -> None:
+                 rng: random.Random | None = None, state_machine=None, hub=None,
+                 store_io: StoreIO = LOCAL_IO) -> None:
         self.config = config.validate()
         self._store = store
+        self._store_io = store_io
         self._own_store = store is None
         self._transport = transport
         self._runtime = runtime
@@ -102,24 +123,9 @@ class DLedgerServer:
             self._store.add_append_hook(hook)
 
     def _open_store(self):
-        c = self.config
-        if c.store_type == FILE:
-            return DLedgerMmapFileStore.open(
-                c.default_path, data_file_size=c.mapped_file_size_for_entry_data,
-                index_file_size=c.mapped_file_size_for_entry_index, durability=c.durability,
-                file_reserved_hours=c.file_reserved_hours, delete_when=c.delete_when,
-                disk_space_ratio_to_check_expired=c.disk_space_ratio_to_check_expired,
-                disk_space_ratio_to_force_clean=c.disk_space_ratio_to_force_clean,
-                enable_disk_force_clean=c.enable_disk_force_clean, flush_interval_ms=c.flush_file_interval,
-                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS,
-                # On the real runtime the periodic msync runs on the flush thread; the simulator
-                # keeps it on its one thread, so that a seed replays exactly.
-                background_flush=self._real_time_runtime())
-        return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
-
-    def _real_time_runtime(self) -> bool:
-        from dledger.runtime.asyncio_runtime import AsyncioRuntime
-        return isinstance(self.runtime, AsyncioRuntime)
+        # the periodic msync may leave the runtime's thread only if the runtime allows it (the
+        # simulator does not: a seed must replay exactly)
+        return open_store_for(self.config, background_flush=self.runtime.background_flush, store_io=self._store_io)
 
     def startup(self) -> "DLedgerServer":
         if self.started:
@@ -140,9 +146,11 @@ class DLedgerServer:
             self.driver.role_change_handlers.extend(self._role_handlers)
             self.started = True
             self.driver.start()
-            if isinstance(self._store, DLedgerMmapFileStore) and self.config.durability == "page_cache":
+            # Both timers are armed whatever the store: every store (and a wrapper around one)
+            # has flush_if_due and clean; the memory store's do nothing.
+            if self.config.durability == "page_cache":
                 self._flush_timer = rt.call_at(rt.now_ms() + self.config.flush_file_interval, self._flush_tick)
-            if isinstance(self._store, DLedgerMmapFileStore) and self._state_machine is None:
+            if self._state_machine is None:
                 # Java's CleanSpaceService: off when a state machine is registered (snapshots trim then).
                 self._clean_timer = rt.call_at(rt.now_ms() + CLEAN_INTERVAL_MS, self._clean_tick)
 
@@ -161,12 +169,12 @@ class DLedgerServer:
         self._flush_timer = rt.call_at(now + self.config.flush_file_interval, self._flush_tick)
 
     def _clean_tick(self) -> None:
-        """Expired-segment cleaning and the disk-full guard (SPEC §2.8), every 100 ms. Segment
-        ages are file times, so this one timer reads the wall clock."""
+        """Expired-segment cleaning and the disk-full guard, every 100 ms. Segment ages are
+        file times, so this one timer reads the runtime's wall clock."""
         if not self.started:
             return
         try:
-            self._store.clean(time.time())
+            self._store.clean(self.runtime.wall_time())
         except (DLedgerError, OSError) as exc:
             log.error("%s: cleaning failed: %s", self.config.self_id, exc)
         rt = self.runtime
@@ -191,15 +199,6 @@ class DLedgerServer:
                 self._store.close()
 
         self.runtime.run_sync(stop)
-
-    def crash(self) -> None:
-        """Stop as a killed process would: nothing flushed, nothing answered (simulation)."""
-        if not self.started:
-            return
-        self.started = False
-        self._cancel_timers()
-        self.driver.stopped = True
-        self._transport.close()
 
     # =====================================================================================
     # operations (thread-safe; they run on the runtime's thread)

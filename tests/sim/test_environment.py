@@ -1,11 +1,12 @@
-"""The simulator's environment: virtual time and the network fault model."""
+"""The simulator's environment: virtual time, simulated processes and the network fault model."""
 
 import random
 
 import pytest
 
-from dledger.protocol import Envelope, HeartBeatRequest
+from dledger.protocol import Envelope, HeartBeatRequest, PushEntryRequest, PushEntryType
 from dledger.sim import NetworkOptions, SimNetwork, SimScheduler
+from dledger.sim.scheduler import SIM_EPOCH, ProcessKilled
 
 
 def test_events_run_in_time_order_and_fifo_within_a_millisecond():
@@ -39,6 +40,35 @@ def test_a_callback_rearming_itself_at_now_is_reported_as_a_livelock():
     s.call_soon(spin)
     with pytest.raises(RuntimeError, match="livelock"):
         s.run_until(5)
+
+
+def test_a_killed_process_runs_none_of_its_timers_and_refuses_host_calls():
+    s = SimScheduler()
+    a, b = s.process("a"), s.process("b")
+    out = []
+    a.call_at(5, out.append, "a5")
+    a.call_soon(out.append, "a0")
+    b.call_at(5, out.append, "b5")
+    s.call_at(6, out.append, "root6")
+    s.run_until(1)
+    a.kill()
+    assert a.call_at(7, out.append, "a7").cancelled       # armed after death: never runs
+    with pytest.raises(ProcessKilled):
+        a.call_soon_threadsafe(out.append, "host")
+    with pytest.raises(ProcessKilled):
+        a.run_sync(lambda: None)
+    assert b.run_sync(lambda: "alive") == "alive"
+    s.run_until(10)
+    assert out == ["a0", "b5", "root6"]
+
+
+def test_the_wall_clock_is_virtual_and_the_flush_stays_on_the_one_thread():
+    s = SimScheduler()
+    p = s.process("n0")
+    assert p.wall_time() == s.wall_time() == SIM_EPOCH
+    s.run_until(2_500)
+    assert p.wall_time() == SIM_EPOCH + 2.5
+    assert s.background_flush is False and p.background_flush is False
 
 
 def _net(**opts):
@@ -106,3 +136,32 @@ def test_a_closed_endpoint_receives_nothing():
     net.endpoints["a"].send(env("a", "b"))
     s.run_until(50)
     assert got["b"] == []
+
+
+def test_every_envelope_is_delivered_as_a_fresh_copy_decoded_from_the_wire_bytes():
+    s, net, got = _net(duplicate=1.0)
+    push = PushEntryRequest(group="g", term=2, type=PushEntryType.APPEND, entries=bytearray(b"\x01" * 64),
+                            first_entry_index=3, count=1, last_entry_term=2, commit_index=1)
+    sent = Envelope("a", "b", 9, False, push)
+    net.endpoints["a"].send(sent)
+    push.entries[0] = 0xFF                                  # the sender reuses its buffer at once
+    s.run_until(50)
+    assert len(got["b"]) == 2 and got["b"][0] is not got["b"][1]
+    for env in got["b"]:
+        assert env is not sent and env.msg is not push
+        assert env.msg.entries == b"\x01" * 64 and type(env.msg.entries) is bytes
+        assert (env.src, env.dst, env.request_id, env.msg.first_entry_index) == ("a", "b", 9, 3)
+
+
+def test_without_the_codec_the_receiver_gets_the_sent_object():
+    s, net, got = _net(codec=False)
+    sent = env("a", "b")
+    net.endpoints["a"].send(sent)
+    s.run_until(50)
+    assert got["b"] == [sent] and got["b"][0] is sent
+
+
+def test_a_message_the_codec_cannot_carry_fails_at_send():
+    s, net, got = _net()
+    with pytest.raises(TypeError, match="not a protocol message"):
+        net.endpoints["a"].send(Envelope("a", "b", 1, False, {"a": "dict"}))

@@ -3,13 +3,16 @@
 ``AsyncioRuntime()`` starts its own loop in a daemon thread (for synchronous hosts);
 ``AsyncioRuntime(loop=...)`` uses the host's running loop. ``shared()`` is the process-wide
 instance that ``DLedgerServer`` uses by default. Timers are ``loop.call_at`` on the loop's
-monotonic clock; ``uvloop`` is used for the private loop when it is installed.
+monotonic clock; ``uvloop`` is used for the private loop when it is installed. The wall clock
+is ``time.time()``, and the periodic msync of ``page_cache`` mode runs on the store's flush thread
+(``background_flush=False`` keeps it on the loop).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -18,7 +21,8 @@ class AsyncioRuntime:
     _shared: "AsyncioRuntime | None" = None
     _shared_lock = threading.Lock()
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, *, background_flush: bool = True) -> None:
+        self.background_flush = background_flush
         self._own = loop is None
         self._thread: threading.Thread | None = None
         if loop is None:
@@ -49,6 +53,9 @@ class AsyncioRuntime:
     # -- the Runtime protocol -------------------------------------------------------------
     def now_ms(self) -> int:
         return int(self.loop.time() * 1000)
+
+    def wall_time(self) -> float:
+        return time.time()
 
     def call_at(self, when_ms: int, fn: Callable[..., Any], *args: Any):
         return self.loop.call_at(when_ms / 1000.0, fn, *args)

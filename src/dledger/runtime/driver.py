@@ -10,6 +10,12 @@ What it does with each ``Ready`` (in this order, see docs/architecture.md):
 
 It never sleeps and never polls: it runs only when an envelope arrives, a timer fires or the
 host submits an operation. All of it runs on the runtime's thread.
+
+Two ways to end: ``stop()`` is a clean shutdown (pending operations fail, and what the node
+still has to say is sent); ``kill()`` is the process dying (pending operations fail, as a
+client whose connection broke sees them, but nothing more is sent). After either, inputs are
+ignored and no timer is armed. ``process()`` executes whatever the node has ready; a host that
+changed the node directly (e.g. a test forcing roles) calls it.
 """
 
 from __future__ import annotations
@@ -57,13 +63,13 @@ class Driver:
 
     # -- inputs ---------------------------------------------------------------------------
     def start(self) -> None:
-        self._process()
+        self.process()
 
     def on_envelope(self, env: Envelope) -> None:
         if self.stopped:
             return
         self.node.receive(self.runtime.now_ms(), env)
-        self._process()
+        self.process()
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -71,7 +77,7 @@ class Driver:
         if self.stopped:
             return
         self.node.tick(self.runtime.now_ms())
-        self._process()
+        self.process()
 
     def propose_many(self, items: list[tuple[Op, list, int]]) -> None:
         if self.stopped:
@@ -79,32 +85,49 @@ class Driver:
                 op.future.set_exception(RuntimeError("the server is shut down"))
             return
         self.node.propose_many(self.runtime.now_ms(), items)
-        self._process()
+        self.process()
 
     def read(self, op: Op, mode) -> None:
         self.node.read(self.runtime.now_ms(), op, mode)
-        self._process()
+        self.process()
 
     def transfer_leadership(self, op: Op, target: str) -> None:
         self.node.transfer_leadership(self.runtime.now_ms(), op, target)
-        self._process()
+        self.process()
 
     def stop(self) -> None:
+        """Shut down cleanly: pending operations fail; the last messages are sent."""
         if self.stopped:
             return
         self.node.stop()
-        self._process()
+        self.process()
         self.stopped = True
+        self._cancel_timer()
+
+    def kill(self) -> None:
+        """Die as a killed process: the timer is cancelled and nothing more is sent; the
+        host's pending operations fail (a client sees its connection break)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self._cancel_timer()
+        self.node.stop()
+        self.process(send=False)
+
+    def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._timer_at = None
 
     # -- the crank ------------------------------------------------------------------------
-    def _process(self) -> None:
+    def process(self, *, send: bool = True) -> None:
+        """Execute the node's ``Ready`` (``send=False``: drop its messages)."""
         ready = self.node.take_ready()
-        send = self.transport.send
-        for env in ready.messages:
-            send(env)
+        if send:
+            transport_send = self.transport.send
+            for env in ready.messages:
+                transport_send(env)
         for c in ready.completions:
             try:
                 c.token.finish(c.response, c.result)

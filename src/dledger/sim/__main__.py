@@ -2,6 +2,7 @@
 
     python -m dledger.sim --seed 17 --nodes 5          # one seed, full report
     python -m dledger.sim --seeds 500 --nodes 3        # a sweep of seeds 0..499
+    python -m dledger.sim --seeds 500 --no-codec       # envelopes by reference: faster, same runs
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--store", choices=("memory", "file"), default="memory")
     p.add_argument("--duration-ms", type=int, default=5_000)
+    p.add_argument("--no-codec", action="store_true",
+                   help="pass envelopes by reference instead of through the wire codec (faster)")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first_seed, args.first_seed + args.seeds)
     failed = 0
     t0 = time.perf_counter()
     virtual = 0
     for seed in seeds:
-        opts = SwarmOptions(seed=seed, nodes=args.nodes, store=args.store, duration_ms=args.duration_ms)
+        opts = SwarmOptions(seed=seed, nodes=args.nodes, store=args.store, duration_ms=args.duration_ms,
+                            codec=not args.no_codec)
         try:
             c = run_swarm(opts)
             virtual += c.now_ms

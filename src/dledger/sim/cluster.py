@@ -1,10 +1,20 @@
 """Cluster: a deterministic simulated cluster of production ``DLedgerServer`` nodes.
 
-Only the environment is simulated: time (``SimScheduler``), the network (``SimNetwork``)
-and, for ``store="memory"``, the disk (each node's memory store survives its crashes, as a
-disk would). With ``store="file"`` every node has a real store directory under ``base_dir``
-and a crash reopens it (a process crash: what was written stays in the page cache; nothing
-is flushed or checkpointed at the crash). Every random choice comes from ``seed``.
+Only the environment is simulated: time (``SimScheduler``; each node runs as a ``SimProcess``
+on it), the network (``SimNetwork``, every envelope through the wire codec) and, for
+``store="memory"``, the disk (each node's memory store survives its crashes, as a disk would).
+With ``store="file"`` every node has a real store directory under ``base_dir``, opened through
+the node's ``PowerLoss`` recorder. The servers are built exactly as a host builds them; the
+cluster only plays the operating system:
+- ``crash(node)``: the process is killed. Its timers are cancelled, its network endpoint is
+  closed, its driver is killed (in-flight client calls fail, nothing more is sent) and its file
+  store is unmapped without msync or checkpoint (what was written stays in the page cache);
+- ``power_loss(node, torn=False)``: the machine loses power: a crash, then the node's store
+  directory keeps only what was made durable (``torn=True``: a random subset of the unsynced
+  sectors, drawn from the seed; see ``dledger.sim.disk``);
+- ``restart(node)``: a new process opens the store again;
+- ``step()``: run one event (``run_for``/``run_until`` run many).
+Every random choice comes from ``seed``.
 
     c = Cluster(n=3, seed=7)
     c.run_until(lambda: c.leader() is not None, 2_000)
@@ -21,19 +31,20 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Callable
 
 from dledger.config import DLedgerConfig
 from dledger.core import Role
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code
-from dledger.server import DLedgerServer
-from dledger.sim.disk import FaultyStore, crash_store
+from dledger.server import DLedgerServer, open_store_for
+from dledger.sim.disk import FaultyStore, PowerLoss, crash_store
 from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
 from dledger.sim.history import History, LogEntry, check_commit_log
 from dledger.sim.network import NetworkOptions, SimNetwork
-from dledger.sim.scheduler import SimScheduler
+from dledger.sim.scheduler import SimProcess, SimScheduler
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
+from dledger.store.store_io import LOCAL_IO
 
 SIM_DEFAULTS = dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 8192,
                     flush_file_interval=200)
@@ -72,6 +83,12 @@ class Cluster:
         #: with ``disk_faults=True`` every node's store is wrapped in a ``FaultyStore`` (here)
         self.disk_faults = disk_faults
         self.disks: dict[str, FaultyStore] = {}
+        #: each node's running process (replaced at every restart)
+        self.processes: dict[str, SimProcess] = {}
+        #: with ``store="file"``: each node's power-loss recorder (its stores are opened through it)
+        self.power: dict[str, PowerLoss] = {i: PowerLoss() for i in self.ids} if store == "file" else {}
+        #: client calls made through ``append``/``read`` and not answered yet, per node
+        self._in_flight: dict[str, set[Future]] = {i: set() for i in self.ids}
         #: forced roles (SPEC §9's harness with the elector disabled): the leader's id
         self.forced_leader = leader
         self.forced_term: int | None = None
@@ -89,6 +106,8 @@ class Cluster:
 
     def _boot(self, node_id: str) -> DLedgerServer:
         cfg = self.config_for(node_id)
+        proc = self.processes[node_id] = self.scheduler.process(f"{node_id}#{self.incarnation[node_id] + 1}")
+        store_io = self.power[node_id].io if node_id in self.power else LOCAL_IO
         store = None
         if self.store_type == "memory":
             store = self._memory.get(node_id)
@@ -97,17 +116,15 @@ class Cluster:
             store.closed = False
         if self.disk_faults:
             if store is None:
-                store = DLedgerMmapFileStore.open(
-                    cfg.default_path, data_file_size=cfg.mapped_file_size_for_entry_data,
-                    index_file_size=cfg.mapped_file_size_for_entry_index, durability=cfg.durability)
+                store = open_store_for(cfg, background_flush=proc.background_flush, store_io=store_io)
             store = self.disks[node_id] = FaultyStore(store)
         sm = None
         if self.state_machine_factory is not None:
             sm = self.state_machine_factory(node_id)
         elif self.record_applies:
             sm = self.state_machines[node_id] = RecordingStateMachine(node_id, self.invariants.problems)
-        server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id), runtime=self.scheduler,
-                               rng=random.Random(self.rng.getrandbits(64)), state_machine=sm)
+        server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id), runtime=proc,
+                               rng=random.Random(self.rng.getrandbits(64)), state_machine=sm, store_io=store_io)
         self.incarnation[node_id] += 1
         inc = self.incarnation[node_id]
         server.startup()
@@ -123,7 +140,7 @@ class Cluster:
     def _force(self, node_id: str) -> None:
         server = self.servers[node_id]
         server.driver.node.force_role(self.now_ms, self.forced_leader, self.forced_term)
-        server.driver._process()
+        server.driver.process()
 
     def force_roles(self, leader: str, term: int | None = None) -> None:
         """Elector disabled: make ``leader`` the leader (of ``term``) and everyone else its
@@ -133,16 +150,36 @@ class Cluster:
             self._force(node_id)
 
     def crash(self, node_id: str) -> None:
-        """Kill the node's process: in-flight client calls fail, nothing is flushed."""
+        """Kill the node's process: in-flight client calls fail, nothing is sent or flushed."""
         if node_id in self.crashed:
             return
         server = self.servers[node_id]
-        server.crash()
-        server.driver.node.stop()             # the client side sees its calls fail
-        server.driver._process()              # (the transport is closed: nothing is sent)
+        self.processes[node_id].kill()         # every timer it armed is cancelled
+        self.network.endpoints[node_id].close()
+        server.driver.kill()                   # calls the node had taken in fail
+        # calls it had not taken in yet fail as a client's do when its connection breaks
+        for f in list(self._in_flight[node_id]):
+            try:
+                f.set_exception(ConnectionError(f"{node_id} crashed before answering"))
+            except InvalidStateError:
+                pass
+        self._in_flight[node_id].clear()
         if self.store_type == "file":
-            crash_store(server.store)         # unmap without msync or checkpoint
+            crash_store(server.store)          # unmap without msync or checkpoint
         self.crashed.add(node_id)
+
+    def power_loss(self, node_id: str, torn: bool = False) -> None:
+        """Cut the node's power (``store="file"`` only): its process dies (if it still ran) and
+        its store directory keeps only what was made durable; everything else written since the
+        last power loss is lost. ``torn=True`` keeps a random subset of the unsynced 512-byte
+        sectors instead (torn, reordered write-back; drawn from the seed). The node stays down
+        until ``restart``."""
+        if node_id not in self.power:
+            raise ValueError("power loss needs store='file'")
+        store = self.servers[node_id].store
+        self.crash(node_id)
+        rng = random.Random(self.rng.getrandbits(64)) if torn else None
+        self.power[node_id].power_loss(store, rng)
 
     def restart(self, node_id: str) -> DLedgerServer:
         """Crash the node if it runs, then start it again from its store."""
@@ -162,6 +199,10 @@ class Cluster:
     @property
     def now_ms(self) -> int:
         return self.scheduler.now
+
+    def step(self) -> bool:
+        """Run the next event (time moves to it); False when nothing is scheduled."""
+        return self.scheduler.step()
 
     def run_for(self, ms: int) -> None:
         self.scheduler.run_until(self.scheduler.now + ms)
@@ -197,7 +238,7 @@ class Cluster:
             History.complete(op, self.now_ms, resp)
             f.set_result(resp)
             return f
-        f = self.servers[node].append(body)
+        f = self._track(node, self.servers[node].append(body))
 
         def done(fut: Future) -> None:
             if fut.exception() is None:
@@ -217,7 +258,15 @@ class Cluster:
             f: Future = Future()
             f.set_result(AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR))
             return f
-        return self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode)
+        return self._track(node, self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode))
+
+    def _track(self, node_id: str, f: Future) -> Future:
+        """Remember a client call until it is answered: if its node crashes first, the call
+        fails as a client's does when its connection breaks."""
+        calls = self._in_flight[node_id]
+        calls.add(f)
+        f.add_done_callback(calls.discard)
+        return f
 
     # =====================================================================================
     # checking

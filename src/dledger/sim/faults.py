@@ -32,17 +32,20 @@ class SwarmOptions:
     duration_ms: int = 5_000
     liveness_ms: int = 10_000
     clients: int = 3
+    #: carry every envelope through the wire codec (off: faster, same run otherwise)
+    codec: bool = True
 
     def reproduce(self) -> str:
         return (f"python -m dledger.sim --seed {self.seed} --nodes {self.nodes} --store {self.store} "
-                f"--duration-ms {self.duration_ms}")
+                f"--duration-ms {self.duration_ms}" + ("" if self.codec else " --no-codec"))
 
 
 def run_swarm(opts: SwarmOptions, base_dir=None) -> Cluster:
     """Run one seed; raises ``InvariantViolation`` (with the reproduce command) on failure."""
     rng = random.Random(opts.seed * 7919 + opts.nodes)
     net = NetworkOptions(min_delay_ms=1, max_delay_ms=rng.choice([2, 5, 10, 30]),
-                         loss=rng.choice([0.0, 0.0, 0.02, 0.1]), duplicate=rng.choice([0.0, 0.0, 0.05, 0.2]))
+                         loss=rng.choice([0.0, 0.0, 0.02, 0.1]), duplicate=rng.choice([0.0, 0.0, 0.05, 0.2]),
+                         codec=opts.codec)
     c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir, network=net)
     try:
         _safety_phase(c, rng, opts)

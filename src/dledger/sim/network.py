@@ -11,6 +11,12 @@ Fault model (every draw comes from the network's own seeded ``random.Random``):
   dropped if its link is blocked when it is sent or when it would be delivered;
 - a crashed node's endpoint is closed: messages to it are dropped on delivery, and
   messages it had in flight still arrive (as on a real network).
+
+Every envelope crosses the network as bytes: it is encoded with the production wire codec
+(``protocol.encode_envelope``) when sent and decoded (``decode_envelope``) at each delivery, so
+the receiver gets a fresh object built from the bytes (a duplicate is decoded again), exactly as
+over TCP. ``NetworkOptions(codec=False)`` hands the sent object itself to the receiver instead
+(faster; sender and receiver then share one object).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from dledger.protocol import Envelope
+from dledger.protocol import Envelope, decode_envelope, encode_envelope
 
 
 @dataclass(slots=True)
@@ -27,6 +33,8 @@ class NetworkOptions:
     max_delay_ms: int = 5
     loss: float = 0.0
     duplicate: float = 0.0
+    #: encode every envelope at send and decode it at delivery (the production wire codec)
+    codec: bool = True
 
 
 class SimEndpoint:
@@ -95,14 +103,15 @@ class SimNetwork:
             self.dropped += 1
             return
         now = self.scheduler.now
-        self.scheduler.call_at(now + self._delay(), self._deliver, env)
+        payload = encode_envelope(env) if o.codec else env
+        self.scheduler.call_at(now + self._delay(), self._deliver, env.src, env.dst, payload)
         if o.duplicate and self.rng.random() < o.duplicate:
-            self.scheduler.call_at(now + self._delay(), self._deliver, env)
+            self.scheduler.call_at(now + self._delay(), self._deliver, env.src, env.dst, payload)
 
-    def _deliver(self, env: Envelope) -> None:
-        ep = self.endpoints.get(env.dst)
-        if ep is None or ep.closed or ep.receiver is None or (env.src, env.dst) in self.blocked:
+    def _deliver(self, src: str, dst: str, payload: "bytes | Envelope") -> None:
+        ep = self.endpoints.get(dst)
+        if ep is None or ep.closed or ep.receiver is None or (src, dst) in self.blocked:
             self.dropped += 1
             return
         self.delivered += 1
-        ep.receiver(env)
+        ep.receiver(decode_envelope(payload) if type(payload) is bytes else payload)
