@@ -206,8 +206,11 @@ class EntryPusher:
 
     def _advance_commit(self) -> None:
         member = self.member_state
+        end = self.store.ledger_end_index
+        if end <= member.committed_index:
+            return          # no water mark exceeds the leader's own log end: nothing to commit
         acked = {p: pr.match for p, pr in self.progress.items()}
-        acked[member.self_id] = self.store.ledger_end_index
+        acked[member.self_id] = end
         new = member.majority.next_commit_index(acked, member.committed_index, member.curr_term,
                                                 self.store.get_entry_term)
         if new > member.committed_index:

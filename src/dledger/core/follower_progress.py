@@ -65,41 +65,34 @@ class Inflight(NamedTuple):
     sent_ms: int
 
 
-class Inflights:
-    """The APPEND pushes in flight to one follower, oldest first (at most ``capacity``).
+class Inflights(dict):
+    """The APPEND pushes in flight to one follower, by first index, oldest first (at most
+    ``capacity``).
 
-    Pushes are keyed by their first index, which only grows while any is in flight (every
-    reset of ``next`` clears the window)."""
+    The first index only grows while any push is in flight (every reset of ``next`` clears
+    the window). A ``dict`` underneath, so that ``len`` and truth tests on the hot path cost
+    no Python call."""
 
-    __slots__ = ("capacity", "_by_first")
+    __slots__ = ("capacity",)
 
     def __init__(self, capacity: int) -> None:
+        super().__init__()
         self.capacity = capacity
-        self._by_first: dict[int, Inflight] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_first)
-
-    def __bool__(self) -> bool:
-        return bool(self._by_first)
 
     def full(self) -> bool:
-        return len(self._by_first) >= self.capacity
+        return len(self) >= self.capacity
 
     def add(self, first: int, count: int, sent_ms: int) -> None:
-        self._by_first[first] = Inflight(first, count, sent_ms)
+        self[first] = Inflight(first, count, sent_ms)
 
     def oldest(self) -> Inflight:
-        return next(iter(self._by_first.values()))
+        return next(iter(self.values()))
 
     def ack(self, first: int, count: int) -> None:
         """The push of ``count`` entries from ``first`` was answered."""
-        sent = self._by_first.get(first)
+        sent = self.get(first)
         if sent is not None and sent.count == count:
-            del self._by_first[first]
-
-    def clear(self) -> None:
-        self._by_first.clear()
+            del self[first]
 
 
 class FollowerProgress:

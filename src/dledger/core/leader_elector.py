@@ -105,9 +105,8 @@ class LeaderElector:
             out.append(self.heartbeats.follower_deadline())
         else:
             out.append(voting.deadline())
-        wait = self.transfer.deadline()
-        if wait is not None:
-            out.append(wait)
+        if self.transfer.transfer_wait is not None:
+            out.append(self.transfer.transfer_wait.deadline)
         return min(out)
 
     # =====================================================================================
@@ -125,14 +124,15 @@ class LeaderElector:
             self.backoff_until = now + self.cfg.heart_beat_time_interval_ms
 
     def _maintain(self, now: int) -> None:
-        self.transfer.maintain(now)
+        if self.transfer.transfer_wait is not None:
+            self.transfer.maintain(now)
         if not self.cfg.enable_leader_elector:
             self.voting.maintain_forced()
             return
         member = self.member_state
         role = member.role
         if role is Role.LEADER:
-            if self.heartbeats.maintain(now):
+            if self.heartbeats.maintain(now) and self.cfg.preferred_leader_ids:
                 self.transfer.maybe_check_preferred(now)
         elif role is Role.FOLLOWER:
             if self.heartbeats.leader_silent(now):

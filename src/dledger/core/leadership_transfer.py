@@ -60,9 +60,6 @@ class LeadershipTransfer:
         self.transfer_wait: TransferWait | None = None
         self.next_preferred_check_ms = now_ms + config.preferred_leader_check_interval_ms
 
-    def deadline(self) -> int | None:
-        return self.transfer_wait.deadline if self.transfer_wait is not None else None
-
     # -- the old leader -----------------------------------------------------------------------
     def handle(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
         """Returns a response now, or None when ``reply`` will be called later."""

@@ -123,7 +123,8 @@ class Node:
                                      match_index=lambda peer: self.pusher.match_index(peer))
         self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
                                   step_down=self.elector.become_candidate)
-        self.handler = EntryHandler(member, store, config, reply=self.reply, heard_leader=self.elector.heard_leader)
+        self.handler = EntryHandler(member, store, config, reply=self.reply,
+                                    heard_leader=self.elector.heartbeats.heard_leader)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -349,13 +350,16 @@ class Node:
 
     def _first_rpc_deadline(self) -> int | None:
         order, rpcs = self._rpc_order, self._rpcs
-        while order and order[0][1] not in rpcs:
+        while order:
+            deadline, rid = order[0]
+            if rid in rpcs:
+                return deadline
             order.popleft()
-        return order[0][0] if order else None
+        return None
 
     def _expire_rpcs(self, now: int) -> None:
         order, rpcs = self._rpc_order, self._rpcs
-        while order and order[0][0] <= now:
+        while order and order[0][0] <= now:         # (deadline, request id)
             _deadline, rid = order.popleft()
             rpc = rpcs.pop(rid, None)
             if rpc is not None:
