@@ -13,9 +13,9 @@ Fields and the rules they keep:
   except when the follower shows it lost entries it had acknowledged (``lost_log``);
 - ``next``: the next index to send (DLedger's ``writeIndex``). COMPARE backs it up strictly
   downwards; entering APPEND sets it to ``match + 1``; entering COMPARE from TRUNCATE or
-  APPEND sets it to the leader's end index + 1. ``next`` is not kept above ``match``: an
-  acknowledgement that arrives after a resend reset may leave ``match >= next`` until the
-  next push, which is then a harmless resend (the follower answers it again);
+  APPEND sets it to the leader's end index + 1. Unlike etcd, ``match < next`` is not an
+  invariant: an acknowledgement that arrives after a resend reset may leave ``match >= next``
+  until the next push, which is then a harmless resend (the follower answers it again);
 - ``inflights``: the APPEND pushes sent and not yet answered (``Inflights``); empty outside
   APPEND, since every state change clears it;
 - ``control_sent_ms`` / ``control_seq``: the outstanding COMPARE or TRUNCATE request (``-1``:
