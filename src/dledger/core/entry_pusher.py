@@ -5,7 +5,7 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
 
     COMPARE --match--> TRUNCATE --ok--> APPEND --INCONSISTENT_STATE--> COMPARE
 
-- COMPARE sends ``(pre_log_index, pre_log_term)`` of ``write_index - 1``; on a mismatch it
+- COMPARE sends ``(pre_log_index, pre_log_term)`` of ``next - 1``; on a mismatch it
   backs up fast with the follower's ``x_term``/``x_index`` (or its end index), always strictly
   downwards, until an index matches;
 - TRUNCATE tells the follower to drop what follows the match (it never drops an entry it has
@@ -16,8 +16,8 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
   index after ``max_push_timeout_ms``; a follower lagging more than 1000 entries gets at most
   ``peer_push_quota`` bytes per second; when idle, a COMMIT push forwards the commit index.
 
-Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once committed (and
-applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
+Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once
+committed (and applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
 when the term moves on; more than ``max_pending_requests_num`` of them makes new appends
 fail at once with LEADER_PENDING_FULL. The commit index follows the commit rule of
 ``quorum`` over the water marks (the leader's own log end included), asked of the voters'

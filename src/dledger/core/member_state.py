@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-
 from typing import TYPE_CHECKING
 
 from dledger.core.quorum import Majority
