@@ -1,15 +1,16 @@
 """LeadershipTransfer: handing leadership to a chosen member, and the preferred leader.
 
 The old leader (asked by a client, or by itself for a preferred leader):
-- refuses when the transferee is unknown, not in its term, or more than
-  ``max_leadership_transfer_wait_index`` entries behind, and when a transfer is already
-  running; otherwise marks ``transferee`` (new appends fail with LEADER_TRANSFERRING) and
+- refuses when the transferee is unknown, when the request names another term, when this
+  node does not lead, when the transferee is ``max_leadership_transfer_wait_index`` or more
+  entries behind, and when a transfer is already running; otherwise marks ``transferee`` (new appends fail with LEADER_TRANSFERRING) and
   forwards the request to the transferee, answering the client with the transferee's answer.
 
 The transferee:
 - waits (up to ``leadership_transfer_wait_timeout``) until its log reaches the index the old
-  leader named, then becomes a candidate of the next term at once, "taking leadership"
-  (short vote delays; other voters answer REJECT_TAKING_LEADERSHIP meanwhile). Unlike Java
+  leader named, then becomes a candidate of the next term at once, "taking leadership": short
+  vote delays, its requests marked ``leadership_transfer`` (they pass leader stickiness), and
+  other candidates with no longer a log refused with REJECT_TAKING_LEADERSHIP. Unlike Java
   DLedger, this applies to any transferee, not only to ids listed as preferred;
 - answers the old leader when the take-over is decided, on a role change (DLedger's
   TakeLeadershipTask): SUCCESS as leader of the target term, TAKE_LEADERSHIP_FAILED as a
