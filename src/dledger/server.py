@@ -327,7 +327,7 @@ class DLedgerServer:
 
     @property
     def member_state(self):
-        return self.node.ms if self.node is not None else None
+        return self.node.member_state if self.node is not None else None
 
     @property
     def role(self) -> Role | None:
@@ -362,4 +362,4 @@ class DLedgerServer:
                     handlers.remove(on_change)
 
     def __repr__(self) -> str:
-        return f"DLedgerServer({self.config.self_id}, {self.node.ms if self.node else 'not started'})"
+        return f"DLedgerServer({self.config.self_id}, {self.node.member_state if self.node else 'not started'})"

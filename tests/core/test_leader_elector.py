@@ -7,8 +7,10 @@ import pytest
 from core.wiring import Wired
 from dledger.config import DLedgerConfig
 from dledger.core import Node, Role
+from dledger.core import vote as vote_module
 from dledger.core.leader_elector import ParseResult, VoteTally, parse_vote_tally
-from dledger.core.quorum import is_quorum
+from dledger.core.member_state import MemberState
+from dledger.core.quorum import Majority
 from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, VoteRequest,
                               VoteResult as R)
 from dledger.store import DLedgerMemoryStore
@@ -16,9 +18,9 @@ from dledger.store import DLedgerMemoryStore
 PEERS = "n0-h:1;n1-h:2;n2-h:3"
 
 
-def lone(term=5, vote=None, leader=None, entries=0, entry_term=None, now=0):
+def lone(term=5, vote=None, leader=None, entries=0, entry_term=None, now=0, store_cls=DLedgerMemoryStore):
     """n0 of a 3-node group, stepped by hand; optionally a follower of ``leader``."""
-    store = DLedgerMemoryStore(data_file_size=1 << 20)
+    store = store_cls(data_file_size=1 << 20)
     if entries:
         store.persist_term(entry_term if entry_term is not None else term, None)
         store.batch_append_as_leader([b"x"] * entries)
@@ -70,12 +72,69 @@ def test_lower_term_is_rejected_with_my_term():
     assert (r.vote_result, r.term) == (R.REJECT_EXPIRED_VOTE_TERM, 5)
 
 
-def test_same_term_vote_is_given_once_and_persisted_before_the_answer():
-    node = lone(term=5)
-    r = vote(node, candidate="n1", term=5)
+class RecordingStore(DLedgerMemoryStore):
+    """A store that writes down, in ``events``, every ``persist_term`` call as it happens."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.events: list[tuple] = []
+
+    def persist_term(self, term, vote_for) -> None:
+        self.events.append(("persist_term", term, vote_for))
+        super().persist_term(term, vote_for)
+
+
+def recorded_vote(monkeypatch, *, persist_late=False):
+    """n0 answers n1's vote request of its own term; returns (answer, events) where events
+    are, in order: the store's ``persist_term`` calls, every vote answer as it is built, and
+    the ``take_ready`` that hands the answers out. ``persist_late`` is the mutation the test
+    must catch: the vote is written only when the Ready is taken, after the answer."""
+    node = lone(term=5, store_cls=RecordingStore)
+    events = node.store.events
+    events.clear()
+    real_response = vote_module.VoteResponse
+
+    def build_response(**kw):
+        events.append(("answer", kw["leader_id"], kw["vote_result"]))
+        return real_response(**kw)
+
+    monkeypatch.setattr(vote_module, "VoteResponse", build_response)
+    late: list = []
+    if persist_late:
+        monkeypatch.setattr(MemberState, "set_vote_for", lambda member, candidate: late.append((member, candidate)))
+    real_take = node.take_ready
+
+    def take_ready():
+        for member, candidate in late:
+            member.store.persist_term(member.curr_term, candidate)
+        late.clear()
+        events.append(("take_ready",))
+        return real_take()
+
+    node.take_ready = take_ready
+    return vote(node, candidate="n1", term=5, now=0), node, events   # before n0 stands itself
+
+
+def persisted_before_answered(events, candidate="n1") -> bool:
+    """The vote for ``candidate`` was written before its ACCEPT was built and handed out."""
+    persist = events.index(("persist_term", 5, candidate)) if ("persist_term", 5, candidate) in events else None
+    answer = events.index(("answer", candidate, R.ACCEPT))
+    ready = events.index(("take_ready",))
+    return persist is not None and persist < answer < ready
+
+
+def test_same_term_vote_is_given_once_and_persisted_before_the_answer(monkeypatch):
+    r, node, events = recorded_vote(monkeypatch)
     assert r.vote_result == R.ACCEPT and node.store.vote_for == "n1"
+    assert persisted_before_answered(events), events
     assert vote(node, candidate="n1", term=5).vote_result == R.ACCEPT      # same candidate again
     assert vote(node, candidate="n2", term=5).vote_result == R.REJECT_ALREADY_VOTED
+
+
+def test_the_order_check_catches_a_vote_persisted_after_its_answer(monkeypatch):
+    r, node, events = recorded_vote(monkeypatch, persist_late=True)
+    assert r.vote_result == R.ACCEPT and node.store.vote_for == "n1"      # the end state looks right
+    assert not persisted_before_answered(events), events                  # the order does not
 
 
 def test_same_term_vote_when_a_leader_is_known_is_already_has_leader():
@@ -145,12 +204,12 @@ def test_request_for_another_member_or_group_is_refused():
     (dict(valid=3, accepted=1), ParseResult.WAIT_TO_VOTE_NEXT),
 ])
 def test_parse_vote_tally(counts, expected):
-    t = VoteTally(term=5, peers=3, **counts)
-    assert parse_vote_tally(t, lambda n: is_quorum(n, 3)) is expected
+    t = VoteTally(term=5, **counts)
+    assert parse_vote_tally(t, Majority(["n0", "n1", "n2"])) is expected
 
 
 def test_duplicated_vote_answers_count_once():
-    t = VoteTally(term=5, peers=3)
+    t = VoteTally(term=5)
     from dledger.protocol import VoteResponse
     for _ in range(3):
         t.add("n1", VoteResponse(vote_result=R.ACCEPT))
@@ -276,3 +335,26 @@ def test_stopping_a_node_answers_every_waiting_operation():
     node.stop()
     w._collect(node)
     assert {"append", "read", "transfer"} <= set(w.completions)
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from dledger.core.quorum import is_quorum  # noqa: E402
+from dledger.protocol import VoteResponse  # noqa: E402
+
+
+@given(answers=st.lists(st.tuples(st.sampled_from(["n0", "n1", "n2", "n3", "n4"]),
+                                  st.none() | st.sampled_from(list(R))), max_size=8),
+       n=st.sampled_from([1, 2, 3, 4, 5]))
+def test_a_round_is_decided_exactly_when_dledgers_counts_say_so(answers, n):
+    """``VoteTally.decided`` asks the Majority; it agrees with the counts DLedger keeps."""
+    voters = [f"n{i}" for i in range(n)]
+    t = VoteTally(term=5)
+    for voter, result in answers:
+        if voter in voters:
+            t.add(voter, None if result is None else VoteResponse(vote_result=result, term=5))
+    outstanding = n - len(t.responded)
+    q = lambda c: is_quorum(c, n)  # noqa: E731
+    by_counts = (t.already_has_leader or q(t.accepted) or q(t.accepted + t.not_ready) or outstanding <= 0
+                 or not q(t.accepted + t.not_ready + outstanding))
+    assert t.decided(Majority(voters)) == by_counts

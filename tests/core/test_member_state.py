@@ -58,4 +58,4 @@ def test_commit_index_only_moves_forward_and_by_role(ms):
 
 
 def test_quorum_of_three(ms):
-    assert not ms.is_quorum(1) and ms.is_quorum(2)
+    assert not ms.majority.is_quorum(1) and ms.majority.is_quorum(2)

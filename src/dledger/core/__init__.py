@@ -1,5 +1,7 @@
-"""The sans-IO Raft core: MemberState, LeaderElector, EntryPusher, EntryHandler,
-StateMachineCaller, composed by ``Node``.
+"""The sans-IO Raft core: MemberState, LeaderElector (votes, heartbeats, read index,
+leadership transfer), EntryPusher (with one FollowerProgress per follower), EntryHandler,
+StateMachineCaller, wired together by ``Node``; quorum math in ``quorum.Majority``, state
+tables in ``transitions`` (docs/architecture.md has the module map).
 
 Rules for every module here: no ``time``, ``asyncio``, ``socket``, ``threading`` and no
 module-level ``random``. Time comes in as ``now_ms`` arguments, randomness from the

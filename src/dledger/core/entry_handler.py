@@ -1,4 +1,4 @@
-"""EntryHandler (SPEC §5.4): the follower's side of replication.
+"""EntryHandler: the follower's side of replication.
 
 Rules:
 - pushes are accepted only from the leader this node follows, in its term (a follower
@@ -11,46 +11,70 @@ Rules:
   acknowledged again (duplicates and resends are idempotent), the first differing record
   and everything after it is truncated and replaced (Raft's rule); records are written as
   the leader's bytes at the leader's positions (the store refuses anything else);
-- COMPARE and TRUNCATE answer every waiting APPEND they supersede (fixes SPEC §11.12);
+- COMPARE and TRUNCATE answer every waiting APPEND they supersede (DLedger drops them
+  unanswered, so its leader waits for a timeout);
   TRUNCATE never removes an entry already verified against this leader in this term (so a
   late duplicate cannot undo acknowledged appends) nor a committed one;
 - the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
   highest index verified against the current leader in its term: a follower never commits
-  an entry it has not checked against the leader (RELIABILITY RP-06).
+  an entry it has not checked against the leader;
+- an accepted push proves the leader alive, as a heartbeat does (``heard_leader``).
+
+Seams: the handler is handed the member state, the store, the config and two callables:
+``reply(dst, request_id, msg)`` for answers it sends later (parked pushes) and
+``heard_leader(now)``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dledger.core.member_state import Role
+from dledger.core.member_state import MemberState, Role
 from dledger.entry import MAGIC_SIZE
 from dledger.errors import DLedgerError
 from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryResponse, PushEntryType
+
+if TYPE_CHECKING:
+    from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
 
 MAX_WAITING = 1024
 
 
+class WaitingPush(NamedTuple):
+    """An APPEND parked until its predecessor arrives: who sent it, and since when."""
+
+    src: str
+    request_id: int
+    req: PushEntryRequest
+    since_ms: int
+
+
 class EntryHandler:
-    def __init__(self, node) -> None:
-        self.node = node
-        self.ms = node.ms
-        self.store = node.store
-        self.cfg = node.config
-        self.waiting: dict[int, tuple[str, int, PushEntryRequest, int]] = {}
+    def __init__(self, member_state: MemberState, store: "LogStore", config, *,
+                 reply: Callable[[str, int, Any], None], heard_leader: Callable[[int], None]) -> None:
+        self.member_state = member_state
+        self.store = store
+        self.cfg = config
+        self._reply = reply
+        self._heard_leader = heard_leader
+        #: parked APPENDs by first index
+        self.waiting: dict[int, WaitingPush] = {}
         self.matched_term = -1
         self.matched_index = -1
 
     # -- helpers --------------------------------------------------------------------------
     def _answer(self, req: PushEntryRequest, code: int, **kw) -> PushEntryResponse:
-        ms = self.ms
+        member = self.member_state
         if req.type != PushEntryType.COMMIT and "index" not in kw:
             kw["index"] = req.first_entry_index
             kw["count"] = req.count
-        return PushEntryResponse(group=ms.group, local_id=ms.self_id, remote_id=req.local_id, leader_id=ms.leader_id,
-                                 code=code, term=ms.curr_term if code == Code.EXPIRED_TERM else req.term,
+        return PushEntryResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                 leader_id=member.leader_id, code=code,
+                                 term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
                                  type=req.type, end_index=self.store.ledger_end_index, **kw)
 
     def _verified(self, term: int, index: int) -> None:
@@ -62,12 +86,12 @@ class EntryHandler:
     def commit_hint(self, term: int, commit_index: int) -> None:
         """The leader of ``term`` says ``commit_index`` is committed."""
         if self.matched_term == term and commit_index >= 0:
-            self.ms.follower_update_committed_index(min(commit_index, self.matched_index))
+            self.member_state.follower_update_committed_index(min(commit_index, self.matched_index))
 
     def flush_waiting(self, code: int) -> None:
         waiting, self.waiting = self.waiting, {}
-        for src, rid, req, _t in waiting.values():
-            self.node.reply(src, rid, self._answer(req, code))
+        for w in waiting.values():
+            self._reply(w.src, w.request_id, self._answer(w.req, code))
 
     def on_role_change(self, change) -> None:
         if change.role is not Role.FOLLOWER:
@@ -77,16 +101,16 @@ class EntryHandler:
 
     # -- entry point ----------------------------------------------------------------------
     def handle_push(self, now: int, src: str, rid: int, req: PushEntryRequest) -> PushEntryResponse | None:
-        ms = self.ms
-        if req.term < ms.curr_term:
+        member = self.member_state
+        if req.term < member.curr_term:
             return self._answer(req, Code.EXPIRED_TERM)
-        if ms.role is not Role.FOLLOWER or req.term != ms.curr_term:
+        if member.role is not Role.FOLLOWER or req.term != member.curr_term:
             return self._answer(req, Code.NOT_FOLLOWER)
-        if req.leader_id != ms.leader_id:
+        if req.leader_id != member.leader_id:
             return self._answer(req, Code.INCONSISTENT_LEADER)
         if self.matched_term != req.term:
             self.matched_term, self.matched_index = req.term, -1
-        self.node.elector.last_leader_heartbeat_ms = now      # a push proves the leader alive too
+        self._heard_leader(now)                 # a push proves the leader alive too
         t = req.type
         if t == PushEntryType.APPEND:
             if req.count <= 0 or not req.entries:
@@ -97,7 +121,7 @@ class EntryHandler:
                     return self._answer(req, Code.REPEATED_PUSH)
                 if len(self.waiting) >= MAX_WAITING:
                     return self._answer(req, Code.PUSH_REQUEST_IS_FULL)
-                self.waiting[first] = (src, rid, req, now)
+                self.waiting[first] = WaitingPush(src, rid, req, now)
                 return None
             resp = self._append(req)
             self._drain()
@@ -116,14 +140,14 @@ class EntryHandler:
             return
         self._drain()
         limit = now - self.cfg.max_push_timeout_ms
-        for first in [k for k, v in self.waiting.items() if v[3] <= limit]:
-            src, rid, req, _t = self.waiting.pop(first)
-            self.node.reply(src, rid, self._answer(req, Code.INCONSISTENT_STATE))
+        for first in [k for k, w in self.waiting.items() if w.since_ms <= limit]:
+            w = self.waiting.pop(first)
+            self._reply(w.src, w.request_id, self._answer(w.req, Code.INCONSISTENT_STATE))
 
     def next_deadline(self) -> int | None:
         if not self.waiting:
             return None
-        return min(v[3] for v in self.waiting.values()) + self.cfg.max_push_timeout_ms
+        return min(w.since_ms for w in self.waiting.values()) + self.cfg.max_push_timeout_ms
 
     def _drain(self) -> None:
         while self.waiting:
@@ -132,8 +156,8 @@ class EntryHandler:
             if not ready:
                 return
             for k in sorted(ready):
-                src, rid, req, _t = self.waiting.pop(k)
-                self.node.reply(src, rid, self._append(req))
+                w = self.waiting.pop(k)
+                self._reply(w.src, w.request_id, self._append(w.req))
 
     # -- APPEND ---------------------------------------------------------------------------
     def _append(self, req: PushEntryRequest) -> PushEntryResponse:
@@ -152,9 +176,9 @@ class EntryHandler:
                 if size <= 0 or offset + size > len(data):
                     return self._answer(req, Code.INCONSISTENT_STATE)
                 if store.get_raw(index) != data[offset:offset + size]:
-                    if index <= max(self.matched_index, self.ms.committed_index):
+                    if index <= max(self.matched_index, self.member_state.committed_index):
                         log.error("%s: leader %s sent entry %d that differs from a verified one",
-                                  self.ms.self_id, req.leader_id, index)
+                                  self.member_state.self_id, req.leader_id, index)
                         return self._answer(req, Code.INCONSISTENT_STATE)
                     store.truncate(index)
                     break
@@ -163,7 +187,8 @@ class EntryHandler:
             if offset < len(data):
                 store.batch_append_as_follower(data[offset:], req.term, req.leader_id)
         except DLedgerError as exc:
-            log.warning("%s: push %d..%d from %s refused: %s", self.ms.self_id, first, last, req.leader_id, exc)
+            log.warning("%s: push %d..%d from %s refused: %s", self.member_state.self_id, first, last,
+                        req.leader_id, exc)
             return self._answer(req, Code.INCONSISTENT_STATE)
         if store.ledger_end_index < last:
             return self._answer(req, Code.INCONSISTENT_STATE)
@@ -190,17 +215,17 @@ class EntryHandler:
                     return self._answer(req, Code.INCONSISTENT_STATE, index=p)
                 return self._answer(req, Code.INCONSISTENT_STATE, index=p, x_term=local, x_index=first.index)
         except DLedgerError as exc:
-            log.warning("%s: compare at %d failed: %s", self.ms.self_id, p, exc)
+            log.warning("%s: compare at %d failed: %s", self.member_state.self_id, p, exc)
         return self._answer(req, Code.INCONSISTENT_STATE, index=p)
 
     def _truncate(self, req: PushEntryRequest) -> PushEntryResponse:
         store = self.store
-        at = max(req.pre_log_index, self.matched_index + 1, self.ms.committed_index + 1)
+        at = max(req.pre_log_index, self.matched_index + 1, self.member_state.committed_index + 1)
         try:
             if at <= store.ledger_end_index:
                 store.truncate(at)
         except DLedgerError as exc:
-            log.warning("%s: truncate at %d failed: %s", self.ms.self_id, at, exc)
+            log.warning("%s: truncate at %d failed: %s", self.member_state.self_id, at, exc)
             return self._answer(req, Code.INCONSISTENT_STATE, index=req.pre_log_index)
         self._verified(req.term, min(store.ledger_end_index, max(req.pre_log_index - 1, self.matched_index)))
         self.commit_hint(req.term, req.commit_index)

@@ -1,10 +1,11 @@
-"""EntryPusher (SPEC §5.1-5.3): the leader's replication, stepped with ``now_ms``.
+"""EntryPusher: the leader's replication, stepped with ``now_ms``.
 
-One ``EntryDispatcher`` per follower walks DLedger's states::
+One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's states
+(``follower_progress.TRANSITIONS``, enforced)::
 
     COMPARE --match--> TRUNCATE --ok--> APPEND --INCONSISTENT_STATE--> COMPARE
 
-- COMPARE sends ``(pre_log_index, pre_log_term)`` of ``write_index - 1``; on a mismatch it
+- COMPARE sends ``(pre_log_index, pre_log_term)`` of ``next - 1``; on a mismatch it
   backs up fast with the follower's ``x_term``/``x_index`` (or its end index), always strictly
   downwards, until an index matches;
 - TRUNCATE tells the follower to drop what follows the match (it never drops an entry it has
@@ -15,76 +16,46 @@ One ``EntryDispatcher`` per follower walks DLedger's states::
   index after ``max_push_timeout_ms``; a follower lagging more than 1000 entries gets at most
   ``peer_push_quota`` bytes per second; when idle, a COMMIT push forwards the commit index.
 
-Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once committed (and
-applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
+Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once
+committed (and applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
 when the term moves on; more than ``max_pending_requests_num`` of them makes new appends
-fail at once with LEADER_PENDING_FULL. The commit index follows ``quorum.next_commit_index``.
+fail at once with LEADER_PENDING_FULL. The commit index follows the commit rule of
+``quorum`` over the water marks (the leader's own log end included), asked of the voters'
+``Majority``.
+
+Seams: the pusher is handed the member state, the store, the config and four callables:
+``send(peer, msg, on_response)``, ``complete(token, response, result)``,
+``fail(token, code)`` and ``step_down(now, term)`` (a follower reported a higher term).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dledger.core.member_state import Role
-from dledger.core.quorum import next_commit_index
+from dledger.core.follower_progress import DispatchState, FollowerProgress
+from dledger.core.member_state import MemberState, Role
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest, PushEntryType
+
+if TYPE_CHECKING:
+    from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
 
 LAG_FOR_QUOTA = 1000
 
 
-class DispatchState(Enum):
-    COMPARE = "COMPARE"
-    TRUNCATE = "TRUNCATE"
-    APPEND = "APPEND"
-    INSTALL_SNAPSHOT = "INSTALL_SNAPSHOT"
-    COMMIT = "COMMIT"
+class _Range(NamedTuple):
+    """Encoded records read for a push: ``count`` entries, the last one of ``last_term``."""
 
-
-#: The dispatcher's transitions (COMMIT and INSTALL_SNAPSHOT are never entered: commit
-#: pushes happen inside APPEND, and snapshots are not implemented).
-TRANSITIONS: dict[DispatchState, tuple[DispatchState, ...]] = {
-    DispatchState.COMPARE: (DispatchState.COMPARE, DispatchState.TRUNCATE),
-    DispatchState.TRUNCATE: (DispatchState.APPEND, DispatchState.COMPARE),
-    DispatchState.APPEND: (DispatchState.APPEND, DispatchState.COMPARE),
-}
-
-
-class EntryDispatcher:
-    __slots__ = ("peer", "state", "write_index", "match_index", "in_flight", "ctl_sent_ms", "ctl_seq",
-                 "retry_at", "commit_sent", "commit_outstanding", "quota_second", "quota_bytes", "seq",
-                 "last_push_ms")
-
-    def __init__(self, peer: str, write_index: int) -> None:
-        self.peer = peer
-        self.state = DispatchState.COMPARE
-        self.write_index = write_index
-        self.match_index = -1
-        self.in_flight: dict[int, tuple[int, int]] = {}   # first index -> (sent_ms, count)
-        self.ctl_sent_ms = -1          # a COMPARE/TRUNCATE is outstanding since then
-        self.ctl_seq = 0
-        self.retry_at = 0
-        self.commit_sent = -1
-        self.commit_outstanding = False
-        self.quota_second = -1
-        self.quota_bytes = 0
-        self.seq = 0
-        self.last_push_ms = 0
-
-    def change_state(self, state: DispatchState, end_index: int) -> None:
-        if self.state is DispatchState.APPEND and state is DispatchState.COMPARE:
-            self.write_index = end_index + 1
-        self.in_flight.clear()
-        self.ctl_sent_ms = -1
-        self.ctl_seq += 1
-        self.state = state
+    raw: bytes
+    count: int
+    last_term: int
 
 
 @dataclass(slots=True)
@@ -97,16 +68,21 @@ class Pending:
 
 
 class EntryPusher:
-    def __init__(self, node) -> None:
-        self.node = node
-        self.ms = node.ms
-        self.store = node.store
-        self.cfg = node.config
+    def __init__(self, member_state: MemberState, store: "LogStore", config, *,
+                 send: Callable[[str, Any, Callable], int], complete: Callable[..., None],
+                 fail: Callable[[Any, int], None], step_down: Callable[[int, int], None]) -> None:
+        self.member_state = member_state
+        self.store = store
+        self.cfg = config
+        self._send = send
+        self._complete = complete
+        self._fail = fail
+        self._step_down = step_down
         self.term = -1
-        self.dispatchers: dict[str, EntryDispatcher] = {}
+        self.progress: dict[str, FollowerProgress] = {}
         # the last ranges read for pushes, shared by the dispatchers: a leader's log only grows
         # while it leads, so a range read for one follower is valid for the others
-        self._ranges: dict[int, tuple[bytes, int, int]] = {}
+        self._ranges: dict[int, _Range] = {}
         self.pending: dict[int, deque[Pending]] = {}
 
     # =====================================================================================
@@ -117,41 +93,42 @@ class EntryPusher:
         if change.role is Role.LEADER:
             self.term = change.term
             end = self.store.ledger_end_index
-            self.dispatchers = {p: EntryDispatcher(p, end + 1) for p in self.ms.remote_peer_ids}
+            window = self.cfg.max_push_in_flight
+            self.progress = {p: FollowerProgress(p, end + 1, window) for p in self.member_state.remote_peer_ids}
         else:
-            self.dispatchers = {}
+            self.progress = {}
             self.term = -1
 
     def match_index(self, peer: str) -> int:
-        if peer == self.ms.self_id:
+        if peer == self.member_state.self_id:
             return self.store.ledger_end_index
-        d = self.dispatchers.get(peer)
-        return d.match_index if d is not None else -1
+        pr = self.progress.get(peer)
+        return pr.match if pr is not None else -1
 
     # =====================================================================================
     # proposals
     # =====================================================================================
     def pending_count(self) -> int:
-        p = self.pending.get(self.ms.curr_term)
+        p = self.pending.get(self.member_state.curr_term)
         return len(p) if p else 0
 
     def propose(self, now: int, items: list[tuple[Any, list, int]]) -> None:
         """Append ``items`` of ``(token, bodies, magic)`` as one store batch per magic run."""
-        ms, node = self.ms, self.node
+        member, fail = self.member_state, self._fail
         accepted: list[tuple[Any, list, int]] = []
         limit = self.store.max_entry_size - BODY_OFFSET
         room = self.cfg.max_pending_requests_num - self.pending_count()
         for token, bodies, magic in items:
-            if ms.role is not Role.LEADER:
-                node.fail(token, Code.NOT_LEADER)
-            elif ms.transferee is not None:
-                node.fail(token, Code.LEADER_TRANSFERRING)
+            if member.role is not Role.LEADER:
+                fail(token, Code.NOT_LEADER)
+            elif member.transferee is not None:
+                fail(token, Code.LEADER_TRANSFERRING)
             elif magic == MAGIC_NORMAL and not bodies:
-                node.fail(token, Code.REQUEST_WITH_EMPTY_BODYS)
+                fail(token, Code.REQUEST_WITH_EMPTY_BODYS)
             elif room <= 0:
-                node.fail(token, Code.LEADER_PENDING_FULL)
+                fail(token, Code.LEADER_PENDING_FULL)
             elif len(bodies) == 1 and len(bodies[0]) > limit or len(bodies) > 1 and max(map(len, bodies)) > limit:
-                node.fail(token, Code.UNEXPECTED_ARGUMENT)
+                fail(token, Code.UNEXPECTED_ARGUMENT)
             else:
                 room -= 1
                 accepted.append((token, bodies, magic))
@@ -166,12 +143,12 @@ class EntryPusher:
             try:
                 result = self.store.batch_append_as_leader(run, magic)
             except DLedgerError as exc:
-                log.warning("%s: append failed: %s", ms.self_id, exc)
+                log.warning("%s: append failed: %s", member.self_id, exc)
                 for token, _b, _m in accepted[i:j]:
-                    node.fail(token, exc.code)
+                    fail(token, exc.code)
                 i = j
                 continue
-            term = ms.curr_term
+            term = member.curr_term
             table = self.pending.get(term)
             if table is None:
                 table = self.pending[term] = deque()
@@ -189,35 +166,36 @@ class EntryPusher:
     # the crank
     # =====================================================================================
     def pump(self, now: int) -> None:
-        if len(self.pending) > 1 or (self.pending and self.ms.curr_term not in self.pending):
+        if len(self.pending) > 1 or (self.pending and self.member_state.curr_term not in self.pending):
             self._expire_other_terms()
-        if self.ms.role is not Role.LEADER:
+        if self.member_state.role is not Role.LEADER:
             return
         self._advance_commit()
-        for d in self.dispatchers.values():
-            if now >= d.retry_at:
-                self._dispatch(now, d)
+        for pr in self.progress.values():
+            if now >= pr.retry_at:
+                self._dispatch(now, pr)
 
     def _expire_other_terms(self) -> None:
-        term = self.ms.curr_term
+        term = self.member_state.curr_term
         for t in [t for t in self.pending if t != term]:
             for p in self.pending.pop(t):
-                self.node.fail(p.token, Code.EXPIRED_TERM)
+                self._fail(p.token, Code.EXPIRED_TERM)
 
     def check_timeouts(self, now: int) -> None:
-        table = self.pending.get(self.ms.curr_term)
+        table = self.pending.get(self.member_state.curr_term)
         while table and table[0].deadline <= now:
-            self.node.fail(table.popleft().token, Code.WAIT_QUORUM_ACK_TIMEOUT)
+            self._fail(table.popleft().token, Code.WAIT_QUORUM_ACK_TIMEOUT)
 
     def complete_applied(self, applied_index: int, results: dict) -> None:
         """Complete pending appends of the current term up to ``applied_index``."""
-        if self.ms.role is not Role.LEADER:
+        member = self.member_state
+        if member.role is not Role.LEADER:
             return
-        term = self.ms.curr_term
+        term = member.curr_term
         table = self.pending.get(term)
         if not table:
             return
-        group, self_id, complete = self.ms.group, self.ms.self_id, self.node.complete
+        group, self_id, complete = member.group, member.self_id, self._complete
         while table and table[0].last_index <= applied_index:
             p = table.popleft()
             key = p.last_index
@@ -227,34 +205,38 @@ class EntryPusher:
                 results.get(key) if results else None)
 
     def _advance_commit(self) -> None:
-        ms = self.ms
-        marks = [self.store.ledger_end_index]
-        marks.extend(d.match_index for d in self.dispatchers.values())
-        new = next_commit_index(marks, ms.committed_index, ms.curr_term, self.store.get_entry_term)
-        if new > ms.committed_index:
-            ms.leader_update_committed_index(ms.curr_term, new)
+        member = self.member_state
+        end = self.store.ledger_end_index
+        if end <= member.committed_index:
+            return          # no water mark exceeds the leader's own log end: nothing to commit
+        acked = {p: pr.match for p, pr in self.progress.items()}
+        acked[member.self_id] = end
+        new = member.majority.next_commit_index(acked, member.committed_index, member.curr_term,
+                                                self.store.get_entry_term)
+        if new > member.committed_index:
+            member.leader_update_committed_index(member.curr_term, new)
 
     def next_deadline(self, now: int) -> int | None:
         out = []
-        table = self.pending.get(self.ms.curr_term)
+        table = self.pending.get(self.member_state.curr_term)
         if table:
             out.append(table[0].deadline)
-        if self.ms.role is Role.LEADER:
+        if self.member_state.role is Role.LEADER:
             timeout = self.cfg.max_push_timeout_ms
             end = self.store.ledger_end_index
-            for d in self.dispatchers.values():
-                if d.retry_at > now:
-                    out.append(d.retry_at)
+            for pr in self.progress.values():
+                if pr.retry_at > now:
+                    out.append(pr.retry_at)
                     continue
-                if d.state is DispatchState.APPEND:
-                    if d.in_flight:
-                        out.append(next(iter(d.in_flight.values()))[0] + timeout)
-                    elif not d.commit_outstanding:
-                        out.append(d.last_push_ms + timeout)
-                    if d.write_index <= end and len(d.in_flight) < self.cfg.max_push_in_flight:
+                if pr.state is DispatchState.APPEND:
+                    if pr.inflights:
+                        out.append(pr.inflights.oldest().sent_ms + timeout)
+                    elif not pr.commit_outstanding:
+                        out.append(pr.last_push_ms + timeout)
+                    if pr.next <= end and not pr.inflights.full():
                         out.append(now)
-                elif d.ctl_sent_ms >= 0:
-                    out.append(d.ctl_sent_ms + timeout)
+                elif pr.control_sent_ms >= 0:
+                    out.append(pr.control_sent_ms + timeout)
                 else:
                     out.append(now)
         return min(out) if out else None
@@ -262,66 +244,65 @@ class EntryPusher:
     # =====================================================================================
     # one dispatcher
     # =====================================================================================
-    def _request(self, d: EntryDispatcher, type_: PushEntryType, **kw) -> PushEntryRequest:
-        ms = self.ms
-        return PushEntryRequest(group=ms.group, local_id=ms.self_id, remote_id=d.peer, leader_id=ms.self_id,
-                                term=self.term, type=type_, commit_index=ms.committed_index, **kw)
+    def _request(self, pr: FollowerProgress, type_: PushEntryType, **kw) -> PushEntryRequest:
+        member = self.member_state
+        return PushEntryRequest(group=member.group, local_id=member.self_id, remote_id=pr.peer,
+                                leader_id=member.self_id, term=self.term, type=type_,
+                                commit_index=member.committed_index, **kw)
 
-    def _dispatch(self, now: int, d: EntryDispatcher) -> None:
+    def _dispatch(self, now: int, pr: FollowerProgress) -> None:
         store = self.store
-        state = d.state
+        state = pr.state
         if state is DispatchState.APPEND:
-            self._dispatch_append(now, d)
+            self._dispatch_append(now, pr)
             return
-        if d.ctl_sent_ms >= 0:
-            if now - d.ctl_sent_ms < self.cfg.max_push_timeout_ms:
+        if pr.control_sent_ms >= 0:
+            if now - pr.control_sent_ms < self.cfg.max_push_timeout_ms:
                 return
-            d.ctl_seq += 1                      # give up on the outstanding one, resend
-        seq = d.ctl_seq
+            pr.give_up_control()                # give up on the outstanding one, resend
         if state is DispatchState.COMPARE:
-            compare_index = d.write_index - 1
+            compare_index = pr.next - 1
             if compare_index < store.ledger_before_begin_index:
                 # The follower needs entries this leader no longer has (snapshots are not
                 # implemented): compare at the first entry we hold and let the follower refuse.
                 compare_index = store.ledger_before_begin_index
-                d.write_index = compare_index + 1
+                pr.next = compare_index + 1
             if compare_index < 0:
                 term = -1
             else:
                 try:
                     term = store.get_entry_term(compare_index)
                 except DLedgerError as exc:
-                    log.warning("%s: cannot read entry %d for %s: %s", self.ms.self_id, compare_index, d.peer, exc)
-                    d.retry_at = now + self.cfg.max_push_timeout_ms
+                    log.warning("%s: cannot read entry %d for %s: %s", self.member_state.self_id, compare_index,
+                                pr.peer, exc)
+                    pr.retry_at = now + self.cfg.max_push_timeout_ms
                     return
-            req = self._request(d, PushEntryType.COMPARE, pre_log_index=compare_index, pre_log_term=term)
-            ctx = (compare_index, term)
+            req = self._request(pr, PushEntryType.COMPARE, pre_log_index=compare_index, pre_log_term=term)
+            compared = compare_index
         else:
-            req = self._request(d, PushEntryType.TRUNCATE, pre_log_index=d.match_index + 1)
-            ctx = None
-        d.ctl_sent_ms = now
+            req = self._request(pr, PushEntryType.TRUNCATE, pre_log_index=pr.match + 1)
+            compared = -1
+        seq = pr.control_sent(now)
         term = self.term
-        self.node.send(d.peer, req, lambda now_, src, resp: self._on_ctl_response(now_, d, seq, term, ctx, resp))
+        self._send(pr.peer, req,
+                   lambda now_, src, resp: self._on_control_response(now_, pr, seq, term, compared, resp))
 
-    def _dispatch_append(self, now: int, d: EntryDispatcher) -> None:
+    def _dispatch_append(self, now: int, pr: FollowerProgress) -> None:
         cfg, store = self.cfg, self.store
-        if d.in_flight:
-            sent, _count = next(iter(d.in_flight.values()))
-            if now - sent >= cfg.max_push_timeout_ms:
-                d.in_flight.clear()
-                d.write_index = d.match_index + 1
+        if pr.inflights and now - pr.inflights.oldest().sent_ms >= cfg.max_push_timeout_ms:
+            pr.become_append()                  # resend from the match index
         end = store.ledger_end_index
         term = self.term
-        while d.write_index <= end and len(d.in_flight) < cfg.max_push_in_flight:
-            lagging = end - d.write_index > LAG_FOR_QUOTA
+        while pr.next <= end and not pr.inflights.full():
+            lagging = end - pr.next > LAG_FOR_QUOTA
             if lagging:
                 second = now // 1000
-                if d.quota_second != second:
-                    d.quota_second, d.quota_bytes = second, 0
-                if d.quota_bytes >= cfg.peer_push_quota:
-                    d.retry_at = (second + 1) * 1000
+                if pr.quota_second != second:
+                    pr.quota_second, pr.quota_bytes = second, 0
+                if pr.quota_bytes >= cfg.peer_push_quota:
+                    pr.retry_at = (second + 1) * 1000
                     return
-            first = d.write_index
+            first = pr.next
             try:
                 cached = self._ranges.get(first)
                 if cached is None:
@@ -329,39 +310,36 @@ class EntryPusher:
                     last_term = store.get_entry_term(first + count - 1)
                     if len(self._ranges) >= 256:
                         del self._ranges[next(iter(self._ranges))]
-                    self._ranges[first] = (raw, count, last_term)
+                    self._ranges[first] = _Range(raw, count, last_term)
                 else:
                     raw, count, last_term = cached
             except DLedgerError as exc:
-                log.warning("%s: cannot read entries from %d for %s: %s", self.ms.self_id, first, d.peer, exc)
-                d.retry_at = now + cfg.max_push_timeout_ms
+                log.warning("%s: cannot read entries from %d for %s: %s", self.member_state.self_id, first,
+                            pr.peer, exc)
+                pr.retry_at = now + cfg.max_push_timeout_ms
                 return
             if lagging:
-                d.quota_bytes += len(raw)
-            req = self._request(d, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
+                pr.quota_bytes += len(raw)
+            req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1)
-            d.in_flight[first] = (now, count)
-            d.last_push_ms = now
-            d.write_index = first + count
-            d.commit_sent = self.ms.committed_index
-            self.node.send(d.peer, req, lambda now_, src, resp, f=first, c=count:
-                           self._on_append_response(now_, d, term, f, c, resp))
-        if not d.in_flight and d.write_index > end and not d.commit_outstanding \
-                and (d.commit_sent < self.ms.committed_index or now - d.last_push_ms >= cfg.max_push_timeout_ms):
+            pr.append_sent(first, count, now, self.member_state.committed_index)
+            self._send(pr.peer, req, lambda now_, src, resp, f=first, c=count:
+                       self._on_append_response(now_, pr, term, f, c, resp))
+        committed = self.member_state.committed_index
+        if not pr.inflights and pr.next > end and not pr.commit_outstanding \
+                and (pr.commit_sent < committed or now - pr.last_push_ms >= cfg.max_push_timeout_ms):
             # forward the commit index; when idle, also a keepalive whose answer carries the
             # follower's end index (a follower that lost its log is found this way)
-            d.commit_outstanding = True
-            d.commit_sent = self.ms.committed_index
-            d.last_push_ms = now
-            self.node.send(d.peer, self._request(d, PushEntryType.COMMIT),
-                           lambda now_, src, resp, m=d.match_index: self._on_commit_response(d, term, m, resp))
+            pr.commit_push_sent(now, committed)
+            self._send(pr.peer, self._request(pr, PushEntryType.COMMIT),
+                       lambda now_, src, resp, m=pr.match: self._on_commit_response(now_, pr, term, m, resp))
 
-    def _current(self, d: EntryDispatcher, term: int, resp) -> bool:
-        ms = self.ms
-        if ms.role is not Role.LEADER or ms.curr_term != term or self.dispatchers.get(d.peer) is not d:
+    def _current(self, now: int, pr: FollowerProgress, term: int, resp) -> bool:
+        member = self.member_state
+        if member.role is not Role.LEADER or member.curr_term != term or self.progress.get(pr.peer) is not pr:
             return False
-        if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > ms.curr_term:
-            self.node.elector.become_candidate(self.node.now_ms, resp.term)
+        if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > member.curr_term:
+            self._step_down(now, resp.term)
             return False
         return True
 
@@ -371,66 +349,58 @@ class EntryPusher:
         interval = self.cfg.heart_beat_time_interval_ms
         return max(1, interval // 10) if code == Code.NOT_FOLLOWER else interval
 
-    def _on_commit_response(self, d: EntryDispatcher, term: int, match_at_send: int, resp) -> None:
-        d.commit_outstanding = False
-        if resp is None or not self._current(d, term, resp):
+    def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp) -> None:
+        pr.commit_outstanding = False
+        if resp is None or not self._current(now, pr, term, resp):
             return
-        if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= d.match_index \
-                and d.state is DispatchState.APPEND:
+        if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= pr.match \
+                and pr.state is DispatchState.APPEND:
             # the follower holds less than it acknowledged: its store was lost or replaced
             log.warning("%s: %s now ends at %d below its water mark %d; comparing again",
-                        self.ms.self_id, d.peer, resp.end_index, d.match_index)
-            d.match_index = resp.end_index
-            d.change_state(DispatchState.COMPARE, self.store.ledger_end_index)
+                        self.member_state.self_id, pr.peer, resp.end_index, pr.match)
+            pr.lost_log(resp.end_index, self.store.ledger_end_index)
 
-    def _on_ctl_response(self, now: int, d: EntryDispatcher, seq: int, term: int, ctx, resp) -> None:
-        if not self._current(d, term, resp) or seq != d.ctl_seq:
+    def _on_control_response(self, now: int, pr: FollowerProgress, seq: int, term: int, compared: int,
+                             resp) -> None:
+        if not self._current(now, pr, term, resp) or seq != pr.control_seq:
             return
-        d.ctl_sent_ms = -1
+        pr.control_answered()
         end = self.store.ledger_end_index
         if resp is None:
             return
-        if d.state is DispatchState.COMPARE:
+        if pr.state is DispatchState.COMPARE:
             if resp.code == Code.SUCCESS:
-                d.match_index = max(d.match_index, ctx[0])
-                d.change_state(DispatchState.TRUNCATE, end)
+                pr.on_compare_match(compared)
             elif resp.code == Code.INCONSISTENT_STATE:
                 new = resp.x_index if resp.x_term != -1 else resp.end_index + 1
-                d.write_index = max(0, min(new, d.write_index - 1))
-                d.ctl_seq += 1
+                pr.become_compare(max(0, min(new, pr.next - 1)))       # strictly downwards
             else:
-                d.ctl_seq += 1
-                d.retry_at = now + self._retry_delay(resp.code)
-        elif d.state is DispatchState.TRUNCATE:
+                pr.become_compare(pr.next)
+                pr.retry_at = now + self._retry_delay(resp.code)
+        elif pr.state is DispatchState.TRUNCATE:
             if resp.code == Code.SUCCESS:
-                d.change_state(DispatchState.APPEND, end)
-                d.write_index = d.match_index + 1
+                pr.become_append()
             else:
-                d.change_state(DispatchState.COMPARE, end)
-                d.write_index = end + 1
-                d.retry_at = now + self._retry_delay(resp.code)
+                pr.become_compare(end + 1)
+                pr.retry_at = now + self._retry_delay(resp.code)
 
-    def _on_append_response(self, now: int, d: EntryDispatcher, term: int, first: int, count: int, resp) -> None:
-        if resp is None or not self._current(d, term, resp) or d.state is not DispatchState.APPEND:
+    def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
+                            resp) -> None:
+        if resp is None or not self._current(now, pr, term, resp) or pr.state is not DispatchState.APPEND:
             return
         code = resp.code
         if code == Code.SUCCESS:
-            if d.in_flight.get(first, (0, -1))[1] == count:
-                del d.in_flight[first]
-            last = first + count - 1
-            if last > d.match_index:
-                d.match_index = last
+            pr.on_append_ack(first, count)
         elif code == Code.INCONSISTENT_STATE:
-            d.change_state(DispatchState.COMPARE, self.store.ledger_end_index)
+            pr.become_compare(self.store.ledger_end_index + 1)
         elif code == Code.REPEATED_PUSH:
             pass                                  # the first copy will be answered
         else:
-            d.in_flight.clear()
-            d.write_index = d.match_index + 1
-            d.retry_at = now + self._retry_delay(code)
+            pr.become_append()                    # resend from the match index
+            pr.retry_at = now + self._retry_delay(code)
 
     def fail_all(self, code: int) -> None:
         for table in self.pending.values():
             for p in table:
-                self.node.fail(p.token, code)
+                self._fail(p.token, code)
         self.pending.clear()

@@ -1,10 +1,13 @@
-"""MemberState (SPEC §3): who this node is, its role, term, vote, leader and indices.
+"""MemberState: who this node is, its role, term, vote, leader and indices.
 
 Rules kept here:
 - term and vote live in the store's term file and change only through ``store.persist_term``,
   which is durable before it returns: whoever answers a vote or a term change calls it first;
 - the term never goes backwards; a vote is given at most once per term;
-- role transitions are recorded as ``RoleChange`` events, each (term, role) once, in order;
+- roles change only along ``ROLE_TRANSITIONS`` (anything else raises ``IllegalTransition``;
+  re-entering the role and term already held is no transition; the test harness's forced
+  roles, with the elector disabled, are the one exception), and each change is recorded as a
+  ``RoleChange`` event, each (term, role) once, in order;
 - the committed index never goes backwards (leader: only in its own term; follower: only when
   not leader), and is handed to the store so that committed entries are never truncated.
 """
@@ -13,11 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from dledger.core.quorum import is_quorum
+from dledger.core.quorum import Majority
+from dledger.core.transitions import TransitionTable
 from dledger.errors import DLedgerError
+from dledger.protocol import DLedgerResponseCode as Code
 
-ILLEGAL_MEMBER_STATE = 504
+if TYPE_CHECKING:
+    from dledger.store import LogStore
 
 
 class Role(Enum):
@@ -27,14 +34,15 @@ class Role(Enum):
     FOLLOWER = "FOLLOWER"
 
 
-#: Every role transition and what causes it (docs/architecture-core.md draws this table).
-ROLE_TRANSITIONS: tuple[tuple[Role, Role, str], ...] = (
+#: Every role transition and what causes it (enforced by ``MemberState``; docs/architecture.md
+#: draws this table).
+ROLE_TRANSITIONS: TransitionTable[Role] = TransitionTable("role", (
     (Role.CANDIDATE, Role.LEADER, "a quorum accepts its vote request"),
     (Role.CANDIDATE, Role.FOLLOWER, "heartbeat of its term from a leader"),
     (Role.CANDIDATE, Role.CANDIDATE, "round lost or higher term seen (next term)"),
     (Role.FOLLOWER, Role.CANDIDATE, "no heartbeat or push for leak x interval, higher term, or taking leadership"),
     (Role.LEADER, Role.CANDIDATE, "no quorum for leak x interval (check-quorum) or higher term seen"),
-)
+))
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,7 +55,7 @@ class RoleChange:
 
 
 class MemberState:
-    def __init__(self, config, store) -> None:
+    def __init__(self, config, store: "LogStore") -> None:
         self.config = config
         self.store = store
         self.group: str = config.group
@@ -55,6 +63,8 @@ class MemberState:
         self.peer_map: dict[str, str] = dict(config.peer_map)
         self.peer_ids: list[str] = list(self.peer_map)
         self.remote_peer_ids: list[str] = [p for p in self.peer_ids if p != self.self_id]
+        #: the voters: every quorum question (votes, commit, check-quorum, lease) asks it
+        self.majority = Majority(self.peer_ids)
         self.peers_live: dict[str, bool] = {}
         self.role = Role.CANDIDATE
         self.leader_id: str | None = None
@@ -80,7 +90,7 @@ class MemberState:
 
     def next_term(self) -> int:
         if self.role is not Role.CANDIDATE:
-            raise DLedgerError(f"{self.self_id} is {self.role.value}, not CANDIDATE", ILLEGAL_MEMBER_STATE)
+            raise DLedgerError(f"{self.self_id} is {self.role.value}, not CANDIDATE", Code.ILLEGAL_MEMBER_STATE)
         term = self.known_max_term_in_group if self.known_max_term_in_group > self.curr_term \
             else self.curr_term + 1
         self.store.persist_term(term, None)
@@ -101,14 +111,12 @@ class MemberState:
         return self.store.ledger_end_term
 
     # -- roles --------------------------------------------------------------------------------
-    def quorum_size(self) -> int:
-        return len(self.peer_ids) // 2 + 1
-
-    def is_quorum(self, count: int) -> bool:
-        return is_quorum(count, len(self.peer_ids))
-
     def is_peer_member(self, peer_id: str | None) -> bool:
         return peer_id is not None and peer_id in self.peer_map
+
+    def tell_initial_role(self) -> None:
+        """Record the role this member starts in (once, when the node is built)."""
+        self._told()
 
     def _told(self) -> None:
         key = (self.curr_term, self.role)
@@ -116,15 +124,30 @@ class MemberState:
             self._last_told = key
             self.changes.append(RoleChange(self.curr_term, self.role, self.leader_id))
 
-    def change_to_leader(self, term: int) -> None:
+    def is_taking_leadership(self) -> bool:
+        """This node is the transferee of a leadership transfer in its current term."""
+        return self.term_to_take_leadership == self.curr_term and self.term_to_take_leadership >= 0
+
+    def _check(self, role: Role, leader_id: str | None, forced: bool) -> None:
+        if forced or ROLE_TRANSITIONS.allows(self.role, role):
+            return
+        if (self.curr_term, role) == self._last_told and leader_id == self.leader_id:
+            return                      # the role and term it already has: no transition
+        ROLE_TRANSITIONS.check(self.role, role, self.self_id)
+
+    def change_to_leader(self, term: int, *, forced: bool = False) -> None:
+        """Lead ``term`` (a candidate whose vote passed; ``forced``: the test harness's roles)."""
         assert term == self.curr_term, (term, self.curr_term)
+        self._check(Role.LEADER, self.self_id, forced)
         self.role = Role.LEADER
         self.leader_id = self.self_id
         self.peers_live.clear()
         self._told()
 
-    def change_to_follower(self, term: int, leader_id: str) -> None:
+    def change_to_follower(self, term: int, leader_id: str, *, forced: bool = False) -> None:
+        """Follow ``leader_id`` in ``term`` (``forced``: the test harness's roles)."""
         assert term == self.curr_term, (term, self.curr_term)
+        self._check(Role.FOLLOWER, leader_id, forced)
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self.transferee = None
@@ -132,6 +155,7 @@ class MemberState:
 
     def change_to_candidate(self, term: int) -> None:
         assert term >= self.curr_term, (term, self.curr_term)
+        self._check(Role.CANDIDATE, None, False)
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
         self.role = Role.CANDIDATE
         self.leader_id = None

@@ -21,6 +21,11 @@ next deadline. The contract (docs/architecture.md):
 Requests from peers get their response in the same ``Ready`` unless a component parks them
 (out-of-order pushes, leadership transfers); responses to this node's own requests are
 matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
+
+The node is also the wiring: it builds the member state and the components and hands each
+the narrow callables it needs (``send``, ``reply``, ``complete``, ``fail``,
+``complete_read``, and the few calls one component makes on another); no component holds
+the node.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import logging
 import struct
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
@@ -44,6 +49,9 @@ from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppe
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
                               PushEntryResponse, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse)
+
+if TYPE_CHECKING:
+    from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +84,19 @@ class Ready:
     next_deadline_ms: int | None = None
 
 
+class _Rpc(NamedTuple):
+    """A request this node sent and still waits for: answers must come from ``peer`` with a
+    ``response_type``; ``sent_ms`` and ``term`` tell whether a SUCCESS confirms this
+    leadership."""
+
+    on_response: Callable[[int, str | None, Any], None]
+    deadline: int
+    sent_ms: int
+    term: int
+    response_type: type
+    peer: str
+
+
 class _Remote:
     """A token standing for a client request that came over the network."""
 
@@ -86,21 +107,27 @@ class _Remote:
 
 
 class Node:
-    def __init__(self, config, store, rng, *, state_machine=None, now_ms: int = 0) -> None:
+    def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0) -> None:
         if not config.peer_map:
             config.validate()
         self.config = config
         self.store = store
         self.rng = rng
         self.now_ms = now_ms
-        self.ms = MemberState(config, store)
+        self.member_state = member = MemberState(config, store)
         self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
-        self.elector = LeaderElector(self)
-        self.pusher = EntryPusher(self)
-        self.handler = EntryHandler(self)
+        # the elector draws its first vote delay from rng here, before the request ids below
+        self.elector = LeaderElector(member, config, rng, now_ms=now_ms, send=self.send,
+                                     complete_read=self.complete_read,
+                                     commit_hint=lambda term, index: self.handler.commit_hint(term, index),
+                                     match_index=lambda peer: self.pusher.match_index(peer))
+        self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
+                                  step_down=self.elector.become_candidate)
+        self.handler = EntryHandler(member, store, config, reply=self.reply,
+                                    heard_leader=self.elector.heartbeats.heard_leader)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
-        self._rpcs: dict[int, tuple] = {}
+        self._rpcs: dict[int, _Rpc] = {}
         self._rpc_order: deque = deque()          # (deadline, request id), in send order
         # request ids start at a random point so that answers meant for an earlier
         # incarnation of this node cannot be taken for answers to this one's requests
@@ -108,7 +135,7 @@ class Node:
         self._seen_changes = 0
         self._reacted = 0
         self.stopped = False
-        self.ms._told()
+        member.tell_initial_role()
         self._after(now_ms)
 
     # =====================================================================================
@@ -117,14 +144,15 @@ class Node:
     def send(self, peer: str, msg: Any, on_response) -> int:
         rid = self._next_rid
         self._next_rid += 1
-        self._rpc_order.append((self.now_ms + self.config.rpc_timeout_ms, rid))
-        self._rpcs[rid] = (on_response, self.now_ms + self.config.rpc_timeout_ms, self.now_ms, self.ms.curr_term,
-                           RESPONSE_OF[type(msg)], peer)
-        self._messages.append(Envelope(self.ms.self_id, peer, rid, False, msg))
+        deadline = self.now_ms + self.config.rpc_timeout_ms
+        self._rpc_order.append((deadline, rid))
+        self._rpcs[rid] = _Rpc(on_response, deadline, self.now_ms, self.member_state.curr_term,
+                               RESPONSE_OF[type(msg)], peer)
+        self._messages.append(Envelope(self.member_state.self_id, peer, rid, False, msg))
         return rid
 
     def reply(self, dst: str, rid: int, msg: Any) -> None:
-        self._messages.append(Envelope(self.ms.self_id, dst, rid, True, msg))
+        self._messages.append(Envelope(self.member_state.self_id, dst, rid, True, msg))
 
     def complete(self, token: Any, response: Any, result: Any = None) -> None:
         if isinstance(token, _Remote):
@@ -134,14 +162,14 @@ class Node:
             self._completions.append(Completion(token, response, result))
 
     def fail(self, token: Any, code: int) -> None:
-        ms = self.ms
-        self.complete(token, AppendEntryResponse(group=ms.group, local_id=ms.self_id, code=int(code),
-                                                 term=ms.curr_term, leader_id=ms.leader_id))
+        member = self.member_state
+        self.complete(token, AppendEntryResponse(group=member.group, local_id=member.self_id, code=int(code),
+                                                 term=member.curr_term, leader_id=member.leader_id))
 
     def complete_read(self, token: Any, code: int, index: int) -> None:
-        ms = self.ms
-        self.complete(token, AppendEntryResponse(group=ms.group, local_id=ms.self_id, code=int(code),
-                                                 term=ms.curr_term, leader_id=ms.leader_id, index=index))
+        member = self.member_state
+        self.complete(token, AppendEntryResponse(group=member.group, local_id=member.self_id, code=int(code),
+                                                 term=member.curr_term, leader_id=member.leader_id, index=index))
 
     # =====================================================================================
     # entry points
@@ -157,26 +185,28 @@ class Node:
     def receive(self, now_ms: int, env: Envelope) -> None:
         now = self._clock(now_ms)
         if env.is_response:
-            entry = self._rpcs.get(env.request_id)
-            if entry is not None and type(env.msg) is entry[4] and env.src == entry[5]:
+            rpc = self._rpcs.get(env.request_id)
+            if rpc is not None and type(env.msg) is rpc.response_type and env.src == rpc.peer:
                 del self._rpcs[env.request_id]
-                if getattr(env.msg, "code", None) == Code.SUCCESS and entry[3] == self.ms.curr_term \
-                        and self.ms.role is Role.LEADER:
-                    self.elector.note_contact(env.src, entry[2])
+                member = self.member_state
+                if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
+                        and member.role is Role.LEADER:
+                    self.elector.note_contact(now, env.src, rpc.sent_ms)
                 try:
-                    entry[0](now, env.src, env.msg)
+                    rpc.on_response(now, env.src, env.msg)
                 except DLedgerError as exc:
-                    log.error("%s: handling %s from %s failed: %s", self.ms.self_id, type(env.msg).__name__,
+                    log.error("%s: handling %s from %s failed: %s", self.member_state.self_id, type(env.msg).__name__,
                               env.src, exc)
         else:
             try:
                 resp = self._handle_request(now, env)
             except DLedgerError as exc:          # a store problem while serving a peer
-                log.error("%s: %s failed: %s", self.ms.self_id, type(env.msg).__name__, exc)
+                log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
                 resp = self._error(env.msg, exc.code)
             except (ValueError, TypeError, IndexError, KeyError, struct.error) as exc:
                 # a peer sent something malformed: answer, log, never crash (remote misbehaviour)
-                log.warning("%s: malformed %s from %s: %r", self.ms.self_id, type(env.msg).__name__, env.src, exc)
+                log.warning("%s: malformed %s from %s: %r", self.member_state.self_id, type(env.msg).__name__,
+                            env.src, exc)
                 resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
             if resp is not None:
                 self.reply(env.src, env.request_id, resp)
@@ -194,58 +224,58 @@ class Node:
     def read(self, now_ms: int, token: Any, mode: ReadMode) -> None:
         """Complete ``token`` when reading the local state at the returned index is safe."""
         now = self._clock(now_ms)
-        ms = self.ms
+        member = self.member_state
         mode = ReadMode(mode)
         if mode is ReadMode.UNSAFE_READ:
             self.complete_read(token, Code.SUCCESS, self.caller.applied_index)
-        elif ms.role is not Role.LEADER:
+        elif member.role is not Role.LEADER:
             self.complete_read(token, Code.NOT_LEADER, -1)
-        elif ms.transferee is not None:
+        elif member.transferee is not None:
             self.complete_read(token, Code.LEADER_TRANSFERRING, -1)
         elif mode is ReadMode.RAFT_LOG_READ or not self._committed_in_term():
             self.pusher.propose(now, [(token, [], MAGIC_NOOP)])
         elif mode is ReadMode.LEASE_READ and self.elector.lease_valid(now):
-            self.complete_read(token, Code.SUCCESS, ms.committed_index)
+            self.complete_read(token, Code.SUCCESS, member.committed_index)
         else:
-            self.elector.register_read(now, token, ms.committed_index)
+            self.elector.register_read(now, token, member.committed_index)
         self._after(now)
 
     def transfer_leadership(self, now_ms: int, token: Any, transferee_id: str) -> None:
         now = self._clock(now_ms)
-        ms = self.ms
-        if transferee_id == ms.self_id:
-            code = Code.SUCCESS if ms.role is Role.LEADER else Code.NOT_LEADER
-            self.complete(token, LeadershipTransferResponse(group=ms.group, local_id=ms.self_id, code=code,
-                                                            term=ms.curr_term, leader_id=ms.leader_id))
+        member = self.member_state
+        if transferee_id == member.self_id:
+            code = Code.SUCCESS if member.role is Role.LEADER else Code.NOT_LEADER
+            self.complete(token, LeadershipTransferResponse(group=member.group, local_id=member.self_id, code=code,
+                                                            term=member.curr_term, leader_id=member.leader_id))
             self._after(now)
             return
-        req = LeadershipTransferRequest(group=ms.group, local_id=ms.self_id, remote_id=ms.self_id,
-                                        term=ms.curr_term, transfer_id=ms.self_id, transferee_id=transferee_id)
+        req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
+                                        term=member.curr_term, transfer_id=member.self_id, transferee_id=transferee_id)
         resp = self.elector.handle_leadership_transfer(now, req, lambda r: self.complete(token, r))
         if resp is not None:
             self.complete(token, resp)
         self._after(now)
 
     def force_role(self, now_ms: int, leader_id: str, term: int | None = None) -> None:
-        """Test harness only (SPEC §9 ``launchServer`` with the elector disabled): make this
+        """Test harness only (DLedger's ``launchServer`` with the elector disabled): make this
         node the leader of ``term`` (default: its current term) if ``leader_id`` is itself,
         else a follower of ``leader_id``. The term is persisted first."""
         now = self._clock(now_ms)
-        ms = self.ms
+        member = self.member_state
         if term is not None:
-            ms.adopt_term(term)
-        if leader_id == ms.self_id:
-            ms.store.persist_term(ms.curr_term, ms.self_id)
-            self.elector._become_leader(now, ms.curr_term)
+            member.adopt_term(term)
+        if leader_id == member.self_id:
+            self.store.persist_term(member.curr_term, member.self_id)
+            self.elector.become_leader(now, member.curr_term, forced=True)
         else:
-            ms.change_to_follower(ms.curr_term, leader_id)
-            self.elector.last_leader_heartbeat_ms = now
+            member.change_to_follower(member.curr_term, leader_id, forced=True)
+            self.elector.heard_leader(now)
         self._after(now)
 
     def take_ready(self) -> Ready:
-        changes = self.ms.changes
+        changes = self.member_state.changes
         ready = Ready(self._messages, self._completions, changes[self._seen_changes:] if changes else [],
-                      self.ms.committed_index, self.caller.applied_index, self.next_deadline())
+                      self.member_state.committed_index, self.caller.applied_index, self.next_deadline())
         self._messages = []
         self._completions = []
         self._seen_changes = len(changes)
@@ -255,7 +285,7 @@ class Node:
         return ready
 
     def has_ready(self) -> bool:
-        return bool(self._messages or self._completions or len(self.ms.changes) > self._seen_changes)
+        return bool(self._messages or self._completions or len(self.member_state.changes) > self._seen_changes)
 
     def next_deadline(self) -> int | None:
         now = self.now_ms
@@ -273,9 +303,9 @@ class Node:
         self.elector.fail_pending(Code.INTERNAL_ERROR)
         rpcs, self._rpcs = self._rpcs, {}
         self._rpc_order.clear()
-        for entry in rpcs.values():
+        for rpc in rpcs.values():
             try:
-                entry[0](self.now_ms, None, None)
+                rpc.on_response(self.now_ms, None, None)
             except DLedgerError:
                 pass
         self.caller.shutdown()
@@ -283,19 +313,19 @@ class Node:
     # -- state, for hosts and tests -------------------------------------------------------
     @property
     def role(self) -> Role:
-        return self.ms.role
+        return self.member_state.role
 
     @property
     def term(self) -> int:
-        return self.ms.curr_term
+        return self.member_state.curr_term
 
     @property
     def leader_id(self) -> str | None:
-        return self.ms.leader_id
+        return self.member_state.leader_id
 
     @property
     def committed_index(self) -> int:
-        return self.ms.committed_index
+        return self.member_state.committed_index
 
     @property
     def applied_index(self) -> int:
@@ -303,7 +333,7 @@ class Node:
 
     @property
     def self_id(self) -> str:
-        return self.ms.self_id
+        return self.member_state.self_id
 
     # =====================================================================================
     # internals
@@ -314,22 +344,26 @@ class Node:
         return self.now_ms
 
     def _committed_in_term(self) -> bool:
-        c = self.ms.committed_index
-        return c >= 0 and c > self.store.ledger_before_begin_index and self.store.get_entry_term(c) == self.ms.curr_term
+        c = self.member_state.committed_index
+        return c >= 0 and c > self.store.ledger_before_begin_index \
+            and self.store.get_entry_term(c) == self.member_state.curr_term
 
     def _first_rpc_deadline(self) -> int | None:
         order, rpcs = self._rpc_order, self._rpcs
-        while order and order[0][1] not in rpcs:
+        while order:
+            deadline, rid = order[0]
+            if rid in rpcs:
+                return deadline
             order.popleft()
-        return order[0][0] if order else None
+        return None
 
     def _expire_rpcs(self, now: int) -> None:
         order, rpcs = self._rpc_order, self._rpcs
-        while order and order[0][0] <= now:
+        while order and order[0][0] <= now:         # (deadline, request id)
             _deadline, rid = order.popleft()
-            entry = rpcs.pop(rid, None)
-            if entry is not None:
-                entry[0](now, None, None)
+            rpc = rpcs.pop(rid, None)
+            if rpc is not None:
+                rpc.on_response(now, None, None)
 
     def _after(self, now: int) -> None:
         """Run after every entry point: role reactions, elector, pusher, applying."""
@@ -338,14 +372,14 @@ class Node:
             self.elector.maintain(now)
             self._react_to_role_changes(now)
             self.pusher.pump(now)
-            if self.ms.committed_index > self.caller.applied_index:
-                results = self.caller.on_committed(self.ms.committed_index)
+            if self.member_state.committed_index > self.caller.applied_index:
+                results = self.caller.on_committed(self.member_state.committed_index)
                 self.pusher.complete_applied(self.caller.applied_index, results)
-            if len(self.ms.changes) == self._reacted:
+            if len(self.member_state.changes) == self._reacted:
                 break
 
     def _react_to_role_changes(self, now: int) -> None:
-        changes = self.ms.changes
+        changes = self.member_state.changes
         while self._reacted < len(changes):
             change = changes[self._reacted]
             self._reacted += 1
@@ -353,21 +387,22 @@ class Node:
             self.handler.on_role_change(change)
             self.elector.on_role_change(change)
             if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
-                    and self.ms.committed_index < self.store.ledger_end_index:
+                    and self.member_state.committed_index < self.store.ledger_end_index:
                 self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
 
     def _error(self, req: Any, code: int) -> Any:
         cls = RESPONSE_OF.get(type(req), AppendEntryResponse)
-        ms = self.ms
-        return cls(group=getattr(req, "group", ms.group), local_id=ms.self_id, remote_id=getattr(req, "local_id", ""),
-                   code=int(code), term=getattr(req, "term", -1), leader_id=ms.leader_id)
+        member = self.member_state
+        return cls(group=getattr(req, "group", member.group), local_id=member.self_id,
+                   remote_id=getattr(req, "local_id", ""),
+                   code=int(code), term=getattr(req, "term", -1), leader_id=member.leader_id)
 
     def _handle_request(self, now: int, env: Envelope) -> Any:
         req = env.msg
-        ms = self.ms
+        member = self.member_state
         if type(req) not in RESPONSE_OF:
             return None                              # a response type sent as a request: drop
-        if req.group != ms.group:
+        if req.group != member.group:
             return self._error(req, Code.UNKNOWN_GROUP)
         if isinstance(req, (AppendEntryRequest, BatchAppendEntryRequest)):
             bodies = [req.body] if isinstance(req, AppendEntryRequest) else list(req.batch_msgs)
@@ -376,9 +411,9 @@ class Node:
             self.pusher.propose(now, [(_Remote(env.src, env.request_id, req), bodies, MAGIC_NORMAL)])
             return None
         if isinstance(req, MetadataRequest):
-            return MetadataResponse(group=ms.group, local_id=ms.self_id, remote_id=req.local_id,
-                                    leader_id=ms.leader_id, term=ms.curr_term, peers=dict(ms.peer_map))
-        if req.remote_id != ms.self_id:
+            return MetadataResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                    leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map))
+        if req.remote_id != member.self_id:
             return self._error(req, Code.UNKNOWN_MEMBER)
         if isinstance(req, HeartBeatRequest):
             return self.elector.handle_heartbeat(now, req)
@@ -391,11 +426,11 @@ class Node:
             src, rid = env.src, env.request_id
             return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))
         if isinstance(req, GetEntriesRequest):
-            if ms.role is not Role.LEADER:
+            if member.role is not Role.LEADER:
                 return self._error(req, Code.NOT_LEADER)
-            if req.begin_index > ms.committed_index:
+            if req.begin_index > member.committed_index:
                 return self._error(req, Code.INDEX_OUT_OF_RANGE)
-            return GetEntriesResponse(group=ms.group, local_id=ms.self_id, remote_id=req.local_id,
-                                      leader_id=ms.leader_id, term=ms.curr_term,
+            return GetEntriesResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                      leader_id=member.leader_id, term=member.curr_term,
                                       entries=[bytes(self.store.get_raw(req.begin_index))])
         return self._error(req, Code.UNSUPPORTED)

@@ -1,4 +1,4 @@
-"""StateMachine and StateMachineCaller (SPEC §7.1-7.2).
+"""StateMachine and StateMachineCaller: the host's state machine and who feeds it.
 
 Rules:
 - committed entries are applied in index order, each exactly once per process lifetime
@@ -7,7 +7,8 @@ Rules:
 - NOOP and CONFIG_CHANGE entries are not handed to the state machine, but their index counts
   as applied;
 - the state machine runs synchronously inside the core step that advanced the commit index,
-  so a client's append completes after its entry is applied (SPEC "differs" 8);
+  so a client's append completes after its entry is applied (Java DLedger completes it
+  when the entry commits);
 - an exception from the state machine stops applying (``error`` is set) and is reported
   once; the node keeps serving the log but applies nothing more.
 """
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dledger.entry import MAGIC_NORMAL, DLedgerEntry
+
+if TYPE_CHECKING:
+    from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ class StateMachine(Protocol):
 
 
 class StateMachineCaller:
-    def __init__(self, store, state_machine: StateMachine | None, applied_index: int) -> None:
+    def __init__(self, store: "LogStore", state_machine: StateMachine | None, applied_index: int) -> None:
         self.store = store
         self.state_machine = state_machine
         self.applied_index = applied_index

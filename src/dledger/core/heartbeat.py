@@ -1,0 +1,236 @@
+"""Heartbeats: the leader's rounds, check-quorum and the read lease; the follower's view of
+its leader (DLedger's LeaderElector, heartbeat part).
+
+The leader:
+- sends a heartbeat round every ``heart_beat_time_interval_ms``, carrying its commit index;
+  a round that reaches a quorum of SUCCESS answers confirms leadership as of the moment it
+  was sent (reads waiting for that confirmation complete then);
+- counts any SUCCESS answer to a request of its leadership, push or heartbeat, as contact
+  (``note_contact``): leadership is confirmed as of the oldest contact time of a quorum,
+  so that under load, pushes keep it confirmed even when heartbeat answers queue behind them;
+- steps down (check-quorum) when nothing confirmed it for ``max_heart_beat_leak``
+  intervals, and when a peer reports a higher term; a new leader counts its election as a
+  confirmation (DLedger steps down when its first round misses a quorum);
+- holds a lease (LEASE_READ) for ``lease_ratio`` of the election timeout after the last
+  confirmation.
+
+A follower records when it last heard its leader (a heartbeat or a push); after
+``max_heart_beat_leak`` intervals of silence it stands for election. ``has_live_leader`` is
+leader stickiness: a follower that heard its leader within the election timeout, a leader
+confirmed within it and a node that started less than one election timeout ago all refuse
+to join a higher term.
+
+Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
+``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term)``,
+``follow(term, leader_id)``, ``catch_up_term(now, term)``) and ``commit_hint(term, index)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dledger.core.member_state import MemberState, Role
+from dledger.protocol import DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse
+
+
+def election_timeout_ms(config) -> int:
+    """How long a member waits without news before it acts: ``max_heart_beat_leak`` intervals."""
+    return config.max_heart_beat_leak * config.heart_beat_time_interval_ms
+
+
+@dataclass(slots=True)
+class HeartbeatRound:
+    """One round of heartbeats and its answers (this node counts as one success)."""
+
+    term: int
+    sent_at: int
+    peers: int
+    responded: set = field(default_factory=set)
+    succ: int = 1
+    not_ready: int = 0
+    max_term: int = -1
+    inconsistent_leader: bool = False
+    quorum_reached: bool = False
+    finished: bool = False
+
+
+class Heartbeats:
+    def __init__(self, member_state: MemberState, config, *, now_ms: int,
+                 send: Callable[[str, Any, Callable], int], confirmed: Callable[[int], None],
+                 fail_reads: Callable[[int], None], step_down: Callable[[int, int], None],
+                 follow: Callable[[int, str], None], catch_up_term: Callable[[int, int], None],
+                 commit_hint: Callable[[int, int], None]) -> None:
+        self.member_state = member_state
+        self.cfg = config
+        self.election_timeout_ms = election_timeout_ms(config)
+        self._send = send
+        self._confirmed = confirmed
+        self._fail_reads = fail_reads
+        self._step_down = step_down
+        self._follow = follow
+        self._catch_up_term = catch_up_term
+        self._commit_hint = commit_hint
+        self.started_ms = now_ms
+        #: follower: when the leader was last heard (heartbeat or push)
+        self.last_leader_heartbeat_ms = now_ms
+        #: leader: when the last round was sent (-1: send one now)
+        self.last_send_heartbeat_ms = -1
+        #: leader: leadership confirmed by a quorum as of this time (check-quorum, lease)
+        self.last_succ_heartbeat_ms = -1
+        self.round: HeartbeatRound | None = None
+        #: leader: peer -> send time of the newest request it answered SUCCESS
+        self.contact: dict[str, int] = {}
+
+    # -- liveness and the lease ---------------------------------------------------------------
+    def note_contact(self, now: int, peer: str, sent_ms: int) -> None:
+        """A request sent at ``sent_ms`` in this leadership was answered SUCCESS by ``peer``."""
+        contact = self.contact
+        if sent_ms > contact.get(peer, -1):
+            contact[peer] = sent_ms
+            member = self.member_state
+            heard = dict(contact)
+            heard[member.self_id] = now                 # the leader hears itself now
+            since = member.majority.committed_index(heard)
+            if since > self.last_succ_heartbeat_ms:
+                self.last_succ_heartbeat_ms = since
+
+    def lease_valid(self, now: int) -> bool:
+        return (self.member_state.role is Role.LEADER and self.last_succ_heartbeat_ms >= 0
+                and now < self.last_succ_heartbeat_ms + int(self.cfg.lease_ratio * self.election_timeout_ms))
+
+    def has_live_leader(self, now: int) -> bool:
+        member = self.member_state
+        if now - self.started_ms < self.election_timeout_ms:
+            return True
+        if member.role is Role.FOLLOWER:
+            return member.leader_id is not None and now - self.last_leader_heartbeat_ms < self.election_timeout_ms
+        if member.role is Role.LEADER:
+            return now - self.last_succ_heartbeat_ms < self.election_timeout_ms
+        return False
+
+    def heard_leader(self, now: int) -> None:
+        self.last_leader_heartbeat_ms = now
+
+    def leader_silent(self, now: int) -> bool:
+        return now - self.last_leader_heartbeat_ms > self.election_timeout_ms
+
+    def follower_deadline(self) -> int:
+        return self.last_leader_heartbeat_ms + self.election_timeout_ms + 1
+
+    def leader_deadlines(self, now: int) -> tuple[int, int]:
+        """When the next round is due, and when check-quorum would step down."""
+        due = now if self.last_send_heartbeat_ms < 0 \
+            else self.last_send_heartbeat_ms + self.cfg.heart_beat_time_interval_ms
+        return due, self.last_succ_heartbeat_ms + self.election_timeout_ms + 1
+
+    def on_role_change(self, change) -> None:
+        if change.role is not Role.LEADER:
+            self.round = None
+
+    # -- the leader's rounds ------------------------------------------------------------------
+    def start_leading(self, now: int) -> None:
+        """Just elected: the election counts as a confirmation; the first round goes out now."""
+        self.contact = {}
+        self.last_send_heartbeat_ms = -1
+        self.last_succ_heartbeat_ms = now
+        self.round = None
+        self._send_round(now)
+
+    def request_round(self, now: int) -> None:
+        """A read needs a confirmation newer than the last round: send one now."""
+        rnd = self.round
+        if rnd is None or rnd.sent_at < now:
+            self.last_send_heartbeat_ms = -1
+
+    def maintain(self, now: int) -> bool:
+        """The leader's step; False when it stepped down."""
+        interval = self.cfg.heart_beat_time_interval_ms
+        rnd = self.round
+        if rnd is not None and not rnd.finished and now >= rnd.sent_at + interval:
+            self._finish_round(now, rnd)
+            if self.member_state.role is not Role.LEADER:
+                return False
+        if now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
+            self._step_down(now, self.member_state.curr_term)       # check-quorum
+            return False
+        if self.last_send_heartbeat_ms < 0 or now - self.last_send_heartbeat_ms >= interval:
+            self._send_round(now)
+        return True
+
+    def _send_round(self, now: int) -> None:
+        member = self.member_state
+        self.last_send_heartbeat_ms = now
+        rnd = HeartbeatRound(member.curr_term, now, len(member.peer_ids))
+        rnd.responded.add(member.self_id)
+        self.round = rnd
+        for peer in member.remote_peer_ids:
+            req = HeartBeatRequest(group=member.group, local_id=member.self_id, remote_id=peer,
+                                   leader_id=member.self_id, term=rnd.term, commit_index=member.committed_index)
+            self._send(peer, req, lambda now_, src, resp, rnd=rnd: self._on_response(now_, src, resp, rnd))
+        self._progress(now, rnd)
+
+    def _on_response(self, now: int, peer: str, resp: HeartBeatResponse | None, rnd: HeartbeatRound) -> None:
+        member = self.member_state
+        if rnd.finished or peer in rnd.responded or member.role is not Role.LEADER or member.curr_term != rnd.term:
+            return
+        rnd.responded.add(peer)
+        code = Code.NETWORK_ERROR if resp is None else resp.code
+        member.peers_live[peer] = code != Code.NETWORK_ERROR
+        if code == Code.SUCCESS:
+            rnd.succ += 1
+        elif code == Code.EXPIRED_TERM:
+            rnd.max_term = max(rnd.max_term, resp.term)
+        elif code == Code.INCONSISTENT_LEADER:
+            rnd.inconsistent_leader = True
+        elif code == Code.TERM_NOT_READY:
+            rnd.not_ready += 1
+        self._progress(now, rnd)
+        if len(rnd.responded) >= rnd.peers or rnd.max_term > rnd.term:
+            self._finish_round(now, rnd)
+
+    def _progress(self, now: int, rnd: HeartbeatRound) -> None:
+        if not rnd.quorum_reached and self.member_state.majority.is_quorum(rnd.succ):
+            rnd.quorum_reached = True
+            self.last_succ_heartbeat_ms = max(self.last_succ_heartbeat_ms, rnd.sent_at)
+            self._confirmed(rnd.sent_at)
+
+    def _finish_round(self, now: int, rnd: HeartbeatRound) -> None:
+        rnd.finished = True
+        if not self.cfg.enable_leader_elector:
+            return                              # roles are forced: nobody steps down
+        if rnd.max_term > rnd.term:
+            self._fail_reads(Code.NOT_LEADER)
+            self._step_down(now, rnd.max_term)
+        elif rnd.quorum_reached:
+            return
+        elif self.member_state.majority.is_quorum(rnd.succ + rnd.not_ready):
+            self.last_send_heartbeat_ms = -1                      # resend at once
+        elif rnd.inconsistent_leader or now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
+            self._step_down(now, rnd.term)
+
+    # -- the follower -------------------------------------------------------------------------
+    def handle(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
+        member = self.member_state
+
+        def answer(code: int, term: int = -1) -> HeartBeatResponse:
+            return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                     leader_id=member.leader_id, code=code, term=term)
+
+        if not member.is_peer_member(req.leader_id):
+            return answer(Code.UNKNOWN_MEMBER, member.curr_term)
+        if req.leader_id == member.self_id:
+            return answer(Code.UNEXPECTED_MEMBER, member.curr_term)
+        if req.term < member.curr_term:
+            return answer(Code.EXPIRED_TERM, member.curr_term)
+        if req.term == member.curr_term:
+            if member.leader_id is None:
+                self._follow(req.term, req.leader_id)
+            elif member.leader_id != req.leader_id:
+                return answer(Code.INCONSISTENT_LEADER)
+            self.last_leader_heartbeat_ms = now
+            self._commit_hint(req.term, req.commit_index)
+            return answer(Code.SUCCESS)
+        self._catch_up_term(now, req.term)
+        return answer(Code.TERM_NOT_READY)

@@ -1,0 +1,196 @@
+"""LeadershipTransfer: handing leadership to a chosen member, and the preferred leader.
+
+The old leader (asked by a client, or by itself for a preferred leader):
+- refuses when the transferee is unknown, when the request names another term, when this
+  node does not lead, when the transferee is ``max_leadership_transfer_wait_index`` or more
+  entries behind, and when a transfer is already running; otherwise marks ``transferee`` (new appends fail with LEADER_TRANSFERRING) and
+  forwards the request to the transferee, answering the client with the transferee's answer.
+
+The transferee:
+- waits (up to ``leadership_transfer_wait_timeout``) until its log reaches the index the old
+  leader named, then becomes a candidate of the next term at once, "taking leadership": short
+  vote delays, its requests marked ``leadership_transfer`` (they pass leader stickiness), and
+  other candidates with no longer a log refused with REJECT_TAKING_LEADERSHIP. Unlike Java
+  DLedger, this applies to any transferee, not only to ids listed as preferred;
+- answers the old leader when the take-over is decided, on a role change (DLedger's
+  TakeLeadershipTask): SUCCESS as leader of the target term, TAKE_LEADERSHIP_FAILED as a
+  follower, EXPIRED_TERM past it.
+
+A leader with ``preferred_leader_ids`` checks every ``preferred_leader_check_interval_ms``
+whether a live preferred member is close enough behind, and transfers to the closest.
+
+Seams: member state, config, ``send``, ``match_index(peer)`` and ``catch_up_term(now, term)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from dledger.core.member_state import MemberState, Role
+from dledger.protocol import DLedgerResponseCode as Code, LeadershipTransferRequest, LeadershipTransferResponse
+
+Reply = Callable[[Any], None]
+
+
+class TransferWait(NamedTuple):
+    """The transferee waits until its log reaches ``req.take_leadership_ledger_index``."""
+
+    req: LeadershipTransferRequest
+    reply: Reply | None
+    deadline: int
+
+
+class TakeLeadershipTask(NamedTuple):
+    """The transferee stands in ``target_term``; ``reply`` answers the old leader."""
+
+    reply: Reply | None
+    target_term: int
+
+
+class LeadershipTransfer:
+    def __init__(self, member_state: MemberState, config, *, now_ms: int,
+                 send: Callable[[str, Any, Callable], int], match_index: Callable[[str], int],
+                 catch_up_term: Callable[[int, int], None]) -> None:
+        self.member_state = member_state
+        self.cfg = config
+        self._send = send
+        self._match_index = match_index
+        self._catch_up_term = catch_up_term
+        self.take_leadership_task: TakeLeadershipTask | None = None
+        self.transfer_wait: TransferWait | None = None
+        self.next_preferred_check_ms = now_ms + config.preferred_leader_check_interval_ms
+
+    # -- the old leader -----------------------------------------------------------------------
+    def handle(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
+        """Returns a response now, or None when ``reply`` will be called later."""
+        member = self.member_state
+
+        def answer(code: int) -> LeadershipTransferResponse:
+            return LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                              leader_id=member.leader_id, term=member.curr_term, code=code)
+
+        if req.transferee_id == member.self_id:
+            if req.transfer_id != member.leader_id:
+                return answer(Code.INCONSISTENT_LEADER)
+            self.transfer_wait = TransferWait(req, reply, now + self.cfg.leadership_transfer_wait_timeout)
+            self.maintain(now)
+            return None
+        if req.transfer_id != member.self_id:
+            return answer(Code.UNEXPECTED_ARGUMENT)
+        transferee = req.transferee_id
+        if not member.is_peer_member(transferee):
+            return answer(Code.UNKNOWN_MEMBER)
+        if member.curr_term != req.term:
+            return answer(Code.INCONSISTENT_TERM)
+        if member.role is not Role.LEADER:
+            return answer(Code.NOT_LEADER)
+        lag = member.ledger_end_index - self._match_index(transferee)
+        if lag >= self.cfg.max_leadership_transfer_wait_index:
+            return answer(Code.FALL_BEHIND_TOO_MUCH)
+        if member.transferee is not None:
+            return answer(Code.LEADER_TRANSFERRING)
+        member.transferee = transferee
+        term = member.curr_term
+        fwd = LeadershipTransferRequest(group=member.group, leader_id=member.self_id, local_id=member.self_id,
+                                        remote_id=transferee, term=term,
+                                        take_leadership_ledger_index=member.ledger_end_index,
+                                        transfer_id=member.self_id, transferee_id=transferee)
+
+        def on_reply(now_: int, src: str, resp) -> None:
+            code = Code.NETWORK_ERROR if resp is None else resp.code
+            if code != Code.SUCCESS or (member.curr_term == term and member.transferee is not None):
+                member.transferee = None
+            if reply is not None:
+                reply(answer(code))
+
+        self._send(transferee, fwd, on_reply)
+        return None
+
+    def leading(self, now: int) -> None:
+        """Just elected: the first preferred-leader check is one interval away."""
+        self.next_preferred_check_ms = now + self.cfg.preferred_leader_check_interval_ms
+
+    def maybe_check_preferred(self, now: int) -> None:
+        if self.cfg.preferred_leader_ids and now >= self.next_preferred_check_ms:
+            self.next_preferred_check_ms = now + self.cfg.preferred_leader_check_interval_ms
+            self._check_preferred_leader(now)
+
+    def _check_preferred_leader(self, now: int) -> None:
+        member = self.member_state
+        preferred = self.cfg.preferred_leader_id_list()
+        if member.self_id in preferred or member.transferee is not None:
+            return
+        best, best_lag = None, None
+        for pid in preferred:
+            if pid == member.self_id or not member.is_peer_member(pid) or not member.peers_live.get(pid):
+                continue
+            lag = member.ledger_end_index - self._match_index(pid)
+            if best_lag is None or lag < best_lag:
+                best, best_lag = pid, lag
+        if best is not None and best_lag < self.cfg.max_leadership_transfer_wait_index:
+            req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
+                                            term=member.curr_term, transfer_id=member.self_id, transferee_id=best)
+            self.handle(now, req, None)
+
+    # -- the transferee -----------------------------------------------------------------------
+    def maintain(self, now: int) -> None:
+        """The transferee's wait: take leadership once caught up, or give up at the deadline."""
+        if self.transfer_wait is None:
+            return
+        req, reply, deadline = self.transfer_wait
+        member = self.member_state
+
+        def done(code: int) -> None:
+            self.transfer_wait = None
+            if reply is not None:
+                reply(LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                                 leader_id=member.leader_id, term=member.curr_term, code=code))
+
+        if member.ledger_end_index >= req.take_leadership_ledger_index:
+            if member.curr_term != req.term:
+                done(Code.INCONSISTENT_TERM)
+                return
+            self.transfer_wait = None
+            target = req.term + 1
+            member.term_to_take_leadership = target
+            self._catch_up_term(now, target)
+            self.take_leadership_task = TakeLeadershipTask(reply, target)
+        elif now >= deadline:
+            done(Code.TAKE_LEADERSHIP_FAILED)
+
+    def on_role_change(self, change) -> None:
+        """DLedger's TakeLeadershipTask check, run on every role change."""
+        task = self.take_leadership_task
+        if task is None:
+            return
+        reply, target = task
+        term, role = change.term, change.role
+        code = None
+        if term > target:
+            code = Code.EXPIRED_TERM
+        elif term == target:
+            if role is Role.LEADER:
+                code = Code.SUCCESS
+            elif role is Role.FOLLOWER:
+                code = Code.TAKE_LEADERSHIP_FAILED
+        elif role is Role.FOLLOWER:
+            code = Code.TAKE_LEADERSHIP_FAILED
+        if code is None:
+            return
+        self.take_leadership_task = None
+        member = self.member_state
+        member.term_to_take_leadership = -1
+        if reply is not None:
+            reply(LeadershipTransferResponse(group=member.group, local_id=member.self_id, leader_id=member.leader_id,
+                                             term=member.curr_term, code=code))
+
+    def fail_pending(self, code: int) -> None:
+        """Shutting down: answer the transfer still waiting, then the take-over."""
+        member = self.member_state
+        waiting, self.transfer_wait = self.transfer_wait, None
+        task, self.take_leadership_task = self.take_leadership_task, None
+        for reply in ([waiting.reply] if waiting else []) + ([task.reply] if task else []):
+            if reply is not None:
+                reply(LeadershipTransferResponse(group=member.group, local_id=member.self_id,
+                                                 leader_id=member.leader_id, term=member.curr_term, code=code))

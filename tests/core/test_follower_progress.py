@@ -1,0 +1,69 @@
+"""FollowerProgress and Inflights: the leader's view of one follower, without a network."""
+
+from dledger.core.follower_progress import DispatchState, FollowerProgress, Inflights
+
+
+def test_a_new_follower_is_compared_at_the_leaders_end():
+    pr = FollowerProgress("n1", 8, 4)
+    assert (pr.state, pr.next, pr.match, len(pr.inflights)) == (DispatchState.COMPARE, 8, -1, 0)
+
+
+def test_compare_match_raises_the_water_mark_and_truncates_then_appends_from_it():
+    pr = FollowerProgress("n1", 8, 4)
+    pr.on_compare_match(5)
+    assert (pr.state, pr.match) == (DispatchState.TRUNCATE, 5)
+    pr.become_append()
+    assert (pr.state, pr.next) == (DispatchState.APPEND, 6)
+
+
+def test_the_water_mark_never_goes_down_on_acks():
+    pr = FollowerProgress("n1", 0, 4)
+    pr.on_compare_match(-1)
+    pr.become_append()
+    pr.append_sent(0, 5, now=10, commit_index=-1)
+    pr.append_sent(5, 5, now=11, commit_index=-1)
+    pr.on_append_ack(5, 5)
+    pr.on_append_ack(0, 5)                       # answered out of order
+    assert pr.match == 9 and not pr.inflights and pr.next == 10
+    pr.on_append_ack(0, 2)                       # a late answer to an older, shorter push
+    assert pr.match == 9
+
+
+def test_inflights_are_a_window_acked_only_by_the_exact_push():
+    w = Inflights(2)
+    w.add(0, 3, 100)
+    assert not w.full() and w.oldest().sent_ms == 100
+    w.add(3, 2, 110)
+    assert w.full() and len(w) == 2
+    w.ack(3, 1)                                  # a different push from the same index
+    assert len(w) == 2
+    w.ack(0, 3)
+    assert len(w) == 1 and w.oldest().first == 3
+
+
+def test_a_resend_from_the_match_clears_the_window():
+    pr = FollowerProgress("n1", 0, 4)
+    pr.on_compare_match(2)
+    pr.become_append()
+    pr.append_sent(3, 4, now=5, commit_index=2)
+    seq = pr.control_seq
+    pr.become_append()
+    assert not pr.inflights and pr.next == 3 and pr.control_seq == seq + 1
+
+
+def test_a_follower_that_lost_its_log_is_compared_again_below_its_old_water_mark():
+    pr = FollowerProgress("n1", 0, 4)
+    pr.on_compare_match(9)
+    pr.become_append()
+    pr.lost_log(end_index=-1, leader_end=20)
+    assert (pr.state, pr.match, pr.next) == (DispatchState.COMPARE, -1, 21)
+
+
+def test_an_answer_to_a_given_up_control_request_is_recognisably_stale():
+    pr = FollowerProgress("n1", 5, 4)
+    seq = pr.control_sent(now=10)
+    assert pr.control_sent_ms == 10
+    pr.give_up_control()
+    assert pr.control_seq != seq
+    pr.control_answered()
+    assert pr.control_sent_ms == -1
