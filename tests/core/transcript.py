@@ -222,6 +222,7 @@ class TranscriptCluster(Wired):
         self.indent = ""
         self.quiet = False                 # run: only role changes and completions, timed
         self.groups: dict[str, int] = {}
+        self.deadline: dict[str, int | None] = {}   # from each node's last Ready
         super().__init__(n, seed, start=False, **cfg)
         for node_id in self.ids:
             self.start(node_id)
@@ -250,6 +251,7 @@ class TranscriptCluster(Wired):
     def _collect(self, node) -> None:
         ready = node.take_ready()
         node_id = node.self_id
+        self.deadline[node_id] = ready.next_deadline_ms
         for change in ready.role_changes:
             self.role_changes[node_id].append(change)
             s = f"{node_id} becomes {change.role.value} term={change.term}"
@@ -290,25 +292,27 @@ class TranscriptCluster(Wired):
 
     # -- time -----------------------------------------------------------------------------
     def advance(self, ms: int, only: list[str] | None = None, deliver: bool = False) -> None:
-        """Move time by ``ms``, ticking nodes at their deadlines (as ``Wired.step`` would,
-        one millisecond at a time, but jumping over the milliseconds where nothing is due)."""
+        """Move time by ``ms``, ticking each node when its last ``Ready.next_deadline_ms``
+        has come (as ``Wired.step`` would, one millisecond at a time, but jumping over the
+        milliseconds where nothing is due)."""
         end = self.now + ms
         if deliver:
             self.deliver_all()
         last = self.now - 1               # a deadline at the current time fires first
         while True:
-            ticking = [self.nodes[i] for i in self.ids if i in self.nodes and (only is None or i in only)]
-            deadlines = [d for d in (n.next_deadline() for n in ticking) if d is not None]
+            ticking = [i for i in self.ids if i in self.nodes and (only is None or i in only)]
+            deadlines = [d for d in map(self.deadline.get, ticking) if d is not None]
             if not deadlines:
                 break
             t = max(last + 1, min(deadlines))
             if t > end:
                 break
             self.now = last = t
-            for node in ticking:
-                d = node.next_deadline()
-                if d is not None and d <= t and node.self_id in self.nodes:
-                    with self.under(f"@{t} {node.self_id} tick"):
+            for node_id in ticking:
+                d = self.deadline.get(node_id)
+                if d is not None and d <= t and node_id in self.nodes:
+                    node = self.nodes[node_id]
+                    with self.under(f"@{t} {node_id} tick"):
                         node.tick(t)
                         self._collect(node)
             if deliver:
