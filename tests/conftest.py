@@ -1,5 +1,7 @@
-import os
-import sys
+"""Options for the whole suite. ``tests/`` itself is on the import path through the
+``pythonpath`` setting in ``pyproject.toml``, so tests import ``helpers.*`` and ``core.*``."""
 
-# Make `tests/helpers` importable as plain modules.
-sys.path.insert(0, os.path.dirname(__file__))
+
+def pytest_addoption(parser):
+    parser.addoption("--update-goldens", action="store_true", default=False,
+                     help="rewrite tests/core/testdata/*.txt with the actual transcript output")

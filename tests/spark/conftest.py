@@ -11,8 +11,6 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: set on the session once ``register`` ran (the auto-registration test checks it)
-REGISTERED_CONF = "dledger.tests.registered"
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +45,6 @@ def dl(spark):
     from dledger.spark import register
 
     register(spark)
-    spark.conf.set(REGISTERED_CONF, "true")
     return spark
 
 

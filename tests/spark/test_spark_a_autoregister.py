@@ -1,12 +1,48 @@
 """Auto-registration: the top-level ``pyspark_dledger*`` modules let Spark find the sources.
 
-Runs first in this directory (file order), before any test calls ``register``.
+The check runs in a session of its own (``SparkSession.newSession``: same JVM and
+SparkContext, its own registered data sources and SQL conf), so it does not matter which
+tests ran before it: ``register`` calls made on the shared session (the ``dl`` fixture) are
+not visible there. The fixture checks that isolation instead of assuming it.
 """
 
 import importlib
 import pkgutil
 
+import pytest
 from spark_stores import bodies, write_store
+
+PROBE = "dledger-autoregister-probe"
+
+
+@pytest.fixture
+def unregistered(spark):
+    """A new session in which ``register`` was never called, whatever ran before."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class ProbeReader(DataSourceReader):
+        def read(self, partition):
+            return iter(())
+
+    class Probe(DataSource):
+        @classmethod
+        def name(cls):
+            return PROBE
+
+        def schema(self):
+            return "x int"
+
+        def reader(self, schema):
+            return ProbeReader()
+
+    # a source registered on the shared session, as ``register`` does, is known there ...
+    spark.dataSource.register(Probe)
+    assert spark.read.format(PROBE).load().columns == ["x"]
+    session = spark.newSession()
+    # ... and unknown to the new session
+    with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
+        session.read.format(PROBE).load()
+    return session
 
 
 def test_spark_lookup_finds_both_sources_on_the_path():
@@ -22,9 +58,7 @@ def test_spark_lookup_finds_both_sources_on_the_path():
     assert set(found) == {"dledger", "dledger-messages"}
 
 
-def test_format_dledger_works_without_register(spark, tmp_path):
-    registered = spark.conf.get("dledger.tests.registered", "false")
-    assert registered == "false", "run this file before the others (it checks auto-registration)"
+def test_format_dledger_works_without_register(unregistered, tmp_path):
     store = write_store(str(tmp_path / "dledger-n0"), bodies(30))
-    rows = spark.read.format("dledger").load(store).select("index").collect()
+    rows = unregistered.read.format("dledger").load(store).select("index").collect()
     assert sorted(r["index"] for r in rows) == list(range(30))
