@@ -251,7 +251,7 @@ def test_wait_for_leader_returns_the_leader_on_every_node_and_none_without_a_quo
 
 
 def test_a_running_file_server_refuses_appends_while_the_disk_is_full_and_resumes(tmp_path):
-    """The server runs the store's cleaning pass every 100 ms (SPEC §2.8); its disk-full guard
+    """The server runs the store's cleaning pass every 100 ms (Java's CleanSpaceService period); its disk-full guard
     turns appends into DISK_FULL until space comes back."""
     group = Group(tmp_path, n=1)
     server = group.make("n0").startup()

@@ -1,6 +1,6 @@
 """DLedgerConfig: every option of a node, documented beside its default.
 
-Field names are Java DLedger's (SPEC §7.4) in snake_case. Defaults are DLedger's except the
+Field names are Java DLedger's ``DLedgerConfig`` fields in snake_case. Defaults are DLedger's except the
 election timing, which is ten to twenty times faster so that a failover takes well under a
 second (DLedger's 2 s heartbeat x 3 gives 6 s): a follower gives up on its leader after
 ``max_heart_beat_leak * heart_beat_time_interval_ms`` = 300 ms, then waits a random

@@ -1,13 +1,13 @@
 """Messages between nodes: one slotted dataclass per request/response, the codes, the codec.
 
-Names and fields follow Java DLedger (SPEC §5.5, §6.4) in snake_case. Differences, on purpose:
+Names and fields follow Java DLedger's protocol classes in snake_case. Differences, on purpose:
 - ``PushEntryRequest.entries`` is the leader's encoded records back to back, exactly as they lie
   in its data file (``store.get_raw_range``); the follower validates and writes those bytes at
   the same positions. ``first_entry_index``/``count``/``last_entry_index``/``last_entry_term``
   describe them (Java derives them from the entry list).
-- ``HeartBeatRequest.commit_index`` carries the leader's commit index (SPEC "differs" 9).
+- ``HeartBeatRequest.commit_index`` carries the leader's commit index (Java's carries none).
 - ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
-  marks the vote of a transferee (see ``core.leader_elector``).
+  marks the vote of a transferee (see ``core.vote``).
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed

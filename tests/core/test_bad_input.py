@@ -1,4 +1,4 @@
-"""Remote misbehaviour (RELIABILITY BI-04, BI-05, BI-09): malformed or hostile pushes get an
+"""Remote misbehaviour (wrong group or member, inconsistent pushes, fuzzed requests): malformed or hostile pushes get an
 error answer, change nothing and never raise."""
 
 import random

@@ -50,7 +50,7 @@ def vote(node, candidate="n1", term=5, end_index=-1, end_term=-1, now=10_000, tr
                                  leadership_transfer=transfer), now)
 
 
-# -- vote handling (SPEC §4.6), in DLedger's order --------------------------------------------
+# -- vote handling, in DLedger's order of checks --------------------------------------------
 def test_vote_for_an_unknown_candidate_is_rejected():
     assert vote(lone(), candidate="n7").vote_result == R.REJECT_UNKNOWN_LEADER
 
@@ -171,7 +171,7 @@ def test_a_follower_with_a_live_leader_refuses_higher_terms_unless_transferring(
     assert r.vote_result == R.REJECT_TERM_NOT_READY and node.term == 6
 
 
-# -- heartbeats (SPEC §4.4 + commit index) -----------------------------------------------------
+# -- heartbeats (with the commit index) -----------------------------------------------------
 def test_heartbeat_codes():
     node = lone(term=5)
     assert hb(node, "n7", 5).code == Code.UNKNOWN_MEMBER
@@ -193,7 +193,7 @@ def test_request_for_another_member_or_group_is_refused():
     assert r.code == Code.UNKNOWN_GROUP and node.term == 5
 
 
-# -- the ParseResult table (SPEC §4.5) ---------------------------------------------------------
+# -- the ParseResult table (DLedger's vote-round outcomes) ---------------------------------------------------------
 @pytest.mark.parametrize("counts,expected", [
     (dict(valid=3, accepted=2), ParseResult.PASSED),
     (dict(valid=3, accepted=1, not_ready=1), ParseResult.REVOTE_IMMEDIATELY),

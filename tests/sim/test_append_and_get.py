@@ -1,4 +1,4 @@
-"""SPEC §9 AppendAndGetTest, BatchPush and WriteTest, in virtual time."""
+"""Java DLedger's AppendAndGetTest, BatchPush and WriteTest, in virtual time."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""SPEC §9 AppendAndPushTest / BatchPushTest: two-node groups with forced roles (the
+"""Java DLedger's AppendAndPushTest / BatchPushTest: two-node groups with forced roles (the
 elector off, as DLedger's harness), in virtual time."""
 
 from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryType

@@ -1,4 +1,4 @@
-"""SPEC §9 CommitIndexTest and RELIABILITY RP-02: entries of an old term commit only through
+"""Java DLedger's CommitIndexTest and the Raft paper's figure 8: entries of an old term commit only through
 a current-term entry (a client append, or the NOOP of fast commit advance)."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Crash and restart with file stores (RELIABILITY EL-09, RP-09, I5), in virtual time."""
+"""Crash and restart with file stores (committed entries survive a restart of every node; an emptied follower is refilled; acknowledged appends stay), in virtual time."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""SPEC §9 LeaderElectorTest and RELIABILITY §3.2 election scenarios, in virtual time."""
+"""Java DLedger's LeaderElectorTest and election scenarios under faults, in virtual time."""
 
 import pytest
 

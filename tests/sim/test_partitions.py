@@ -1,4 +1,4 @@
-"""RELIABILITY §3.2/3.3/3.6 partition scenarios, in virtual time."""
+"""Partition scenarios (election, replication and network faults), in virtual time."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""SPEC §9 HeartbeatRequestTest, VoteRequestTest and AppendAndReadTest against running nodes
+"""Java DLedger's HeartbeatRequestTest, VoteRequestTest and AppendAndReadTest against running nodes
 in the simulator: crafted requests go through the simulated network, answers are captured."""
 
 from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, HeartBeatResponse, ReadMode,

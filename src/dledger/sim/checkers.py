@@ -1,4 +1,4 @@
-"""Invariant checkers of the simulator (RELIABILITY §3.1).
+"""Invariant checkers of the simulator (the invariants are listed in docs/simulation.md).
 
 Watched on every step (``InvariantChecker.observe`` sees every ``Ready`` of every node):
 - I1 election safety: at most one node becomes leader in any term;

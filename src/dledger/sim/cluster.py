@@ -89,7 +89,7 @@ class Cluster:
         self.power: dict[str, PowerLoss] = {i: PowerLoss() for i in self.ids} if store == "file" else {}
         #: client calls made through ``append``/``read`` and not answered yet, per node
         self._in_flight: dict[str, set[Future]] = {i: set() for i in self.ids}
-        #: forced roles (SPEC §9's harness with the elector disabled): the leader's id
+        #: forced roles (Java DLedger's test harness with the elector disabled): the leader's id
         self.forced_leader = leader
         self.forced_term: int | None = None
         if leader is not None:
@@ -144,7 +144,7 @@ class Cluster:
 
     def force_roles(self, leader: str, term: int | None = None) -> None:
         """Elector disabled: make ``leader`` the leader (of ``term``) and everyone else its
-        follower, now and after every restart (SPEC §9's ``launchServer``)."""
+        follower, now and after every restart (as Java DLedger's ``launchServer`` in its tests)."""
         self.forced_leader, self.forced_term = leader, term
         for node_id in self.live():
             self._force(node_id)

@@ -1,4 +1,4 @@
-"""Client history and the commit-log history checker (RELIABILITY "Recommended checker design").
+"""Client history and the commit-log history checker (docs/simulation.md, "Checkers").
 
 Every ``Cluster.append`` is one ``Operation`` with its invoke and complete virtual times and
 its outcome: ``ok`` (SUCCESS), ``fail`` (a code that guarantees nothing was appended: the
