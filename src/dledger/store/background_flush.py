@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 
 from dledger.store import page_warmer
-from dledger.store.mmap_file import _PAGE_MASK
+from dledger.store.mmap_file import PAGE_MASK
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def _run(q: "queue.SimpleQueue[FlushJob]") -> None:
                 if f.mm is None:  # closed meanwhile: the job is stale anyway
                     job.error = "segment closed during flush"
                     break
-                aligned = start & _PAGE_MASK
+                aligned = start & PAGE_MASK
                 if _libc.msync(f._addr + aligned, end - aligned, MS_SYNC) != 0:
                     job.error = f"msync of {f.path} failed: errno {ctypes.get_errno()}"
                     break

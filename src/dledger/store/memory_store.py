@@ -1,7 +1,7 @@
 """DLedgerMemoryStore: the store interface with nothing on disk (tests, simulations, caches).
 
 It behaves like ``DLedgerMmapFileStore`` in everything but durability, and fixes the Java
-memory store's quirks (SPEC §11.8): ``truncate`` removes the whole suffix, ``reset`` really
+memory store's quirks: ``truncate`` removes the whole suffix, ``reset`` really
 drops the prefix, the before-begin term starts at -1, unknown indices raise instead of
 returning null, followers are checked for index continuity. Positions are computed exactly as
 the file store lays records out in segments of ``data_file_size`` bytes (blank padding
@@ -20,7 +20,7 @@ from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_TH
                             INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
 from dledger.store.base import StoreBase
 from dledger.store.follower_batch import next_position, plan_follower_batch
-from dledger.store.mmap_file_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
+from dledger.store.log_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
 
 
 class DLedgerMemoryStore(StoreBase):
