@@ -1,6 +1,8 @@
 """Cut: removing a suffix (``truncate``, ``truncate_to_entry``) or a prefix (``reset``) of the log.
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state.
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state:
+it cuts ``data_list`` and ``index_list``, moves the ledger fields, ``committed_index``,
+``_written_from`` and ``_cut_epoch``, and writes the checkpoint through ``Flusher``.
 
 Rules (crash-safe order: whatever step a crash interrupts, the next open finds either the old
 log or the cut one):

@@ -1,6 +1,8 @@
 """Flusher: making the file store durable: ``flush``, the periodic ``flush_if_due``, the checkpoint.
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state.
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state:
+it syncs ``data_list`` and ``index_list``, and owns ``_checkpoint``, ``_flush_job`` and the
+flush clocks (``_last_flush_ms``, ``_last_checkpoint_ms``).
 
 Rules:
 - ``flush`` msyncs data, then index, and only then writes the checkpoint: the checkpoint's
@@ -85,12 +87,13 @@ class Flusher:
 
     def _reap_flush_job(self, wait: bool = False) -> None:
         job = self._flush_job
-        if job is None or not (job.done.is_set() or (wait and job.done.wait(60))):
+        if job is None or not (job.finished() or (wait and job.wait(60))):
             return
         self._flush_job = None
-        if job.error is not None or job.epoch != self._cut_epoch:
-            if job.error is not None and job.epoch == self._cut_epoch:
-                log.error("store %s: background flush failed: %s", self.store_dir, job.error)
+        error = job.failure()
+        if error is not None or job.epoch != self._cut_epoch:
+            if error is not None and job.epoch == self._cut_epoch:
+                log.error("store %s: background flush failed: %s", self.store_dir, error)
             return
         for f, _start, end in job.ranges:
             if f.mm is not None and f.flushed_position < end <= f.wrote_position:

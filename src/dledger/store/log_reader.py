@@ -1,7 +1,8 @@
 """LogReader: the file store's reads (``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``).
 
 Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state; it changes nothing.
+state: it reads ``data_list``, ``index_list``, the ledger fields, ``_index_overrides`` and
+``_written_from``, and changes nothing.
 
 Rules:
 - an entry is found through its index unit, and its record must agree with that unit

@@ -1,7 +1,9 @@
 """Retention: deleting expired data segments, and the disk-full guard (``clean(now)``).
 
 Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state. Java DLedger's CleanSpaceService, driven by the caller's clock.
+state: it deletes head segments of ``data_list``, moves the begin (``ledger_before_begin_*``),
+``is_disk_full`` and ``_cut_epoch``, and writes the checkpoint through ``Flusher``. Java
+DLedger's CleanSpaceService, driven by the caller's clock.
 
 Rules:
 - a data segment is deleted only if it is not the last one, it is expired (or space is short
