@@ -75,7 +75,7 @@ HEADER_ARROW_SCHEMA = pa.schema([(n, t) for n, t, _ in ENTRY_FIELDS[:-1]])
 ENTRY_DDL = ", ".join(f"`{n}` {d}" for n, _, d in ENTRY_FIELDS)
 HEADER_DDL = ", ".join(f"`{n}` {d}" for n, _, d in ENTRY_FIELDS[:-1])
 
-#: big-endian views of the record prefix and the index unit (SPEC §1.1, §1.3)
+#: big-endian views of the record prefix and the index unit (docs/format.md)
 HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"),
                          ("pos", ">i8"), ("channel", ">i4"), ("chain_crc", ">u4"),
                          ("body_crc", ">u4"), ("body_size", ">i4")])
@@ -335,7 +335,7 @@ class SegmentReader:
             os.close(fd)
 
     def _first_record_offset(self, fd: int, fsize: int) -> int | None:
-        """Offset of the first record, past a head blank (SPEC §1.4); None when no records."""
+        """Offset of the first record, past a head blank (docs/format.md); None when no records."""
         off = 0
         while off + MIN_BLANK_LEN <= fsize:
             magic, size = MAGIC_SIZE.unpack(os.pread(fd, MIN_BLANK_LEN, off))
