@@ -83,6 +83,8 @@ UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("inde
                        ("term", ">i8")])
 assert HEADER_DTYPE.itemsize == BODY_OFFSET and UNIT_DTYPE.itemsize == INDEX_UNIT_SIZE
 
+_VALID_MAGICS = np.array(sorted(VALID_MAGICS))
+
 #: rows and bytes per record batch
 BATCH_ROWS = 65536
 BATCH_BYTES = 64 * 1024 * 1024
@@ -390,7 +392,7 @@ class SegmentReader:
                 return
             rel = np.concatenate(([0], ends[:-1]))
             hdr = self._headers(buf, rel)
-            ok = np.isin(hdr["magic"], (1, 2, 3)) & (hdr["size"] == units["size"])
+            ok = np.isin(hdr["magic"], _VALID_MAGICS) & (hdr["size"] == units["size"])
             ok &= (hdr["index"] == units["index"]) & (hdr["term"] == units["term"])
             ok &= hdr["body_size"] == hdr["size"] - BODY_OFFSET
             um, dm = units["magic"], hdr["magic"]

@@ -24,7 +24,7 @@ from itertools import accumulate, chain, repeat, starmap
 from operator import add
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_NORMAL, MIN_BLANK_LEN,
-                           RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, crc32)
+                           RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, IndexUnit, crc32)
 from dledger.errors import (DISK_ERROR, DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM,
                             DLedgerError, EntryTooLargeError, ReadOnlyStoreError)
 from dledger.store.durability import FSYNC
@@ -240,11 +240,12 @@ class LogWriter:
         units = plan.units
         if not units:
             return self.ledger_end_index
-        if not data.files and units[0][1] != 0:
-            data.rebuild_with_pos(units[0][1])
+        first = IndexUnit._make(units[0])
+        if not data.files and first.pos != 0:
+            data.rebuild_with_pos(first.pos)
         self._ensure_index_start()
         start_pos = data.max_wrote_position()
-        first_index = units[0][3]
+        first_index = first.index
         done = 0
         df = None
         try:
@@ -252,9 +253,10 @@ class LogWriter:
                 # one copy per run: the plan put each run's records back to back in one segment
                 df = data.reserve(nbytes)
                 wp = df.wrote_position
-                if df.file_from_offset + wp != units[k][1]:
-                    raise DLedgerError(f"follower write of entry {units[k][3]} would land at "
-                                       f"{df.file_from_offset + wp}, not {units[k][1]}", INCONSISTENT_STATE)
+                run_first = IndexUnit._make(units[k])
+                if df.file_from_offset + wp != run_first.pos:
+                    raise DLedgerError(f"follower write of entry {run_first.index} would land at "
+                                       f"{df.file_from_offset + wp}, not {run_first.pos}", INCONSISTENT_STATE)
                 if wp + nbytes > df.populated_to:
                     df.populate(wp, wp + nbytes)
                 df.mm[wp:wp + nbytes] = view[off:off + nbytes]
@@ -263,7 +265,8 @@ class LogWriter:
                 done = end
         finally:
             if done:
-                self._end_append(df, first_index, units[done - 1][3], units[done - 1][4], start_pos)
+                last = IndexUnit._make(units[done - 1])
+                self._end_append(df, first_index, last.index, last.term, start_pos)
         return self.ledger_end_index
 
     def _write_index_units(self, units: list[tuple], k: int, end: int) -> None:

@@ -32,7 +32,7 @@ class Retention:
     def _disk_ratio(self, path: str) -> float:
         if not os.path.exists(path):
             return -1.0
-        usage = self._disk_usage(path)
+        usage = self._disk_usage(path)   # shutil.disk_usage's (total, used, free)
         used, free = usage[1], usage[2]
         entire = used + free
         if entire <= 0:
