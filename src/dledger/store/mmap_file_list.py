@@ -17,6 +17,7 @@ Rules (docs/format.md):
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 
 from dledger.entry import (INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN,
@@ -27,6 +28,8 @@ from dledger.store.mmap_file import MmapFile, fsync_dir
 from dledger.store.store_io import LOCAL_IO, StoreIO
 
 log = logging.getLogger(__name__)
+
+_ZERO_UNIT = bytes(INDEX_UNIT_SIZE)
 
 
 class MmapFileList:
@@ -337,6 +340,24 @@ def zero_header_at(lst: MmapFileList, pos: int) -> None:
     if off + MIN_BLANK_LEN <= f.file_size:
         f.write_at(off, bytes(MIN_BLANK_LEN))
         f.mm.flush(off & ~4095, off - (off & ~4095) + MIN_BLANK_LEN)
+
+
+def erase_units_after_end(lst: MmapFileList) -> int:
+    """Zero the index units left after the end of index list ``lst`` by a cut tail (as
+    ``truncate`` does), so that they cannot vouch for stale data after a later crash; returns
+    how many. Stops at the first zero unit: a clean list has none, so this reads one unit."""
+    if not lst.files:
+        return 0
+    f = lst.files[-1]
+    lo = hi = f.wrote_position
+    while hi + INDEX_UNIT_SIZE <= f.file_size and f.mm[hi:hi + INDEX_UNIT_SIZE] != _ZERO_UNIT:
+        hi += INDEX_UNIT_SIZE
+    if hi > lo:
+        lst.flush(0)  # the live units become durable before their erased tail
+        f.mm[lo:hi] = bytes(hi - lo)
+        aligned = lo - lo % mmap.ALLOCATIONGRANULARITY
+        f.mm.flush(aligned, hi - aligned)
+    return (hi - lo) // INDEX_UNIT_SIZE
 
 
 def last_segment_with_data(files: list[MmapFile], pos: int) -> int:

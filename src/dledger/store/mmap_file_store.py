@@ -44,7 +44,6 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import shutil
 from collections.abc import Callable
@@ -61,7 +60,7 @@ from dledger.store.log_reader import LogReader
 from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE,
                                      AppendBatchResult, AppendHook)
 from dledger.store.log_writer import LogWriter
-from dledger.store.mmap_file_list import MmapFileList, zero_header_at
+from dledger.store.mmap_file_list import MmapFileList, erase_units_after_end, zero_header_at
 from dledger.store.recovery import RecoveredLog, recover
 from dledger.store.retention import Retention
 from dledger.store.store_io import LOCAL_IO, StoreIO
@@ -71,9 +70,6 @@ __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT
            "DURABILITY_MODES", "DLedgerMmapFileStore", "FSYNC", "PAGE_CACHE"]
 
 log = logging.getLogger(__name__)
-
-_ZERO_UNIT = bytes(INDEX_UNIT_SIZE)
-
 
 class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
@@ -168,7 +164,6 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         if index > self.committed_index:
             self.committed_index = min(index, self.ledger_end_index)
 
-
     # =====================================================================================
     # lifecycle
     # =====================================================================================
@@ -177,7 +172,6 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             raise StoreClosedError(f"store {self.store_dir} is closed")
         if not self.loaded:
             raise DLedgerError(f"store {self.store_dir} is not loaded; call load() first", INCONSISTENT_STATE)
-
 
     def close(self) -> None:
         """Flush (unless read-only) and unmap everything. Idempotent."""
@@ -198,7 +192,6 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
 
     def __exit__(self, *exc) -> None:
         self.close()
-
 
     def load(self) -> "DLedgerMmapFileStore":
         """Open the directory and recover it (see the module docstring)."""
@@ -290,29 +283,12 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             elif not read_only:
                 idx.rebuild_with_pos(end_units)
         if not read_only:
-            self._erase_stale_units()
+            erased = erase_units_after_end(idx)
+            if erased:
+                log.warning("store %s: erased %d index units after the log's end", self.store_dir, erased)
         idx.committed_where = idx.max_wrote_position()
         idx.flushed_where = idx.min_offset()
         self.committed_index = found.committed_index
-
-    def _erase_stale_units(self) -> None:
-        """Zero the units left after the log's end by a cut tail (as ``truncate`` does), so
-        that they cannot vouch for stale data after a later crash. Stops at the first zero
-        unit: a clean log has none, so this reads one unit."""
-        idx = self.index_list
-        if not idx.files:
-            return
-        f = idx.files[-1]
-        lo = hi = f.wrote_position
-        while hi + INDEX_UNIT_SIZE <= f.file_size and f.mm[hi:hi + INDEX_UNIT_SIZE] != _ZERO_UNIT:
-            hi += INDEX_UNIT_SIZE
-        if hi > lo:
-            idx.flush(0)  # the live units become durable before their erased tail
-            f.mm[lo:hi] = bytes(hi - lo)
-            aligned = lo - lo % mmap.ALLOCATIONGRANULARITY
-            f.mm.flush(aligned, hi - aligned)
-            log.warning("store %s: erased %d index units after the log's end",
-                        self.store_dir, (hi - lo) // INDEX_UNIT_SIZE)
 
     def __repr__(self) -> str:
         return (f"DLedgerMmapFileStore({self.store_dir!r}, begin={self.ledger_before_begin_index + 1}, "
