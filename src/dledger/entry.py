@@ -159,6 +159,10 @@ def magic_matches_unit(unit_magic, magic):
     return (unit_magic == magic) | ((unit_magic == MAGIC_NORMAL) & (magic == MAGIC_NOOP))
 
 
+#: builds a named tuple from a tuple of the right length without ``_make``'s extra call (the
+#: segment walk and recovery build one per record)
+_new_tuple = tuple.__new__
+
 _SEGMENT_NAME = re.compile(r"\d{20}")
 
 
@@ -209,7 +213,7 @@ def decode_header(buf, offset: int = 0, *, limit: int | None = None,
     ``limit`` bounds the record's end (default: the buffer length). ``path``/``base`` only
     enrich the error (``base`` is the global position of ``buf[0]``).
     """
-    return RecordHeader._make(_checked_prefix(buf, offset, limit, path, base))
+    return _new_tuple(RecordHeader, _checked_prefix(buf, offset, limit, path, base))
 
 
 def _checked_prefix(buf, offset: int, limit: int | None, path: str | None, base: int) -> tuple:
@@ -291,6 +295,7 @@ def iter_segment_records(buf, offset: int, end: int, *, path: str | None = None,
     without one when the walk reaches ``end``. ``path``/``base`` enrich error messages.
     """
     unpack = MAGIC_SIZE.unpack_from
+    check = _checked_prefix
     while offset + MIN_BLANK_LEN <= end:
         magic, size = unpack(buf, offset)
         if magic == MAGIC_BLANK:
@@ -303,9 +308,9 @@ def iter_segment_records(buf, offset: int, end: int, *, path: str | None = None,
             yield SegmentItem(offset)
             return
         try:
-            header = decode_header(buf, offset, limit=end, path=path, base=base)
+            header = _new_tuple(RecordHeader, check(buf, offset, end, path, base))
         except CorruptEntryError as exc:
             yield SegmentItem(offset, None, str(exc))
             return
-        yield SegmentItem(offset, header)
-        offset += header.size
+        yield _new_tuple(SegmentItem, (offset, header, None))
+        offset += size

@@ -263,15 +263,16 @@ class _Planner:
                     break
                 if index_trusted:
                     unit = self.unit_at(k)
+                    agrees = unit is not None and _unit_matches(unit, h, pos)
                     if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
-                            and not _unit_matches(unit, h, pos) and not _torn_unit(unit, h, pos)):
+                            and not agrees and not _torn_unit(unit, h, pos)):
                         # Same entry, same place, but another term or type, and not a unit torn
                         # by a crash: a header field (not covered by the CRC) or the unit is
                         # damaged. Stale units are erased on truncation, so this is not a leftover.
                         stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
                                        f"its index unit (term {unit.term}, magic {unit.magic})")
                         break
-                    if unit is None or not _unit_matches(unit, h, pos):
+                    if not agrees:
                         index_trusted = False  # from here on every unit is rewritten
                 if not index_trusted:
                     rebuild(IndexUnit(h.magic, pos, h.size, k, term))
