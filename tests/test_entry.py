@@ -1,4 +1,4 @@
-"""DLedgerEntry codec: SPEC §1.1-1.4 golden bytes, round-trips, CRC against crcmod, bad input."""
+"""DLedgerEntry codec: the golden bytes of docs/format.md, round-trips, CRC against crcmod, bad input."""
 
 import struct
 import zlib
@@ -178,6 +178,14 @@ def test_a_record_matches_its_unit_with_javas_noop_magic(unit_magic, magic, ok):
     unit = IndexUnit(unit_magic, 100, 60, 7, 2)
     assert matches_unit(unit, magic, 60, 7, 2, 100, 0x1234) is ok
     assert bool(magic_matches_unit(unit_magic, magic)) is ok
+
+
+def test_the_scalar_and_column_forms_of_the_magic_rule_agree():
+    magics = (MAGIC_NORMAL, MAGIC_NOOP, 3)
+    for um in magics:
+        for m in magics:
+            unit = IndexUnit(um, 0, 60, 1, 1)
+            assert matches_unit(unit, m, 60, 1, 1, 0, 0) == bool(magic_matches_unit(um, m))
 
 
 def test_matches_unit_compares_pos_only_for_records_with_a_crc():

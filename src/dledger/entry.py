@@ -149,13 +149,16 @@ def matches_unit(unit: IndexUnit, magic: int, size: int, index: int, term: int, 
     of every entry, NOOP entries included; and its records carry no CRC (``body_crc`` 0) and may
     hold another node's ``pos``, so for them the position is not compared.
     """
+    # the magic rule is magic_matches_unit's, short-circuited here: every get() runs this
     return (index == unit.index and term == unit.term and size == unit.size
-            and magic_matches_unit(unit.magic, magic) and (not body_crc or pos == unit.pos))
+            and (magic == unit.magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP))
+            and (not body_crc or pos == unit.pos))
 
 
 def magic_matches_unit(unit_magic, magic):
     """The magic part of ``matches_unit``: equal, or NOOP under Java's magic 1. Written with
-    ``|``/``&`` so that it also compares whole numpy columns (the Spark scan's fast path)."""
+    ``|``/``&`` so that it also compares whole numpy columns (the Spark scan's fast path);
+    ``tests/test_entry.py`` checks that both forms agree."""
     return (unit_magic == magic) | ((unit_magic == MAGIC_NORMAL) & (magic == MAGIC_NOOP))
 
 
