@@ -1,4 +1,4 @@
-"""DLedgerEntry codec: SPEC §1.1-1.4 golden bytes, round-trips, CRC against crcmod, bad input."""
+"""DLedgerEntry codec: the golden bytes of docs/format.md, round-trips, CRC against crcmod, bad input."""
 
 import struct
 import zlib
@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dledger.entry import (BODY_OFFSET, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
-                           MAGIC_NORMAL, POS_OFFSET, DLedgerEntry, IndexUnit, crc32, decode,
-                           decode_header, decode_index, encode, encode_blank, encode_index,
-                           encode_into)
+                           MAGIC_NORMAL, POS_OFFSET, DLedgerEntry, IndexUnit, RecordHeader, crc32,
+                           decode, decode_header, decode_index, encode, encode_blank, encode_index,
+                           encode_into, is_segment_name, iter_segment_records, magic_matches_unit,
+                           matches_unit, segment_name)
 from dledger.errors import CorruptEntryError
 
 REFERENCE_CRC = crcmod.predefined.mkCrcFun("crc-32")
@@ -156,3 +157,75 @@ def test_noop_entries_round_trip_with_their_magic():
     entry = decode(encode(DLedgerEntry(magic=MAGIC_NOOP, index=3, term=2, pos=0)))
     assert entry.magic == MAGIC_NOOP and entry.body == b"" and entry.entry_type.name == "NOOP"
     assert DLedgerEntry().magic == MAGIC_NORMAL
+
+
+# ---------------------------------------------------------------------------------------------
+# the format rules every reader shares
+# ---------------------------------------------------------------------------------------------
+def test_decode_header_names_its_fields():
+    h = decode_header(HELLO_JAVA)
+    assert isinstance(h, RecordHeader)
+    assert (h.magic, h.size, h.index, h.term, h.pos, h.body_crc, h.body_size) == (1, 53, 0, 1, 0, 0, 5)
+
+
+@pytest.mark.parametrize("unit_magic, magic, ok", [
+    (MAGIC_NORMAL, MAGIC_NORMAL, True),
+    (MAGIC_NOOP, MAGIC_NOOP, True),
+    (MAGIC_NORMAL, MAGIC_NOOP, True),       # Java leaders write magic 1 into every unit
+    (MAGIC_NOOP, MAGIC_NORMAL, False),
+])
+def test_a_record_matches_its_unit_with_javas_noop_magic(unit_magic, magic, ok):
+    unit = IndexUnit(unit_magic, 100, 60, 7, 2)
+    assert matches_unit(unit, magic, 60, 7, 2, 100, 0x1234) is ok
+    assert bool(magic_matches_unit(unit_magic, magic)) is ok
+
+
+def test_the_scalar_and_column_forms_of_the_magic_rule_agree():
+    magics = (MAGIC_NORMAL, MAGIC_NOOP, 3)
+    for um in magics:
+        for m in magics:
+            unit = IndexUnit(um, 0, 60, 1, 1)
+            assert matches_unit(unit, m, 60, 1, 1, 0, 0) == bool(magic_matches_unit(um, m))
+
+
+def test_matches_unit_compares_pos_only_for_records_with_a_crc():
+    unit = IndexUnit(MAGIC_NORMAL, 100, 60, 7, 2)
+    assert not matches_unit(unit, MAGIC_NORMAL, 60, 7, 2, 999, 0x1234)
+    assert matches_unit(unit, MAGIC_NORMAL, 60, 7, 2, 999, 0)   # Java's record: another node's pos
+    assert not matches_unit(unit, MAGIC_NORMAL, 61, 7, 2, 100, 0)
+    assert not matches_unit(unit, MAGIC_NORMAL, 60, 8, 2, 100, 0)
+    assert not matches_unit(unit, MAGIC_NORMAL, 60, 7, 3, 100, 0)
+
+
+def test_segment_walk_skips_padding_and_stops_at_the_data_end():
+    rec = encode(DLedgerEntry(body=b"abc", index=4, term=1, pos=16))
+    seg = bytearray(encode_blank(16) + rec + bytes(16) + bytes(200))
+    seg[-40:] = encode_blank(40)                         # a tail blank to the end
+    items = list(iter_segment_records(seg, 0, len(seg)))
+    assert [(i.offset, i.header.index if i.header else None, i.error) for i in items] == \
+        [(16, 4, None), (16 + len(rec), None, None)]     # the record, then the zero header
+
+
+def test_segment_walk_reports_a_misplaced_blank_and_a_bad_header():
+    rec = encode(DLedgerEntry(body=b"abc", index=4, term=1, pos=0))
+    seg = rec + encode_blank(16) + bytes(64)
+    *_, last = iter_segment_records(seg, 0, len(seg))
+    assert last.offset == len(rec) and "blank" in last.error
+    bad = b"\x00\x00\x00\x09" + rec[4:] + bytes(64)
+    (only,) = iter_segment_records(bad, 0, len(bad), path="seg", base=1000)
+    assert only.header is None and "invalid magic 9" in only.error and "seg" in only.error
+
+
+def test_a_full_segment_walks_to_its_end():
+    rec = encode(DLedgerEntry(body=b"abc", index=0, term=1, pos=0))
+    seg = rec + encode_blank(64)
+    assert [i.offset for i in iter_segment_records(seg, 0, len(seg))] == [0]
+
+
+def test_segment_names_are_twenty_digits():
+    assert segment_name(1073741824) == "00000000001073741824"
+    assert is_segment_name(segment_name(0))
+    assert not is_segment_name("123")
+    assert not is_segment_name("0000000000000000000a")
+    assert not is_segment_name("000000000000000000000")
+    assert not is_segment_name("00000000000000000000.tmp")

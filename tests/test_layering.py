@@ -110,3 +110,90 @@ def test_the_checker_sees_a_bad_import():
     names = [n for n, _node, _f in imports(tree)]
     assert names == ["time", "dledger.server"]
     assert "server" not in allowed_for("core")
+
+
+# ---------------------------------------------------------------------------------------------
+# no import cycles: a graph over the modules of src/dledger, every import counted (function-level
+# and TYPE_CHECKING ones included: a lazy import hides a cycle, it does not remove it)
+# ---------------------------------------------------------------------------------------------
+def module_name(path, root=SRC):
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_targets(tree, name, is_package, known):
+    """The modules of ``known`` that module ``name`` imports. ``from pkg import sub`` names
+    the submodule when ``sub`` is one, else the package; relative imports are resolved."""
+    package = name if is_package else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in known else base)
+    return {t for t in out if t in known and t != name}
+
+
+def import_graph(root=SRC):
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    return {name: import_targets(ast.parse(p.read_text(), str(p)), name, p.name == "__init__.py",
+                                 files) for name, p in files.items()}
+
+
+def find_cycle(graph):
+    """One import cycle as a list of modules (first == last), or None."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    color = dict.fromkeys(graph, WHITE)
+    stack = []
+
+    def visit(n):
+        color[n] = GREY
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if color[m] == GREY:
+                return stack[stack.index(m):] + [m]
+            if color[m] == WHITE:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        color[n] = BLACK
+        return None
+
+    for n in sorted(graph):
+        if color[n] == WHITE:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles_in_src():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_synthetic_cycle(tmp_path):
+    pkg = tmp_path / "dledger"
+    (pkg / "store").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "store" / "__init__.py").write_text("from dledger.store.a import A\n")
+    (pkg / "store" / "a.py").write_text("from dledger.store import b\nA = 1\n")
+    (pkg / "store" / "b.py").write_text("def late():\n    from .c import C\n")
+    (pkg / "store" / "c.py").write_text("from dledger.store.a import A as C\n")
+    graph = import_graph(pkg)
+    assert graph["dledger.store.b"] == {"dledger.store.c"}   # function-level, relative
+    assert find_cycle(graph) == ["dledger.store.a", "dledger.store.b", "dledger.store.c",
+                                 "dledger.store.a"]
+    (pkg / "store" / "c.py").write_text("C = 1\n")
+    assert find_cycle(import_graph(pkg)) is None

@@ -1,6 +1,6 @@
 """DLedgerEntry and its byte layouts: the data record, the 32-byte index unit, the blank record.
 
-This module is the single place that knows the on-disk bytes (SPEC §1). All integers are
+This module is the single place that knows the on-disk bytes (docs/format.md). All integers are
 big-endian, as Java's ByteBuffer writes them.
 
 Data record (``size = 48 + len(body)``)::
@@ -30,7 +30,9 @@ crcmod's ``crc-32`` as an independent reference.
 
 from __future__ import annotations
 
+import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -124,6 +126,59 @@ class IndexUnit(NamedTuple):
     term: int
 
 
+class RecordHeader(NamedTuple):
+    """The decoded 48-byte prefix of a data record (``decode_header``), in its byte order."""
+
+    magic: int
+    size: int
+    index: int
+    term: int
+    pos: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    body_size: int
+
+
+def matches_unit(unit: IndexUnit, magic: int, size: int, index: int, term: int, pos: int,
+                 body_crc: int) -> bool:
+    """Does a record's header agree with its index unit? The one rule, used by every reader.
+
+    The CRC covers only the body, so this is what catches a damaged header field. Two
+    allowances for Java DLedger's files: its leaders write magic 1 (NORMAL) into the index unit
+    of every entry, NOOP entries included; and its records carry no CRC (``body_crc`` 0) and may
+    hold another node's ``pos``, so for them the position is not compared.
+    """
+    # the magic rule is magic_matches_unit's, short-circuited here: every get() runs this
+    return (index == unit.index and term == unit.term and size == unit.size
+            and (magic == unit.magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP))
+            and (not body_crc or pos == unit.pos))
+
+
+def magic_matches_unit(unit_magic, magic):
+    """The magic part of ``matches_unit``: equal, or NOOP under Java's magic 1. Written with
+    ``|``/``&`` so that it also compares whole numpy columns (the Spark scan's fast path);
+    ``tests/test_entry.py`` checks that both forms agree."""
+    return (unit_magic == magic) | ((unit_magic == MAGIC_NORMAL) & (magic == MAGIC_NOOP))
+
+
+#: builds a named tuple from a tuple of the right length without ``_make``'s extra call (the
+#: segment walk and recovery build one per record)
+_new_tuple = tuple.__new__
+
+_SEGMENT_NAME = re.compile(r"\d{20}")
+
+
+def is_segment_name(name: str) -> bool:
+    """Is ``name`` a segment file name: its global start offset as exactly 20 decimal digits?"""
+    return _SEGMENT_NAME.fullmatch(name) is not None
+
+
+def segment_name(offset: int) -> str:
+    """The file name of the segment starting at global ``offset``."""
+    return f"{offset:020d}"
+
+
 def record_size(body_len: int) -> int:
     """Total record length for a body of ``body_len`` bytes."""
     return BODY_OFFSET + body_len
@@ -155,13 +210,17 @@ def encode_into(buf, offset: int, entry: DLedgerEntry, *, compute_crc: bool = Tr
 
 
 def decode_header(buf, offset: int = 0, *, limit: int | None = None,
-                  path: str | None = None, base: int = 0) -> tuple:
-    """Decode and validate a record prefix at ``offset``.
+                  path: str | None = None, base: int = 0) -> RecordHeader:
+    """Decode and validate a record prefix at ``offset``; raises ``CorruptEntryError``.
 
-    Returns ``(magic, size, index, term, pos, channel, chain_crc, body_crc, body_size)``.
     ``limit`` bounds the record's end (default: the buffer length). ``path``/``base`` only
     enrich the error (``base`` is the global position of ``buf[0]``).
     """
+    return _new_tuple(RecordHeader, _checked_prefix(buf, offset, limit, path, base))
+
+
+def _checked_prefix(buf, offset: int, limit: int | None, path: str | None, base: int) -> tuple:
+    """``decode_header``'s checks, returning the plain tuple (``decode`` unpacks it at once)."""
     end = len(buf) if limit is None else limit
     if offset + BODY_OFFSET > end:
         raise CorruptEntryError(f"record header truncated: {end - offset} of {BODY_OFFSET} bytes",
@@ -183,8 +242,8 @@ def decode_header(buf, offset: int = 0, *, limit: int | None = None,
 def decode(buf, offset: int = 0, *, check_crc: bool = True, limit: int | None = None,
            path: str | None = None, base: int = 0) -> DLedgerEntry:
     """Decode one data record at ``offset``; raises ``CorruptEntryError`` on any inconsistency."""
-    magic, size, index, term, pos, channel, chain_crc, body_crc, _ = decode_header(
-        buf, offset, limit=limit, path=path, base=base)
+    magic, size, index, term, pos, channel, chain_crc, body_crc, _ = _checked_prefix(
+        buf, offset, limit, path, base)
     body = bytes(buf[offset + BODY_OFFSET:offset + size])
     if check_crc and body_crc and crc32(body) != body_crc:
         raise CorruptEntryError(f"body CRC mismatch for index {index}: stored {body_crc:#010x}, "
@@ -209,3 +268,52 @@ def encode_blank(length: int) -> bytes:
     if length < MIN_BLANK_LEN:
         raise ValueError(f"a blank record needs at least {MIN_BLANK_LEN} bytes, got {length}")
     return MAGIC_SIZE.pack(MAGIC_BLANK, length) + bytes(length - MIN_BLANK_LEN)
+
+
+class SegmentItem(NamedTuple):
+    """One step of ``iter_segment_records``.
+
+    ``header`` set: a record with a valid header at ``offset`` (its CRC is not checked here).
+    ``error`` set: bad bytes at ``offset`` (a misplaced blank, an invalid header); the walk ends.
+    Neither: a zero header at ``offset``, where the written data ends; the walk ends.
+    """
+
+    offset: int
+    header: RecordHeader | None = None
+    error: str | None = None
+
+
+def iter_segment_records(buf, offset: int, end: int, *, path: str | None = None,
+                         base: int = 0) -> Iterator[SegmentItem]:
+    """Walk the records of one segment ``buf`` from ``offset`` up to ``end`` (the segment size,
+    or how far it is written), skipping blank padding. The one walk of the format's rules:
+
+    - a blank record (magic -1, size >= 8) is padding only at the head of a segment (offset 0,
+      a reset's head blank) or when it runs exactly to ``end`` (a segment's tail); anywhere
+      else it is bad;
+    - a zero header (magic 0, size 0) is where the written data ends;
+    - anything else must decode (``decode_header``), else it is bad.
+
+    Yields a ``SegmentItem`` per record, and a last one for a zero header or bad bytes; stops
+    without one when the walk reaches ``end``. ``path``/``base`` enrich error messages.
+    """
+    unpack = MAGIC_SIZE.unpack_from
+    check = _checked_prefix
+    while offset + MIN_BLANK_LEN <= end:
+        magic, size = unpack(buf, offset)
+        if magic == MAGIC_BLANK:
+            if size >= MIN_BLANK_LEN and offset + size <= end and (offset + size == end or offset == 0):
+                offset += size
+                continue
+            yield SegmentItem(offset, None, f"bad blank record of {size} bytes")
+            return
+        if magic == 0 and size == 0:
+            yield SegmentItem(offset)
+            return
+        try:
+            header = _new_tuple(RecordHeader, check(buf, offset, end, path, base))
+        except CorruptEntryError as exc:
+            yield SegmentItem(offset, None, str(exc))
+            return
+        yield _new_tuple(SegmentItem, (offset, header, None))
+        offset += size

@@ -16,13 +16,13 @@ How a segment is read (rules):
 1. Fast path. The index units of the segment are read with numpy; the record headers they
    point at are gathered from the data (one ``pread`` per chunk) and every field is checked
    against its unit (magic, size, index, term, body size; Java leaders write magic 1 into the
-   unit of a NOOP entry, which is accepted as the store accepts it). Records must lie back to
+   unit of a NOOP entry, accepted by ``dledger.entry.magic_matches_unit`` as the store accepts it). Records must lie back to
    back. Bodies are cut out of the chunk by Arrow without a Python loop; only the CRC-32 of
    each body is a (C-level) per-entry call.
 2. Slow path. From the first record where the index and the data disagree (or where there is
-   no index), the segment is walked record by record with ``dledger.entry.decode_header``
-   following the store's rules: blank padding is skipped (at the head of a segment or up to
-   its end), a zero header ends the data, a record that fails its checks is reported in one
+   no index), the segment is walked record by record with ``dledger.entry.iter_segment_records``,
+   the store's own walk: blank padding is skipped (at the head of a segment or up to its end),
+   a zero header ends the data, a record that fails its checks is reported in one
    row (``error`` set, ``crc_ok`` false) and the walk resumes at the next entry's index unit
    when that one points at an intact record.
 3. Only entries inside the store's valid range are emitted (``store_info``); when the store
@@ -42,15 +42,16 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP, MAGIC_NORMAL,
-                           MIN_BLANK_LEN, RECORD_PREFIX, VALID_MAGICS, crc32, decode_header)
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN,
+                           RECORD_PREFIX, VALID_MAGICS, IndexUnit, RecordHeader, crc32,
+                           decode_header, is_segment_name, iter_segment_records,
+                           magic_matches_unit, matches_unit, segment_name)
 from dledger.errors import CorruptEntryError, DLedgerError
 from dledger.store.checkpoint import read_checkpoint
 from dledger.store.offline import open_store, resolve_store_dir, segment_size
@@ -74,7 +75,7 @@ HEADER_ARROW_SCHEMA = pa.schema([(n, t) for n, t, _ in ENTRY_FIELDS[:-1]])
 ENTRY_DDL = ", ".join(f"`{n}` {d}" for n, _, d in ENTRY_FIELDS)
 HEADER_DDL = ", ".join(f"`{n}` {d}" for n, _, d in ENTRY_FIELDS[:-1])
 
-#: big-endian views of the record prefix and the index unit (SPEC §1.1, §1.3)
+#: big-endian views of the record prefix and the index unit (docs/format.md)
 HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"),
                          ("pos", ">i8"), ("channel", ">i4"), ("chain_crc", ">u4"),
                          ("body_crc", ">u4"), ("body_size", ">i4")])
@@ -82,7 +83,7 @@ UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("inde
                        ("term", ">i8")])
 assert HEADER_DTYPE.itemsize == BODY_OFFSET and UNIT_DTYPE.itemsize == INDEX_UNIT_SIZE
 
-_MAGIC_SIZE = struct.Struct(">ii")
+_VALID_MAGICS = np.array(sorted(VALID_MAGICS))
 
 #: rows and bytes per record batch
 BATCH_ROWS = 65536
@@ -166,7 +167,7 @@ def _segment_files(directory: str) -> list[tuple[int, str]]:
         return []
     out = []
     for name in os.listdir(directory):
-        if name.isdigit():
+        if is_segment_name(name):
             out.append((int(name), name))
     out.sort()
     return out
@@ -181,7 +182,7 @@ def read_units(index_dir: str, index_file_size: int, first: int, count: int) -> 
     pos = lo
     while pos < hi:
         file_start = pos - pos % index_file_size
-        path = os.path.join(index_dir, f"{file_start:020d}")
+        path = os.path.join(index_dir, segment_name(file_start))
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -336,10 +337,10 @@ class SegmentReader:
             os.close(fd)
 
     def _first_record_offset(self, fd: int, fsize: int) -> int | None:
-        """Offset of the first record, past a head blank (SPEC §1.4); None when no records."""
+        """Offset of the first record, past a head blank (docs/format.md); None when no records."""
         off = 0
         while off + MIN_BLANK_LEN <= fsize:
-            magic, size = _MAGIC_SIZE.unpack(os.pread(fd, MIN_BLANK_LEN, off))
+            magic, size = MAGIC_SIZE.unpack(os.pread(fd, MIN_BLANK_LEN, off))
             if magic == MAGIC_BLANK and MIN_BLANK_LEN <= size and off + size <= fsize:
                 off += size
                 continue
@@ -391,11 +392,11 @@ class SegmentReader:
                 return
             rel = np.concatenate(([0], ends[:-1]))
             hdr = self._headers(buf, rel)
-            ok = np.isin(hdr["magic"], (1, 2, 3)) & (hdr["size"] == units["size"])
+            ok = np.isin(hdr["magic"], _VALID_MAGICS) & (hdr["size"] == units["size"])
             ok &= (hdr["index"] == units["index"]) & (hdr["term"] == units["term"])
             ok &= hdr["body_size"] == hdr["size"] - BODY_OFFSET
             um, dm = units["magic"], hdr["magic"]
-            ok &= (um == dm) | ((um == MAGIC_NORMAL) & (dm == MAGIC_NOOP))
+            ok &= magic_matches_unit(um, dm)
             if not ok.all():
                 m = int(np.argmin(ok))
                 if m:
@@ -414,7 +415,7 @@ class SegmentReader:
         """True when nothing but blank padding or zeros follows ``off``."""
         if off + MIN_BLANK_LEN > fsize:
             return True
-        magic, size = _MAGIC_SIZE.unpack(os.pread(fd, MIN_BLANK_LEN, off))
+        magic, size = MAGIC_SIZE.unpack(os.pread(fd, MIN_BLANK_LEN, off))
         return (magic == 0 and size == 0) or (magic == MAGIC_BLANK and off + size == fsize)
 
     @staticmethod
@@ -465,35 +466,30 @@ class SegmentReader:
         t = self.task
         rows = _Rows()
         with mmap.mmap(fd, fsize, access=mmap.ACCESS_READ) as mm:
-            while off + MIN_BLANK_LEN <= fsize:
+            walk = iter_segment_records(mm, off, fsize)
+            while True:
                 if self.hi is not None and expect is not None and expect >= self.hi:
                     break
-                magic, size = _MAGIC_SIZE.unpack_from(mm, off)
-                if magic == MAGIC_BLANK and size >= MIN_BLANK_LEN and off + size <= fsize \
-                        and (off + size == fsize or off == 0):
-                    off += size
-                    continue
-                if magic == 0 and size == 0:
-                    break
-                problem = None
-                try:
-                    fields = decode_header(mm, off, limit=fsize)
-                except CorruptEntryError as exc:
-                    fields, problem = None, exc.args[0].split(" (file")[0]
-                if fields is not None and expect is not None and fields[2] != expect:
-                    problem = f"entry index {fields[2]} where {expect} was expected"
+                item = next(walk, None)
+                if item is None or (item.header is None and item.error is None):
+                    break  # the segment's end, or a zero header: the data ends
+                off, h, problem = item
+                if problem is not None:
+                    problem = problem.split(" (file")[0]
+                elif expect is not None and h.index != expect:
+                    problem = f"entry index {h.index} where {expect} was expected"
                 if problem is None:
-                    k = fields[2]
+                    k = h.index
                     if self.hi is not None and k >= self.hi:
                         break
                     if self._in_range(k):
-                        err = self._unit_disagrees(k, fields, t.start + off)
-                        self._add_entry(rows, mm, off, fields, err)
-                    off += fields[1]
+                        err = self._unit_disagrees(k, h, t.start + off)
+                        self._add_entry(rows, mm, off, h, err)
                     expect = k + 1
                 else:
                     k = expect if expect is not None else -1
                     if self._in_range(k) or (k < 0 and self.lo is None):
+                        magic, size = MAGIC_SIZE.unpack_from(mm, off)
                         rows.add(replica=t.replica, segment=t.start, index=k, term=None,
                                  pos=t.start + off, magic=magic, size=size, body_crc=None,
                                  crc=None, crc_ok=False, error=problem,
@@ -502,24 +498,24 @@ class SegmentReader:
                     if nxt is None:
                         break
                     off, expect = nxt
+                    walk = iter_segment_records(mm, off, fsize)
                 if len(rows) >= self.batch_rows:
                     yield self._rows_batch(rows)
                     rows = _Rows()
         if len(rows):
             yield self._rows_batch(rows)
 
-    def _unit_disagrees(self, k: int, fields: tuple, pos: int) -> str | None:
+    def _unit_disagrees(self, k: int, h: RecordHeader, pos: int) -> str | None:
         u = read_units(self.task.index_dir, self.task.index_file_size, k, 1)
         if len(u) != 1:
             return None  # no unit: the store rebuilds it from the data (recovery rule)
-        um, upos, usize, uk, uterm = (int(u[c][0])
-                                      for c in ("magic", "pos", "size", "index", "term"))
-        magic_ok = um == fields[0] or (um == MAGIC_NORMAL and fields[0] == MAGIC_NOOP)
-        if uk != k or upos != pos:
+        unit = IndexUnit(*(int(u[c][0]) for c in ("magic", "pos", "size", "index", "term")))
+        if unit.index != k or unit.pos != pos:
             return None  # stale or missing unit: nothing to compare with
-        if not magic_ok or usize != fields[1] or uterm != fields[3]:
-            return (f"record header (magic {fields[0]}, size {fields[1]}, term {fields[3]}) "
-                    f"disagrees with its index unit (magic {um}, size {usize}, term {uterm})")
+        if not matches_unit(unit, h.magic, h.size, k, h.term, pos, h.body_crc):
+            return (f"record header (magic {h.magic}, size {h.size}, term {h.term}) "
+                    f"disagrees with its index unit (magic {unit.magic}, size {unit.size}, "
+                    f"term {unit.term})")
         return None
 
     def _resync(self, mm, fsize: int, expect: int | None):
@@ -536,12 +532,12 @@ class SegmentReader:
             fields = decode_header(mm, off, limit=fsize)
         except CorruptEntryError:
             return None
-        if fields[2] != k:
+        if fields.index != k:
             return None
         return off, k
 
-    def _add_entry(self, rows: _Rows, mm, off: int, fields: tuple, err: str | None) -> None:
-        magic, size, k, term, _pos, _ch, _chain, body_crc, _bs = fields
+    def _add_entry(self, rows: _Rows, mm, off: int, h: RecordHeader, err: str | None) -> None:
+        magic, size, k, term, body_crc = h.magic, h.size, h.index, h.term, h.body_crc
         t = self.task
         body = mm[off + BODY_OFFSET:off + size]
         crc = ok = None

@@ -2,7 +2,8 @@
 
 Python's ``mmap.flush`` holds the GIL while the kernel writes the pages to disk (17-20 % of the
 event loop's time in the in-process cluster benchmark). Java DLedger flushes on its own
-``FlushDataService`` thread; this module is that thread. The store hands it a *job*: the
+``FlushDataService`` thread; this module is that thread (a ``ThreadPoolExecutor`` of one
+worker; each job's future tells the store when it is through). The store hands it a *job*: the
 ranges to sync, in log order (data segments, then index segments), and the end index they
 cover. The thread calls ``msync`` through ctypes, which releases the GIL.
 
@@ -20,12 +21,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import mmap
-import queue
 import threading
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from dledger.store import page_warmer
-from dledger.store.mmap_file import _PAGE_MASK
+from dledger.store.mmap_file import PAGE_MASK
 
 log = logging.getLogger(__name__)
 
@@ -48,39 +49,50 @@ class FlushJob:
     end_index: int        # every entry up to here lies in the ranges (or was synced before)
     epoch: int            # the store's cut epoch when the job was made
     checkpoint: bool      # write the checkpoint when reaped
-    done: threading.Event = field(default_factory=threading.Event)
+    future: Future | None = None   # set by ``submit``; done when the flush thread is through
     error: str | None = None
+
+    def finished(self) -> bool:
+        return self.future is not None and self.future.done()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the flush thread to finish the job; False on timeout."""
+        try:
+            self.future.exception(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def failure(self) -> str | None:
+        """Why the job did not sync everything (None: it did). Only once ``finished``."""
+        exc = self.future.exception()
+        return self.error if exc is None else f"flush thread failed: {exc!r}"
 
 
 def can_sync(f) -> bool:
     return supported and f._addr is not None and type(f.mm) is mmap.mmap
 
 
-def _run(q: "queue.SimpleQueue[FlushJob]") -> None:
-    while True:
-        job = q.get()
-        try:
-            for f, start, end in job.ranges:
-                if f.mm is None:  # closed meanwhile: the job is stale anyway
-                    job.error = "segment closed during flush"
-                    break
-                aligned = start & _PAGE_MASK
-                if _libc.msync(f._addr + aligned, end - aligned, MS_SYNC) != 0:
-                    job.error = f"msync of {f.path} failed: errno {ctypes.get_errno()}"
-                    break
-        finally:
-            job.done.set()
+def _run(job: FlushJob) -> None:
+    for f, start, end in job.ranges:
+        if f.mm is None:  # closed meanwhile: the job is stale anyway
+            job.error = "segment closed during flush"
+            return
+        aligned = start & PAGE_MASK
+        if _libc.msync(f._addr + aligned, end - aligned, MS_SYNC) != 0:
+            job.error = f"msync of {f.path} failed: errno {ctypes.get_errno()}"
+            return
 
 
-_queue: "queue.SimpleQueue[FlushJob] | None" = None
+_executor: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 
 
 def submit(job: FlushJob) -> None:
-    global _queue
-    if _queue is None:
+    """Hand ``job`` to the flush thread (one worker: jobs run in the order submitted)."""
+    global _executor
+    if _executor is None:
         with _lock:
-            if _queue is None:
-                _queue = queue.SimpleQueue()
-                threading.Thread(target=_run, args=(_queue,), name="dledger-flush", daemon=True).start()
-    _queue.put(job)
+            if _executor is None:
+                _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dledger-flush")
+    job.future = _executor.submit(_run, job)

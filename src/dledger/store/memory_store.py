@@ -1,7 +1,7 @@
 """DLedgerMemoryStore: the store interface with nothing on disk (tests, simulations, caches).
 
 It behaves like ``DLedgerMmapFileStore`` in everything but durability, and fixes the Java
-memory store's quirks (SPEC §11.8): ``truncate`` removes the whole suffix, ``reset`` really
+memory store's quirks: ``truncate`` removes the whole suffix, ``reset`` really
 drops the prefix, the before-begin term starts at -1, unknown indices raise instead of
 returning null, followers are checked for index continuity. Positions are computed exactly as
 the file store lays records out in segments of ``data_file_size`` bytes (blank padding
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from dledger.entry import (BODY_OFFSET, MAGIC_NORMAL, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
-                           VALID_MAGICS, DLedgerEntry, crc32, decode)
+                           VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode)
 from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN,
                             INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
 from dledger.store.base import StoreBase
 from dledger.store.follower_batch import next_position, plan_follower_batch
-from dledger.store.mmap_file_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
+from dledger.store.log_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
 
 
 class DLedgerMemoryStore(StoreBase):
@@ -167,7 +167,8 @@ class DLedgerMemoryStore(StoreBase):
                 self._next_pos = pos + size
                 off += size
         if units:
-            self.ledger_end_index, self.ledger_end_term = units[-1][3], units[-1][4]
+            last = IndexUnit._make(units[-1])
+            self.ledger_end_index, self.ledger_end_term = last.index, last.term
         return self.ledger_end_index
 
     # -- reading ---------------------------------------------------------------------------
@@ -202,7 +203,7 @@ class DLedgerMemoryStore(StoreBase):
     def get_entry_term(self, index: int) -> int:
         if index == self.ledger_before_begin_index:
             return self.ledger_before_begin_term
-        return RECORD_PREFIX.unpack_from(self._records[self._slot(index)], 0)[3]
+        return RECORD_PREFIX.unpack_from(self._records[self._slot(index)], 0)[3]  # the term field
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list:
         return []

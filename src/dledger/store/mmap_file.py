@@ -1,7 +1,8 @@
 """MmapFile: one fixed-size segment file of a ``MmapFileList``, memory-mapped whole.
 
 Rules:
-- The file name is the segment's global start offset as 20 zero-padded decimal digits.
+- The file name is the segment's global start offset as 20 zero-padded decimal digits
+  (``dledger.entry.segment_name``).
 - A new segment is pre-sized to its full length before it is mapped (``posix_fallocate`` where
   the file system supports it, else ``ftruncate``), so a full disk fails here, at creation, with
   ``DISK_FULL``, never later with SIGBUS on a write to a hole.
@@ -27,18 +28,14 @@ from dledger.store import page_warmer
 from dledger.store.store_io import LOCAL_IO, StoreIO
 
 OS_PAGE_SIZE = 4096
-_PAGE_MASK = ~(mmap.ALLOCATIONGRANULARITY - 1)
+#: rounds a position down to the start of its msync-able page
+PAGE_MASK = ~(mmap.ALLOCATIONGRANULARITY - 1)
 
 #: Linux 5.14+: fault in (writable) a range of pages with one call instead of one trap per page.
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 #: How far ahead of the write position pages are faulted in, in one call.
 POPULATE_WINDOW = 16 * 1024 * 1024
 _populate_ok = sys.platform.startswith("linux") and hasattr(mmap.mmap, "madvise")
-
-
-def file_name_for(offset: int) -> str:
-    """The 20-digit file name of a segment starting at global ``offset``."""
-    return f"{offset:020d}"
 
 
 def fsync_dir(path: str) -> None:
@@ -156,7 +153,7 @@ class MmapFile:
         """Fault in pages from the write position ``wp`` to at least ``end`` (a window), and
         ask the page warmer for the window after it, so the next call finds it done."""
         global _populate_ok
-        start = max(self.populated_to, wp & _PAGE_MASK)
+        start = max(self.populated_to, wp & PAGE_MASK)
         stop = min(self.file_size, max(end, start + POPULATE_WINDOW))
         if stop > start and self._warmed_to < stop:
             if self._addr is not None and page_warmer.supported:
@@ -192,7 +189,7 @@ class MmapFile:
             return fp
         if least_pages > 0 and not self.is_full() and (wp // OS_PAGE_SIZE - fp // OS_PAGE_SIZE) < least_pages:
             return fp
-        start = fp & _PAGE_MASK
+        start = fp & PAGE_MASK
         self.mm.flush(start, wp - start)
         self.flushed_position = wp
         return wp
@@ -200,7 +197,7 @@ class MmapFile:
     def flush_range(self, start: int, end: int) -> None:
         """msync bytes ``[start, end)`` of this file (fsync durability mode)."""
         if end > start:
-            aligned = start & _PAGE_MASK
+            aligned = start & PAGE_MASK
             self.mm.flush(aligned, end - aligned)
             if end > self.flushed_position and start <= self.flushed_position:
                 self.flushed_position = end

@@ -1,6 +1,6 @@
 """MmapFileList: a directory of equally sized segments addressed as one linear byte space.
 
-Rules (SPEC §1.4-1.5):
+Rules (docs/format.md):
 - Segment names are their global start offsets (20 digits); consecutive segments differ by
   exactly ``mapped_file_size``. ``load`` refuses (``StoreLayoutError`` naming the file) a name
   that is not 20 digits, a file of the wrong size, an offset that is not a multiple of the size,
@@ -17,17 +17,19 @@ Rules (SPEC §1.4-1.5):
 from __future__ import annotations
 
 import logging
+import mmap
 import os
-import re
 
-from dledger.entry import MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN, encode_blank
+from dledger.entry import (INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, MIN_BLANK_LEN,
+                           IndexUnit, encode_blank, is_segment_name, iter_segment_records,
+                           segment_name)
 from dledger.errors import DISK_ERROR, DLedgerError, ReadOnlyStoreError, StoreLayoutError
-from dledger.store.mmap_file import MmapFile, file_name_for, fsync_dir
+from dledger.store.mmap_file import MmapFile, fsync_dir
 from dledger.store.store_io import LOCAL_IO, StoreIO
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^\d{20}$")
+_ZERO_UNIT = bytes(INDEX_UNIT_SIZE)
 
 
 class MmapFileList:
@@ -55,7 +57,7 @@ class MmapFileList:
         names = sorted(os.listdir(self.store_path))
         for name in names:
             path = os.path.join(self.store_path, name)
-            if not _NAME.match(name):
+            if not is_segment_name(name):
                 raise StoreLayoutError(f"unexpected file {path}: segment names are 20-digit offsets")
             if not os.path.isfile(path):
                 raise StoreLayoutError(f"unexpected entry {path}: not a regular file")
@@ -131,7 +133,7 @@ class MmapFileList:
     def _new_file(self, offset: int) -> MmapFile:
         self._check_writable()
         os.makedirs(self.store_path, exist_ok=True)
-        f = MmapFile(os.path.join(self.store_path, file_name_for(offset)), offset,
+        f = MmapFile(os.path.join(self.store_path, segment_name(offset)), offset,
                      self.mapped_file_size, create=True, io=self.io)
         fsync_dir(self.store_path)
         self.files.append(f)
@@ -268,6 +270,15 @@ class MmapFileList:
         return True
 
     # -- durability ------------------------------------------------------------------------
+    def sync_from(self, start: int) -> None:
+        """msync everything from global ``start`` to the end (an fsync-mode append); unlike
+        ``flush`` it leaves the flushed positions alone."""
+        for f in self.files:
+            if f.file_from_offset + f.file_size <= start:
+                continue
+            lo = max(start - f.file_from_offset, 0)
+            f.flush_range(lo, f.wrote_position)
+
     def flush(self, least_pages: int = 0) -> bool:
         """msync every segment with unflushed bytes; True when something was flushed."""
         did = False
@@ -299,3 +310,63 @@ class MmapFileList:
         for f in self.files:
             f.destroy()
         self.files = []
+
+
+# -- segment-level helpers (shared by the store, its recovery and retention) -----------------
+def read_index_unit(lst: MmapFileList, k: int) -> IndexUnit | None:
+    """Index unit ``k`` of an index list as it lies there, unchecked; None when not written."""
+    pos = k * INDEX_UNIT_SIZE
+    if not lst.files or pos < lst.min_offset() or pos + INDEX_UNIT_SIZE > lst.max_wrote_position():
+        return None
+    f = lst.find_file(pos)
+    return IndexUnit._make(INDEX_UNIT.unpack_from(f.mm, pos - f.file_from_offset))
+
+
+def first_index_in(f: MmapFile) -> int | None:
+    """Index of the first record of data segment ``f`` (past its head blank); None when it holds
+    no record or the first one is damaged."""
+    for item in iter_segment_records(f.mm, f.start_position, f.wrote_position):
+        return item.header.index if item.header is not None else None
+    return None
+
+
+def zero_header_at(lst: MmapFileList, pos: int) -> None:
+    """Erase (and sync) the record head at global ``pos``, so that recovery cannot resurrect
+    what follows it."""
+    f = lst.find_file(pos)
+    if f is None:
+        return
+    off = pos - f.file_from_offset
+    if off + MIN_BLANK_LEN <= f.file_size:
+        f.write_at(off, bytes(MIN_BLANK_LEN))
+        f.mm.flush(off & ~4095, off - (off & ~4095) + MIN_BLANK_LEN)
+
+
+def erase_units_after_end(lst: MmapFileList) -> int:
+    """Zero the index units left after the end of index list ``lst`` by a cut tail (as
+    ``truncate`` does), so that they cannot vouch for stale data after a later crash; returns
+    how many. Stops at the first zero unit: a clean list has none, so this reads one unit."""
+    if not lst.files:
+        return 0
+    f = lst.files[-1]
+    lo = hi = f.wrote_position
+    while hi + INDEX_UNIT_SIZE <= f.file_size and f.mm[hi:hi + INDEX_UNIT_SIZE] != _ZERO_UNIT:
+        hi += INDEX_UNIT_SIZE
+    if hi > lo:
+        lst.flush(0)  # the live units become durable before their erased tail
+        f.mm[lo:hi] = bytes(hi - lo)
+        aligned = lo - lo % mmap.ALLOCATIONGRANULARITY
+        f.mm.flush(aligned, hi - aligned)
+    return (hi - lo) // INDEX_UNIT_SIZE
+
+
+def last_segment_with_data(files: list[MmapFile], pos: int) -> int:
+    """Start of the last segment after ``pos`` that holds anything (a record or blank starts
+    every used segment at byte 0); ``pos`` when none does. Pre-sized segments that were never
+    written (all zeros) hold nothing to lose."""
+    for f in reversed(files):
+        if f.file_from_offset <= pos:
+            break
+        if f.mm[0:MIN_BLANK_LEN] != bytes(MIN_BLANK_LEN):
+            return f.file_from_offset
+    return pos

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from dledger.errors import StoreLayoutError
-from dledger.store.mmap_file_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE,
-                                           DLedgerMmapFileStore)
+from dledger.store.log_store import DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE
+from dledger.store.mmap_file_store import DLedgerMmapFileStore
 
 
 def resolve_store_dir(path: str) -> str:

@@ -1,0 +1,167 @@
+"""Cut: removing a suffix (``truncate``, ``truncate_to_entry``) or a prefix (``reset``) of the log.
+
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state:
+it cuts ``data_list`` and ``index_list``, moves the ledger fields, ``committed_index``,
+``_written_from`` and ``_cut_epoch``, and writes the checkpoint through ``Flusher``.
+
+Rules (crash-safe order: whatever step a crash interrupts, the next open finds either the old
+log or the cut one):
+- before a cut, everything written is synced (``_sync_before_cut``), and the store's *cut
+  epoch* moves, so a background flush job made before it is dropped;
+- ``truncate``: the checkpoint stops vouching for the doomed entries first, then their index
+  units are erased (stale units must not vouch for stale data after a crash), then the data
+  header at the cut is zeroed and synced;
+- ``reset``: the checkpoint announces the new begin before any file changes; an open after a
+  crash in the middle finishes the reset (``load``);
+- committed entries are never truncated.
+"""
+
+from __future__ import annotations
+
+from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry
+from dledger.errors import INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, ReadOnlyStoreError
+from dledger.store.mmap_file_list import zero_header_at
+
+
+class Cut:
+    """Truncation and reset of the file store (mixin of ``DLedgerMmapFileStore``)."""
+
+    def _sync_before_cut(self) -> None:
+        """Make the log durable before a truncation or reset makes its cut durable.
+
+        The cut is synced at once (the page holding an erased header or a head blank). Were
+        the pages before it still only in the page cache, a power loss could keep the cut and
+        lose what precedes it: a hole that recovery would take for mid-log damage.
+        """
+        self._cut_epoch += 1
+        self.data_list.flush(0)
+        self.index_list.flush(0)
+
+    def truncate(self, truncate_index: int) -> int:
+        """Remove ``truncate_index`` and every later entry; returns the new end index.
+
+        Refuses to remove a committed entry.
+        """
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
+        if truncate_index > self.ledger_end_index:
+            return self.ledger_end_index
+        self._check_truncatable(truncate_index)
+        unit = self._index_unit(truncate_index)
+        self._written_from = min(self._written_from, truncate_index)
+        # Crash-safe order: whatever step a crash interrupts, the next open finds either the
+        # old log or the truncated one. The checkpoint stops vouching for the doomed entries
+        # first (else it would trust a log whose record was already erased); the index units
+        # go before the data header (else intact entries would follow an erased record, which
+        # recovery must take for mid-log damage).
+        self._sync_before_cut()
+        if self._checkpoint is not None and self._checkpoint.end_index >= truncate_index:
+            self._write_checkpoint(truncate_index - 1)
+        self._truncate_index_to(truncate_index)
+        zero_header_at(self.data_list, unit.pos)
+        self.data_list.truncate_offset(unit.pos)
+        if self.data_list.max_wrote_position() != unit.pos:
+            self.data_list.rebuild_with_pos(unit.pos)
+        if truncate_index - 1 == self.ledger_before_begin_index:
+            self.ledger_end_index, self.ledger_end_term = truncate_index - 1, self.ledger_before_begin_term
+        else:
+            self.ledger_end_index = truncate_index - 1
+            self.ledger_end_term = self._index_unit(truncate_index - 1).term
+        return self.ledger_end_index
+
+    def _truncate_index_to(self, index: int) -> None:
+        pos = index * INDEX_UNIT_SIZE
+        idx = self.index_list
+        if idx.files and idx.min_offset() <= pos <= idx.max_wrote_position():
+            # Erase the dropped units: stale units must not vouch for stale data after a crash.
+            for f in idx.files:
+                lo = max(pos - f.file_from_offset, f.start_position)
+                if lo < f.wrote_position:
+                    f.mm[lo:f.wrote_position] = bytes(f.wrote_position - lo)
+                    f.flush_range(lo, f.wrote_position)
+            idx.truncate_offset(pos)
+        else:
+            idx.rebuild_with_pos(pos)
+
+    def truncate_to_entry(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> int:
+        """Make ``entry`` the last entry, at ``entry.pos`` (the legacy TRUNCATE request of Java DLedger).
+
+        Keeps a local copy equal to ``entry``; otherwise everything from ``entry.index`` on is
+        dropped and ``entry`` is written. When ``entry.pos`` lies outside the local data, the
+        store is rebuilt to start at ``entry`` (its before-begin index becomes ``index - 1``).
+        """
+        self._check_open()
+        if leader_term != self.term_file.term:
+            raise DLedgerError(f"leader term {leader_term} differs from local term "
+                               f"{self.term_file.term}", INCONSISTENT_TERM)
+        existed = False
+        if self.ledger_before_begin_index < entry.index <= self.ledger_end_index:
+            try:
+                existed = self.get(entry.index) == entry
+            except DLedgerError:
+                existed = False
+        if existed:
+            if entry.index < self.ledger_end_index:
+                self.truncate(entry.index + 1)
+            return self.ledger_end_index
+        if entry.index <= self.committed_index:
+            raise DLedgerError(f"refusing to replace committed entry {entry.index}", INCONSISTENT_STATE)
+        data = self.data_list
+        inside = (self.ledger_before_begin_index < entry.index <= self.ledger_end_index + 1
+                  and data.files and data.min_offset() <= entry.pos <= data.max_wrote_position())
+        if inside:
+            if entry.index <= self.ledger_end_index:
+                self.truncate(entry.index)
+        else:
+            self._sync_before_cut()
+            self._announce_begin(entry.index - 1, -1, self.committed_index)
+            zero_header_at(self.data_list, entry.pos)
+            data.rebuild_with_pos(entry.pos)
+            self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
+            self.ledger_before_begin_index = entry.index - 1
+            self.ledger_before_begin_term = -1
+            self.ledger_end_index, self.ledger_end_term = entry.index - 1, -1
+        self.append_as_follower(entry, leader_term, leader_id)
+        self._write_checkpoint(min(self._checkpoint.end_index if self._checkpoint else -1,
+                                   self.ledger_end_index))
+        return self.ledger_end_index
+
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
+        """Drop the log prefix up to and including ``before_begin_index`` (after a snapshot).
+
+        When the whole log goes, the log restarts empty after ``before_begin_index``; the next
+        entry lands at ``next_pos`` when given (a follower installing the leader's snapshot),
+        else where the old data ended. Returns the new begin index.
+        """
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
+        if before_begin_index <= self.ledger_before_begin_index:
+            return self.ledger_before_begin_index + 1
+        data = self.data_list
+        self._sync_before_cut()
+        self._announce_begin(before_begin_index, before_begin_term,
+                             max(self.committed_index, min(before_begin_index, self.ledger_end_index)))
+        if before_begin_index >= self.ledger_end_index:
+            if next_pos is not None:
+                data.rebuild_with_pos(next_pos)
+            elif self.ledger_end_index > self.ledger_before_begin_index:
+                unit = self._index_unit(self.ledger_end_index)
+                data.reset_offset(unit.pos + unit.size)
+            elif data.files:
+                data.reset_offset(data.max_wrote_position())
+            self.index_list.rebuild_with_pos((before_begin_index + 1) * INDEX_UNIT_SIZE)
+            self.ledger_end_index, self.ledger_end_term = before_begin_index, before_begin_term
+        else:
+            unit = self._index_unit(before_begin_index + 1)
+            data.reset_offset(unit.pos)
+            self.index_list.reset_offset((before_begin_index + 1) * INDEX_UNIT_SIZE)
+        self.ledger_before_begin_index = before_begin_index
+        self.ledger_before_begin_term = before_begin_term
+        self.committed_index = max(self.committed_index, min(before_begin_index, self.ledger_end_index))
+        self._write_checkpoint(self.ledger_end_index if self._checkpoint is None
+                               else min(max(self._checkpoint.end_index, before_begin_index),
+                                        self.ledger_end_index))
+        return before_begin_index + 1
+

@@ -1,0 +1,115 @@
+"""Flusher: making the file store durable: ``flush``, the periodic ``flush_if_due``, the checkpoint.
+
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state:
+it syncs ``data_list`` and ``index_list``, and owns ``_checkpoint``, ``_flush_job`` and the
+flush clocks (``_last_flush_ms``, ``_last_checkpoint_ms``).
+
+Rules:
+- ``flush`` msyncs data, then index, and only then writes the checkpoint: the checkpoint's
+  ``endIndex`` never names an entry whose bytes were not synced;
+- ``flush_if_due(now_ms)`` is driven by the caller's clock (Java's FlushDataService period);
+  with ``background_flush`` the msyncs run on the flush thread (``background_flush.py``) and
+  their result is taken in on a later call, on the store's own thread; a job overtaken by a
+  cut (the cut epoch moved) is dropped;
+- ``_announce_begin`` writes a new begin to the checkpoint before a prefix removal touches
+  any file.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dledger.store import background_flush as bg_flush
+from dledger.store.checkpoint import Checkpoint, write_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class Flusher:
+    """Flushing and checkpointing of the file store (mixin of ``DLedgerMmapFileStore``)."""
+
+    def _announce_begin(self, before_begin_index: int, before_begin_term: int, committed: int) -> None:
+        """Write the checkpoint with a new begin before any file changes: an open after a crash
+        in the middle of the prefix removal finishes it (see ``load``)."""
+        cp = self._checkpoint
+        self._checkpoint = Checkpoint(cp.end_index if cp is not None else -1,
+                                      min(committed, self.ledger_end_index),
+                                      before_begin_index, before_begin_term)
+        write_checkpoint(self.store_dir, self._checkpoint)
+
+    def flush(self, *, checkpoint: bool = True) -> None:
+        """Make every appended entry durable (msync data, then index), then write the checkpoint."""
+        self._check_open()
+        if self.read_only:
+            return
+        end = self.ledger_end_index
+        self.data_list.flush(0)
+        self.index_list.flush(0)
+        if checkpoint and (self._checkpoint is None or self._checkpoint.end_index != end
+                           or self._checkpoint.committed_index != self.committed_index):
+            self._write_checkpoint(end)
+
+    def flush_if_due(self, now_ms: float) -> bool:
+        """The periodic flush of ``page_cache`` mode, driven by the caller's clock.
+
+        msyncs every ``flush_interval_ms`` (Java's FlushDataService period, 10 ms) and writes the
+        checkpoint every ``checkpoint_interval_ms``. With ``background_flush`` the msyncs run on
+        the flush thread and their result is taken in on a later call. Returns True when it
+        flushed or started a flush.
+        """
+        if self.read_only or self.closed:
+            return False
+        self._reap_flush_job()
+        if self._last_flush_ms is not None and now_ms - self._last_flush_ms < self.flush_interval_ms:
+            return False
+        if self._flush_job is not None:  # the previous one is still syncing
+            return False
+        self._last_flush_ms = now_ms
+        due = self._last_checkpoint_ms is None or now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms
+        if due:
+            self._last_checkpoint_ms = now_ms
+        if self.background_flush and self._start_flush_job(due):
+            return True
+        self.flush(checkpoint=due)
+        return True
+
+    def _start_flush_job(self, checkpoint: bool) -> bool:
+        ranges = [(f, f.flushed_position, f.wrote_position)
+                  for lst in (self.data_list, self.index_list) for f in lst.files
+                  if f.flushed_position < f.wrote_position]
+        if not all(bg_flush.can_sync(f) for f, _s, _e in ranges):
+            return False
+        if not ranges and not checkpoint:
+            return True
+        self._flush_job = bg_flush.FlushJob(ranges, self.ledger_end_index, self._cut_epoch, checkpoint)
+        bg_flush.submit(self._flush_job)
+        return True
+
+    def _reap_flush_job(self, wait: bool = False) -> None:
+        job = self._flush_job
+        if job is None or not (job.finished() or (wait and job.wait(60))):
+            return
+        self._flush_job = None
+        error = job.failure()
+        if error is not None or job.epoch != self._cut_epoch:
+            if error is not None and job.epoch == self._cut_epoch:
+                log.error("store %s: background flush failed: %s", self.store_dir, error)
+            return
+        for f, _start, end in job.ranges:
+            if f.mm is not None and f.flushed_position < end <= f.wrote_position:
+                f.flushed_position = end
+        self.data_list.update_flushed_where()
+        self.index_list.update_flushed_where()
+        cp = self._checkpoint
+        if job.checkpoint and (cp is None or job.end_index > cp.end_index or (
+                job.end_index == cp.end_index and cp.committed_index != min(self.committed_index, job.end_index))):
+            self._write_checkpoint(job.end_index)
+
+    def _write_checkpoint(self, end_index: int) -> None:
+        if self.read_only:
+            return
+        cp = Checkpoint(end_index, min(self.committed_index, end_index),
+                        self.ledger_before_begin_index, self.ledger_before_begin_term)
+        write_checkpoint(self.store_dir, cp)
+        self._checkpoint = cp
+

@@ -1,0 +1,191 @@
+"""LogReader: the file store's reads (``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``).
+
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
+state: it reads ``data_list``, ``index_list``, the ledger fields, ``_index_overrides`` and
+``_written_from``, and changes nothing.
+
+Rules:
+- an entry is found through its index unit, and its record must agree with that unit
+  (``dledger.entry.matches_unit``) and with its CRC; a record that fails a check raises
+  ``CorruptStoreError`` (file, offset) and is never returned;
+- the one exception: ``get_raw_range`` (the leader reading for a push) returns entries written
+  through this store object since ``load`` unchecked, because every follower checks each
+  pushed record, CRC included, before writing it;
+- read-only opens may hold rebuilt index units in memory (``_index_overrides``): they win.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from itertools import accumulate
+
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE,
+                           RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode,
+                           matches_unit)
+from dledger.errors import (INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE, CorruptEntryError,
+                            CorruptStoreError, DLedgerError)
+from dledger.store.mmap_file import MmapFile
+
+
+class LogReader:
+    """Reading the file store (mixin of ``DLedgerMmapFileStore``)."""
+
+    def _index_unit(self, index: int) -> IndexUnit:
+        unit = self._index_overrides.get(index) if self._index_overrides else None
+        if unit is not None:
+            return unit
+        pos = index * INDEX_UNIT_SIZE
+        f = self.index_list.find_file(pos)
+        off = pos - f.file_from_offset if f is not None else -1
+        if f is None or off + INDEX_UNIT_SIZE > f.wrote_position:
+            raise CorruptStoreError(f"index unit {index} is missing", path=self.index_path,
+                                    position=pos)
+        unit = IndexUnit._make(INDEX_UNIT.unpack_from(f.mm, off))
+        if unit.index != index or unit.size < BODY_OFFSET or unit.magic not in VALID_MAGICS:
+            raise CorruptStoreError(f"index unit {index} is corrupt: {unit}", path=f.path, offset=off)
+        return unit
+
+    def _check_range(self, index: int) -> None:
+        self._check_open()
+        if index < 0 or index > self.ledger_end_index:
+            raise DLedgerError(f"index {index} out of range (end {self.ledger_end_index})",
+                               INDEX_OUT_OF_RANGE)
+        if index <= self.ledger_before_begin_index:
+            raise DLedgerError(f"index {index} is before the log's begin "
+                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+
+    def _locate(self, index: int) -> tuple[IndexUnit, MmapFile, int]:
+        unit = self._index_unit(index)
+        f = self.data_list.find_file(unit.pos)
+        if f is None or unit.pos - f.file_from_offset + unit.size > f.wrote_position:
+            raise CorruptStoreError(f"index unit {index} points outside the data ({unit.pos}, "
+                                    f"{unit.size} bytes)", path=self.data_path, position=unit.pos)
+        return unit, f, unit.pos - f.file_from_offset
+
+    def get(self, index: int) -> DLedgerEntry:
+        """The entry at ``index``; ``CorruptStoreError`` (file, offset) if its bytes fail a check."""
+        self._check_range(index)
+        unit, f, off = self._locate(index)
+        try:
+            entry = decode(f.mm, off, limit=f.wrote_position, path=f.path, base=f.file_from_offset)
+        except CorruptEntryError as exc:
+            raise CorruptStoreError(f"entry {index} is corrupt: {exc.args[0].split(' (')[0]}",
+                                    path=f.path, offset=off, position=unit.pos) from None
+        if not matches_unit(unit, entry.magic, entry.size, entry.index, entry.term,
+                                    entry.pos, entry.body_crc):
+            raise CorruptStoreError(f"entry at the position of index {index} is (index "
+                                    f"{entry.index}, term {entry.term}, size {entry.size}, magic "
+                                    f"{entry.magic}, pos {entry.pos}), index unit says (term "
+                                    f"{unit.term}, size {unit.size}, magic {unit.magic}, pos "
+                                    f"{unit.pos})", path=f.path, offset=off, position=unit.pos)
+        return entry
+
+    def get_raw(self, index: int) -> bytes:
+        """The encoded record of ``index`` exactly as stored (header checked, CRC checked)."""
+        entry = self.get(index)
+        unit = self._index_unit(index)
+        return self.data_list.get_data(unit.pos, entry.size)
+
+    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30) -> tuple[bytes, int]:
+        """Encoded records from ``begin_index`` on, up to ``max_bytes`` (at least one record).
+
+        Returns ``(records, count)``; records never span a segment boundary within one call's
+        contiguous copy, and blanks between segments are not included.
+        """
+        self._check_range(begin_index)
+        end = min(self.ledger_end_index, begin_index + max_count - 1)
+        first_unit, f, off = self._locate(begin_index)
+        units = [first_unit]
+        nbytes = first_unit.size
+        if end > begin_index and not self._index_overrides:
+            # Extend within the same data segment as far as the limits allow, from the
+            # following index units read in one slice per index segment.
+            upos = (begin_index + 1) * INDEX_UNIT_SIZE
+            most = min(end - begin_index, max(0, max_bytes - nbytes) // BODY_OFFSET)
+            more = self._units_from(upos, most)
+            if more:
+                _m, poss, sizes, _i, _t = zip(*more)
+                # ends[k]: where unit k must start to follow on; ends[k + 1] - pos: bytes through it
+                ends = list(accumulate(sizes, initial=first_unit.pos + nbytes))
+                take = max(0, bisect_right(ends, first_unit.pos + max_bytes) - 1)
+                if poss[:take] != tuple(ends[:take]):     # a segment ends inside: stop there
+                    take = next(k for k in range(take) if poss[k] != ends[k])
+                units.extend(more[:take])
+                nbytes = ends[take] - first_unit.pos
+        elif end > begin_index:
+            expect_pos = first_unit.pos + nbytes
+            while begin_index + len(units) <= end:
+                unit = self._index_unit(begin_index + len(units))
+                if unit.pos != expect_pos or nbytes + unit.size > max_bytes:
+                    break
+                units.append(unit)
+                nbytes += unit.size
+                expect_pos += unit.size
+        chunk = f.read(off, nbytes)
+        if begin_index < self._written_from:
+            self._verify_chunk(chunk, begin_index, units, f.path, off)
+        # else: written through this store object since it was opened (leader records encoded
+        # here, follower records checked before they were written); the followers check every
+        # pushed record again, CRC included, before writing it.
+        return chunk, len(units)
+
+    def _units_from(self, upos: int, most: int) -> list[tuple]:
+        """Up to ``most`` index units from index list position ``upos`` on, as tuples, read in
+        one slice per index segment (a run may go on in the next segment)."""
+        idx = self.index_list
+        more: list[tuple] = []
+        while most > 0:
+            xf = idx.find_file(upos)
+            if xf is None:
+                break
+            lo = upos - xf.file_from_offset
+            hi = min(xf.wrote_position, lo + most * INDEX_UNIT_SIZE)
+            got = list(INDEX_UNIT.iter_unpack(xf.mm[lo:hi - (hi - lo) % INDEX_UNIT_SIZE]))
+            more.extend(got)
+            if hi < xf.file_size or not got:
+                break
+            upos += len(got) * INDEX_UNIT_SIZE
+            most -= len(got)
+        return more
+
+    def _verify_chunk(self, chunk: bytes, first: int, units: list, path: str, base_off: int) -> None:
+        """Every record of ``chunk`` agrees with its index unit (what the CRC does not cover)
+        and with its CRC. ``units`` are ``(magic, pos, size, index, term)`` tuples."""
+        unpack = RECORD_PREFIX.unpack_from
+        view = memoryview(chunk)
+        total = len(chunk)
+        off = 0
+        i = first
+        for unit in map(IndexUnit._make, units):
+            if off + BODY_OFFSET > total:
+                raise CorruptStoreError(f"entry {i} is corrupt: record header truncated", path=path,
+                                        offset=base_off + off)
+            magic, size, index, term, pos, _ch, _cc, body_crc, body_size = unpack(chunk, off)
+            if (index != i or body_size != size - BODY_OFFSET or size < BODY_OFFSET
+                    or magic not in VALID_MAGICS
+                    or not matches_unit(unit, magic, size, index, term, pos, body_crc)
+                    or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
+                raise CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
+            off += size
+            i += 1
+
+    def get_entry_term(self, index: int) -> int:
+        """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""
+        if index == self.ledger_before_begin_index:
+            return self.ledger_before_begin_term
+        self._check_range(index)
+        return self._index_unit(index).term
+
+    def verify(self, progress: Callable[[int], None] | None = None) -> list[CorruptStoreError]:
+        """Read and check every entry; returns the errors found (empty when the log is sound)."""
+        errors: list[CorruptStoreError] = []
+        for i in range(self.ledger_before_begin_index + 1, self.ledger_end_index + 1):
+            try:
+                self.get(i)
+            except CorruptStoreError as exc:
+                errors.append(exc)
+            if progress is not None:
+                progress(i)
+        return errors
+
