@@ -1,4 +1,4 @@
-"""The ``checkpoint`` file (SPEC §12) after crashes and damage (RELIABILITY ST-07, ST-08).
+"""The ``checkpoint`` file after crashes and damage (ahead of the log, torn, empty or garbage).
 
 - A checkpoint ahead of the log (its ``endIndex`` / ``committedIndex`` beyond what the data
   holds, e.g. after data loss or a restored older data directory) must not stop the open: the

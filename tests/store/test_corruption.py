@@ -1,4 +1,4 @@
-"""Bit flips in durable entries: never served, never silently truncated (RELIABILITY ST-10, ST-11).
+"""Bit flips in durable entries: never served, never silently truncated (in bodies and in header fields).
 
 A small store of 20 entries (two data segments) gets one bit flipped in entry 8 (or 12, the
 first record of the second segment): in the body, or in a header field (magic, size, index,

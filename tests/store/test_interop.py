@@ -1,4 +1,4 @@
-"""Byte compatibility with Java DLedger, checked with code written here from SPEC §1 alone.
+"""Byte compatibility with Java DLedger, checked with code written here from the byte layouts of docs/format.md alone.
 
 - A store directory laid out byte by byte as Java DLedger writes it (bodyCrc 0, NOOP entries
   whose index unit says magic 1, end-of-segment blanks, a `currterm` properties file) opens,
@@ -89,7 +89,7 @@ def test_a_java_written_store_keeps_working_as_our_store(tmp_path):
 
 
 def independent_walk(node_dir):
-    """Decode a store from SPEC §1 only: walk data segments, check each index unit."""
+    """Decode a store from the documented byte layouts only: walk data segments, check each index unit."""
     data_dir = os.path.join(node_dir, "data")
     names = sorted(os.listdir(data_dir))
     index_blob = b"".join(open(os.path.join(node_dir, "index", n), "rb").read()

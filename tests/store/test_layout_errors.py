@@ -1,4 +1,4 @@
-"""Store directories that are not laid out as expected (RELIABILITY ST-20, ST-21).
+"""Store directories that are not laid out as expected (another group's or format's directory; missing segments, wrong sizes, stray names).
 
 Wrong segment sizes, gaps between segments, names that are not 20-digit offsets, offsets that
 are not multiples of the segment size, directories in place of segments (or files in place of

@@ -1,4 +1,4 @@
-"""MmapFileList: SPEC §9 MmapFileListTest / DefaultMmapFileTest scenarios and layout checks."""
+"""MmapFileList: Java DLedger's MmapFileListTest / DefaultMmapFileTest scenarios and layout checks."""
 
 import os
 import struct

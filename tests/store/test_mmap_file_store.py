@@ -1,4 +1,4 @@
-"""DLedgerMmapFileStore: SPEC §9 DLedgerMappedFileStoreTest scenarios, durability, cleaning, files."""
+"""DLedgerMmapFileStore: Java DLedger's DLedgerMappedFileStoreTest scenarios, durability, cleaning, files."""
 
 import hashlib
 import os

@@ -1,8 +1,7 @@
 """Recovery after crashes: torn tails, torn and lost index units, lost data pages, segment roll-over.
 
-RELIABILITY.md ST-01, ST-03, ST-04, ST-05, ST-06, ST-17. Every case builds a small store, crashes
-it (mappings closed, nothing flushed), damages the files the way the fault would, reopens and
-checks: the log is a valid prefix of what was written, a lost entry is never served, and
+Every case builds a small store, crashes it (mappings closed, nothing flushed), damages the
+files the way the fault would, reopens and checks: the log is a valid prefix of what was written, a lost entry is never served, and
 appends continue at the right index and position.
 """
 

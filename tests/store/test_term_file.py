@@ -1,4 +1,4 @@
-"""The ``currterm`` file after crashes and damage (RELIABILITY ST-09, SPEC §1.7).
+"""The ``currterm`` file after crashes and damage (torn, missing, only a temporary copy left).
 
 Rules under test (``dledger.store.term_file``): a corrupt ``currterm`` stops the open with
 ``TermFileError`` naming the file; a missing one means term 0 for an empty log and the last

@@ -40,7 +40,7 @@ class StoreBase:
         return self.iter_entries()
 
     def get_first_log_of_target_term(self, term: int, end_index: int) -> DLedgerEntry | None:
-        """The first entry of ``term`` in the run of entries ending at ``end_index`` (SPEC §2.10)."""
+        """The first entry of ``term`` in the run of entries ending at ``end_index`` (used to answer a vote or a COMPARE with the first index of a term)."""
         found = None
         i = min(end_index, self.ledger_end_index)
         while i > self.ledger_before_begin_index:

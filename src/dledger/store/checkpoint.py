@@ -1,4 +1,4 @@
-"""The ``checkpoint`` file: ``endIndex`` and ``committedIndex`` (legacy DLedger format, SPEC §12).
+"""The ``checkpoint`` file: ``endIndex`` and ``committedIndex`` (legacy DLedger format, see docs/format.md).
 
 Extra keys ``beforeBeginIndex`` / ``beforeBeginTerm`` (ignored by Java's reader) keep the term
 of the entry before the log's first entry across restarts, which the data files cannot tell.

@@ -1,6 +1,6 @@
 """Java ``Properties``-style ``key=value`` files, written atomically.
 
-Used by the ``currterm`` term file and the ``checkpoint`` file (SPEC §1.7, §12). Reading follows
+Used by the ``currterm`` term file and the ``checkpoint`` file (both in Java DLedger's properties format, see docs/format.md). Reading follows
 the subset of Java's Properties syntax those files use: one ``key=value`` (or ``key:value``) per
 line, ``#``/``!`` comments, surrounding blanks ignored. Writing goes to ``<name>.tmp``, which is
 fsynced and then renamed over ``<name>``, and the directory is fsynced, so a reader sees either

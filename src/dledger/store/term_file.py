@@ -1,4 +1,4 @@
-"""The ``currterm`` file: the durable current term and vote of a node (SPEC §1.7).
+"""The ``currterm`` file: the durable current term and vote of a node (Java DLedger's ``currterm`` properties file).
 
 Format (Java ``Properties`` text, key order free)::
 
