@@ -38,6 +38,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from dledger.entry import segment_name
 from dledger.spark import scan
 
 EXIT_OK = 0
@@ -110,7 +111,7 @@ class AuditReport:
             lines.append(f"  corrupt entries: {self.corrupt_count}")
             for c in self.corrupt[:10]:
                 lines.append(f"    {c['replica']} index {c['index']} at pos {c['pos']} "
-                             f"(segment {c['segment']:020d}): {c['error'] or 'body CRC mismatch'}")
+                             f"(segment {segment_name(c['segment'])}): {c['error'] or 'body CRC mismatch'}")
         for k, v in self.outputs.items():
             lines.append(f"  {k}: {v}")
         return lines
