@@ -187,3 +187,42 @@ def test_a_paused_leader_is_replaced_and_on_resume_steps_down_before_acknowledgi
         assert all(f.done() and not f.result().ok for f in during)
         assert c.servers[old].node.term > old_term
         c.check()
+
+
+# -- safety does not depend on clocks ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(3))
+def test_wild_clocks_break_no_safety_invariant(seed):
+    """Clock rates from half to double speed, forward jumps of up to two election timeouts and
+    wall-clock steps, under changing partitions of every shape: elections misfire, but no
+    term has two leaders and no acknowledged append is lost."""
+    from dledger.sim import partitions as shapes
+    rng = random.Random(seed)
+    wild = ClockOptions(max_jump_ms=600, max_wall_jump_s=3_600)
+    with Cluster(n=5, seed=seed) as c:
+        for node_id in c.ids:
+            c.processes[node_id].clock.set_rate(rng.uniform(0.5, 2.0))
+        seq = 0
+        for step in range(30):
+            c.run_for(100)
+            for _ in range(3):
+                c.append(f"w{seed}-{seq}".encode())
+                seq += 1
+            if step % 3 == 0:
+                wild.jolt(c.processes[rng.choice(c.ids)].clock, rng)
+            if step % 5 == 0:
+                c.heal()
+                shape = rng.choice(["halves", "leader", "ring", "bridge", "one_way"])
+                leader = c.leader() or rng.choice(c.ids)
+                c.network.block({"halves": lambda: shapes.random_halves(c.ids, rng),
+                                 "leader": lambda: shapes.isolate(c.ids, leader),
+                                 "ring": lambda: shapes.majority_ring(c.ids, rng),
+                                 "bridge": lambda: shapes.bridge(c.ids, rng),
+                                 "one_way": lambda: shapes.one_way(c.ids, rng)}[shape]())
+        c.heal()
+        assert c.run_until(lambda: c.leader() is not None, 5_000)
+        final = c.append(b"final")
+        c.run_until(final.done, 3_000)
+        c.run_for(2_000)
+        assert c.history.counts()["ok"] > 0
+        c.check()
