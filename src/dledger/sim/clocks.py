@@ -72,8 +72,10 @@ class SimClock:
         if self.ideal:
             return max(int(local_ms), now)
         t = self._base_virtual + math.ceil((local_ms - self._base_local) / self.rate)
-        while math.floor(self._local(t)) < local_ms:    # float rounding: never early
+        while math.floor(self._local(t)) < local_ms:    # float rounding: never early ...
             t += 1
+        while t > now and math.floor(self._local(t - 1)) >= local_ms:     # ... nor late
+            t -= 1
         return max(t, now)
 
     # -- faults -----------------------------------------------------------------------------
