@@ -246,3 +246,16 @@ def test_one_way_shapes_block_one_direction_only(n):
     for seed in range(10):
         drawn = shapes.one_way(ids, random.Random(seed))
         assert len(drawn) == n - 1 and all((y, x) not in drawn for x, y in drawn)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_every_named_shape_blocks_some_links_and_isolate_leader_cuts_off_the_leader(n):
+    ids = [f"n{i}" for i in range(n)]
+    rng = random.Random(n)
+    for name in shapes.SHAPES:
+        blocked = shapes.shape(name, ids, rng, leader="n1")
+        assert blocked and all(x in ids and y in ids and x != y for x, y in blocked)
+    assert shapes.connected(ids, shapes.shape("isolate_leader", ids, rng, leader="n2"))["n2"] == {"n2"}
+    assert shapes.shape("isolate_leader", ids, rng) and shapes.isolate_leader(ids, "n0") == shapes.isolate(ids, "n0")
+    with pytest.raises(ValueError, match="unknown partition shape"):
+        shapes.shape("triangle", ids, rng)

@@ -3,12 +3,13 @@ for a list of node ids, ready for ``SimNetwork.block``. Random shapes draw from 
 they are given (the swarm's seeded one).
 
 - ``random_halves``: two random non-empty groups, cut off from each other both ways;
-- ``isolate``: one node alone (``isolate(ids, leader)`` isolates the leader);
+- ``isolate``: one node alone (``isolate_leader(ids, leader)``: the leader the caller names);
 - ``majority_ring``: the nodes on a ring, each linked only to its nearest neighbours, so that
   every node sees a majority (itself included) but no two nodes see the same majority;
 - ``bridge``: two halves that cannot talk, and one node linked to both;
 - ``one_way_out`` / ``one_way_in``: one node can receive but not send, or send but not receive;
   ``one_way`` draws one of them for a random node.
+``shape(name, ids, rng, leader=None)`` draws any of them by name (``SHAPES``) for a nemesis;
 ``connected(ids, blocked)`` gives each node's set of nodes it can talk to both ways.
 """
 
@@ -85,7 +86,32 @@ def one_way(ids: Sequence[str], rng: random.Random) -> set[Link]:
     return one_way_out(ids, node) if rng.random() < 0.5 else one_way_in(ids, node)
 
 
+def isolate_leader(ids: Sequence[str], leader: str) -> set[Link]:
+    """``isolate`` applied to the leader the caller names."""
+    return isolate(ids, leader)
+
+
+#: the shapes ``shape`` draws by name
 SHAPES = ("random_halves", "isolate", "isolate_leader", "majority_ring", "bridge", "one_way")
+
+
+def shape(name: str, ids: Sequence[str], rng: random.Random, leader: str | None = None) -> set[Link]:
+    """The blocked links of shape ``name`` (one of ``SHAPES``), random parts drawn from ``rng``;
+    ``isolate`` cuts off a random node, ``isolate_leader`` the ``leader`` (a random node when
+    there is none)."""
+    if name == "random_halves":
+        return random_halves(ids, rng)
+    if name == "isolate" or (name == "isolate_leader" and leader is None):
+        return isolate(ids, rng.choice(list(ids)))
+    if name == "isolate_leader":
+        return isolate(ids, leader)
+    if name == "majority_ring":
+        return majority_ring(ids, rng)
+    if name == "bridge":
+        return bridge(ids, rng)
+    if name == "one_way":
+        return one_way(ids, rng)
+    raise ValueError(f"unknown partition shape {name!r}; the shapes are {SHAPES}")
 
 
 def connected(ids: Sequence[str], blocked: set[Link]) -> dict[str, set[str]]:
