@@ -1,11 +1,22 @@
+"""The wire protocol: codes, messages and the envelope codec (checksummed frames)."""
+
+import zlib
+
 import msgpack
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from dledger import errors
-from dledger.protocol import (MESSAGE_TYPES, AppendEntryResponse, DLedgerRequestCode, DLedgerResponseCode,
-                              Envelope, FrameError, HeartBeatRequest, PushEntryRequest, PushEntryType,
-                              VoteRequest, VoteResult, decode_envelope, encode_envelope, request_code_of)
+from dledger.protocol import (MESSAGE_TYPES, WIRE_VERSION, AppendEntryResponse, DLedgerRequestCode,
+                              DLedgerResponseCode, Envelope, FrameError, GetEntriesResponse, HeartBeatRequest,
+                              MetadataResponse, PushEntryRequest, PushEntryType, VoteRequest, VoteResult,
+                              decode_envelope, encode_envelope, request_code_of)
+
+
+def frame(obj) -> bytes:
+    """``obj`` packed as a frame with a correct checksum (so decoding reaches the contents)."""
+    body = msgpack.packb(obj, use_bin_type=True)
+    return body + zlib.crc32(body).to_bytes(4, "big")
 
 
 def test_codes_have_javas_numbers():
@@ -60,17 +71,126 @@ def test_garbage_raises_frame_error_only(data):
 
 
 @pytest.mark.parametrize("obj", [
-    [2, "a", "b", 1, False, 0, []],                       # version
+    [2, "a", "b", 1, False, 0, []],                       # field count
+    [99, "a", "b", 1, False, 0, []],                      # version
     [1, "a", "b", 1, False, 99, []],                      # tag
     [1, "a", "b", 1, False, 0, [1]],                      # field count
     [1, "a", "b", 1, False, 2, ["g", "r", "l", "200", None, 1, 1]],  # type of code
     [1, "a", "b", 1, False, 2, ["g", "r", "l", 200, None, 1 << 64 - 1, 1]],
     {"a": 1},
+    [2, "a", "b", 1, False, 10, ["g", "r", "l", 200, None, 1, ["not bytes"]]],     # list items
+    [2, "a", "b", 1, False, 8, ["g", "r", "l", 200, None, 1, 1, 2, ["x"]]],       # positions
+    [2, "a", "b", 1, False, 12, ["g", "r", "l", 200, None, 1, {"n0": 5}]],         # peers values
 ])
 def test_malformed_envelopes_are_rejected_with_a_reason(obj):
     with pytest.raises(FrameError):
         decode_envelope(msgpack.packb(obj))
+    with pytest.raises(FrameError):
+        decode_envelope(frame(obj))
+
+
+def test_a_version_1_frame_is_refused():
+    old = msgpack.packb([1, "a", "b", 1, False, 0, ["g", "r", "l", 200, None, 1, 1, 1, False]])
+    with pytest.raises(FrameError):
+        decode_envelope(old)
+    with pytest.raises(FrameError, match="version"):
+        decode_envelope(frame([1, "a", "b", 1, False, 0, ["g", "r", "l", 200, None, 1, 1, 1, False]]))
+
+
+def test_a_frame_ends_with_the_crc32_of_its_body():
+    data = encode_envelope(Envelope("a", "b", 1, False, VoteRequest(term=3)))
+    assert WIRE_VERSION == 2
+    assert int.from_bytes(data[-4:], "big") == zlib.crc32(data[:-4])
+    assert msgpack.unpackb(data[:-4])[0] == WIRE_VERSION
+
+
+def test_list_and_dict_fields_round_trip_with_valid_items():
+    for msg in (GetEntriesResponse(entries=[b"a", b"bc"]), MetadataResponse(peers={"n0": "h:1"}),
+                AppendEntryResponse(positions=[1, 2, 3])):
+        env = Envelope("a", "b", 1, True, msg)
+        assert decode_envelope(encode_envelope(env)) == env
+
+
+def test_non_bytes_are_refused_as_frames():
+    for bad in (None, "text", 12, [1, 2]):
+        with pytest.raises(FrameError):
+            decode_envelope(bad)
+
+
+messages = st.sampled_from([cls for cls, _ in MESSAGE_TYPES]).map(lambda cls: cls())
+envelopes = st.builds(Envelope, names, names, ints, st.booleans(), messages)
+
+
+@settings(max_examples=300)
+@given(env=envelopes, data=st.data())
+def test_any_single_bit_flip_in_a_frame_is_detected(env, data):
+    wire = bytearray(encode_envelope(env))
+    bit = data.draw(st.integers(0, len(wire) * 8 - 1))
+    wire[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(FrameError):
+        decode_envelope(bytes(wire))
+
+
+def _decodes_or_refuses(data: bytes) -> None:
+    """The codec's contract: a valid envelope (that re-encodes to itself) or FrameError."""
+    try:
+        env = decode_envelope(data)
+    except FrameError:
+        return
+    assert isinstance(env, Envelope)
+    assert decode_envelope(encode_envelope(env)) == env
+
+
+mutations = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10_000), st.integers(0, 255)),
+    st.tuples(st.just("cut"), st.integers(0, 10_000), st.integers(0, 10_000)),
+    st.tuples(st.just("insert"), st.integers(0, 10_000), st.binary(min_size=1, max_size=8)),
+)
+
+
+def _mutate(data: bytes, muts) -> bytes:
+    out = bytearray(data)
+    for kind, at, what in muts:
+        if not out:
+            break
+        i = at % len(out)
+        if kind == "flip":
+            out[i] ^= what or 1
+        elif kind == "cut":
+            del out[i:i + 1 + what % 8]
+        else:
+            out[i:i] = what
+    return bytes(out)
+
+
+@settings(max_examples=300)
+@given(env=envelopes, muts=st.lists(mutations, min_size=1, max_size=4), recrc=st.booleans())
+def test_mutated_frames_decode_to_a_valid_envelope_or_raise_frame_error(env, muts, recrc):
+    body = encode_envelope(env)[:-4]
+    if recrc:       # mutate the body and fix the checksum: the contents' checks must hold alone
+        body = _mutate(body, muts)
+        _decodes_or_refuses(body + zlib.crc32(body).to_bytes(4, "big"))
+    else:
+        _decodes_or_refuses(_mutate(body + zlib.crc32(body).to_bytes(4, "big"), muts))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_random_bytes_with_a_valid_checksum_decode_or_raise_frame_error(body):
+    _decodes_or_refuses(body + zlib.crc32(body).to_bytes(4, "big"))
 
 
 def test_append_response_ok_flag():
     assert AppendEntryResponse(code=200).ok and not AppendEntryResponse(code=502).ok
+
+
+@pytest.mark.parametrize("body", [
+    b"\x91" * 100_000,                       # arrays nested 100 000 deep
+    b"\xdd\xff\xff\xff\xff",                 # an array that claims 4 G items
+    b"\xc6\xff\xff\xff\xff" + b"x" * 10,     # a bin that claims 4 GiB
+    b"\xd9\x02\xff\xfe",                     # a str that is not UTF-8
+    b"\x97" + b"\xc1" * 7,                   # a byte msgpack never uses
+])
+def test_hostile_bodies_with_a_valid_checksum_raise_frame_error(body):
+    with pytest.raises(FrameError):
+        decode_envelope(body + zlib.crc32(body).to_bytes(4, "big"))

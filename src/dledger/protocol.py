@@ -11,9 +11,11 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
-with msgpack as ``[1, src, dst, request_id, is_response, tag, [field values...]]``. Decoding
-checks the version, the tag, the field count and every field's type, and raises ``FrameError``
-(a ``ValueError``) on anything else; it never trusts a length (msgpack limits are set).
+with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
+the CRC-32 of those bytes (4 bytes, big-endian). Decoding checks the checksum first (a frame
+damaged in transit is refused, never read as a different message), then the version, the tag,
+the field count, every field's type and the items of list and dict fields. Any bytes either
+decode to a valid envelope or raise ``FrameError`` (a ``ValueError``); it never trusts a length.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
+import zlib
+
 import msgpack
 
-WIRE_VERSION = 1
+#: 2: a CRC-32 trailer follows the msgpack body (1 had none)
+WIRE_VERSION = 2
+CRC_BYTES = 4
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 
@@ -311,7 +317,25 @@ _CHECKS = {
     "list": lambda v: isinstance(v, list),
     "dict": lambda v: isinstance(v, dict),
 }
-_SCHEMA = {cls: tuple((f.name, _CHECKS[f.type]) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
+_is_int = _CHECKS["int"]
+#: what the items of list and dict fields must be (a field not named here is a scalar)
+_ITEM_CHECKS = {
+    "batch_msgs": lambda v: all(isinstance(x, bytes) for x in v),
+    "positions": lambda v: all(_is_int(x) for x in v),
+    "index_list": lambda v: all(_is_int(x) for x in v),
+    "entries": lambda v: isinstance(v, bytes) or all(isinstance(x, bytes) for x in v),
+    "peers": lambda v: all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+}
+
+
+def _check_for(f) -> Any:
+    check, items = _CHECKS[f.type], _ITEM_CHECKS.get(f.name)
+    if items is None:
+        return check
+    return lambda v: check(v) and items(v)
+
+
+_SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
 
 
 @dataclass(slots=True)
@@ -331,16 +355,28 @@ def encode_envelope(env: Envelope) -> bytes:
     if tag is None:
         raise TypeError(f"not a protocol message: {type(msg).__name__}")
     values = [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
-    return msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
+    body = msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
                          use_bin_type=True)
+    return body + zlib.crc32(body).to_bytes(CRC_BYTES, "big")
 
 
 def decode_envelope(data: bytes) -> Envelope:
-    """Decode one frame; ``FrameError`` says what is wrong with it."""
+    """Decode one frame; ``FrameError`` says what is wrong with it (nothing else is raised)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise FrameError(f"a frame is bytes, not {type(data).__name__}")
+    try:
+        data = memoryview(data).cast("B")
+    except (TypeError, ValueError):
+        raise FrameError("a frame is one contiguous run of bytes") from None
     if len(data) > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {len(data)} bytes exceeds {MAX_FRAME_BYTES}")
+    if len(data) < CRC_BYTES:
+        raise FrameError(f"frame of {len(data)} bytes is shorter than its checksum")
+    body = data[:-CRC_BYTES]
+    if zlib.crc32(body) != int.from_bytes(data[-CRC_BYTES:], "big"):
+        raise FrameError("checksum mismatch: the frame was damaged in transit")
     try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types
         raise FrameError(f"malformed msgpack: {exc}") from None
     if not isinstance(obj, list) or len(obj) != 7:

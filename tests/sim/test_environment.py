@@ -165,3 +165,65 @@ def test_a_message_the_codec_cannot_carry_fails_at_send():
     s, net, got = _net()
     with pytest.raises(TypeError, match="not a protocol message"):
         net.endpoints["a"].send(Envelope("a", "b", 1, False, {"a": "dict"}))
+
+
+def test_a_paused_process_runs_no_timer_until_it_resumes_while_time_moves_on_for_others():
+    s = SimScheduler()
+    a, b = s.process("a"), s.process("b")
+    out = []
+    a.call_at(10, lambda: out.append(("a10", s.now)))
+    a.call_at(30, lambda: out.append(("a30", s.now)))
+    b.call_at(20, lambda: out.append(("b20", s.now)))
+    s.run_until(5)
+    a.pause()
+    assert a.paused and repr(a) == "SimProcess(a, paused)"
+    s.run_until(100)
+    assert out == [("b20", 20)] and s.now == 100
+    a.resume()
+    s.run_until(100)
+    assert out == [("b20", 20), ("a10", 100), ("a30", 100)]     # in the order they came due
+
+
+def test_a_timed_pause_ends_by_itself_and_a_longer_pause_is_not_shortened():
+    s = SimScheduler()
+    a = s.process("a")
+    out = []
+    a.call_at(10, lambda: out.append(s.now))
+    a.pause(50)
+    a.pause(20)                                         # shorter: no effect
+    s.run_until(49)
+    assert out == [] and a.paused
+    a.pause(200)                                        # longer: extends it to 249
+    s.run_until(248)
+    assert out == []
+    s.run_until(300)
+    assert out == [249] and not a.paused
+
+
+def test_a_timer_cancelled_during_a_pause_does_not_run_on_resume():
+    s = SimScheduler()
+    a = s.process("a")
+    out = []
+    t = a.call_at(10, out.append, "cancelled")
+    a.call_at(10, out.append, "kept")
+    a.pause()
+    s.run_until(20)
+    t.cancel()
+    a.call_soon(out.append, "armed while paused")
+    a.resume()
+    s.run_until(30)
+    assert out == ["kept", "armed while paused"]          # what came due first runs first
+
+
+def test_killing_a_paused_process_drops_what_waited():
+    s = SimScheduler()
+    a = s.process("a")
+    out = []
+    a.call_at(10, out.append, "a10")
+    a.pause()
+    a.hold(out.append, "message")
+    s.run_until(20)
+    a.kill()
+    a.resume()
+    s.run_until(40)
+    assert out == [] and not a.paused
