@@ -10,6 +10,7 @@ import random
 import shutil
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE
 from dledger.protocol import DLedgerResponseCode as Code
@@ -189,6 +190,18 @@ def test_the_atlas_leaves_every_region_intact_on_a_majority(n):
             assert len(damaged) == (n - 1) // 2
             seen.update(damaged)
     assert seen == set(ids[:]) if n >= 3 else seen == set()         # every node gets some damage
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 7), seed=st.integers(0, 2 ** 32), region_bytes=st.sampled_from([4096, 65536]),
+       offsets=st.lists(st.integers(0, 1 << 24), min_size=1, max_size=20))
+def test_no_region_may_be_damaged_on_more_than_a_minority(n, seed, region_bytes, offsets):
+    ids = [f"n{i}" for i in range(n)]
+    atlas = ClusterFaultAtlas(ids, random.Random(seed), region_bytes=region_bytes)
+    for off in offsets:
+        for f in ("d/data/00000000000000000000", "d/index/00000000000000000000", "d/currterm"):
+            damaged = [i for i in ids if atlas.allows(i, f, off)]
+            assert len(damaged) == (n - 1) // 2 and n - len(damaged) > n // 2
 
 
 def test_the_atlas_maps_the_same_log_position_to_the_same_region_on_every_node():
