@@ -1,11 +1,4 @@
-"""Storage faults for simulations: a fault layer around a node's store, process crash and power loss.
-
-``FaultyStore`` wraps any store and injects, only when a test asks for it:
-- ``fail(op, code=DISK_ERROR, times=1)``: the next ``times`` calls of store method ``op``
-  (``batch_append_as_leader``, ``batch_append_as_follower``, ``persist_term``, ``truncate``,
-  ``get_raw_range``, ...) raise ``DLedgerError(code)`` without touching the store;
-- ``full = True``: every append raises DISK_FULL until cleared.
-Everything else is passed to the wrapped store unchanged.
+"""The simulated disk under a node's file store: process crash, power loss, and the disk's faults.
 
 Two kinds of crash for file stores:
 - ``crash_store(store)``: the process dies. Mappings are closed without msync, without a
@@ -23,62 +16,46 @@ Two kinds of crash for file stores:
   512-byte sectors (torn and reordered write-back). ``arm(n)`` makes the process die at the
   n-th mapping write or msync from then on (``SimulatedCrash``), inside an append, a flush or
   an open.
+
+The same ``PowerLoss`` is the node's disk, and can be told to misbehave:
+- ``no_space = True``: a new segment cannot get its space (``StoreIO.allocate`` raises
+  ``ENOSPC``; the store reports ``DISK_FULL``) until cleared;
+- ``fail_syncs(times=1)`` / ``fail_syncs(None)``: the next msync, or every msync from now on,
+  raises ``OSError(EIO)`` and makes nothing durable (the bytes stay in the page cache: a
+  process crash keeps them, a power loss loses them); ``heal_syncs()`` ends it;
+- ``on_sync``: called with the byte count after every msync that succeeded (slow I/O: the
+  cluster makes it pause the node's process; ``SlowSync`` computes how long);
+- ``power_loss(store, rng, lose=p, misdirect=p, allow=...)``: besides the torn write-back,
+  each sector an msync made durable since the last power loss is, with probability ``lose``,
+  not on the disk after all (it holds its earlier bytes: a lost write) or, with probability
+  ``misdirect``, holds its earlier bytes while its new bytes landed on another sector of the
+  same file (a misdirected write). ``allow(path, offset)`` limits where that damage may go
+  (``ClusterFaultAtlas``). The damage done is returned and kept in ``damage``.
+
+Damage at rest (bit flips in a crashed node's files) is in ``dledger.sim.corruption``
+(``flip_bit``, ``corrupt_store``, re-exported here); method-level store faults are
+``FaultyStore`` (``dledger.sim.faulty_store``, re-exported here).
 """
 
 from __future__ import annotations
 
+import errno
+import math
 import mmap as _mmap
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
+from dledger.sim.corruption import Corruption, corrupt_store, flip_bit
+from dledger.sim.faulty_store import FaultyStore
 from dledger.store.store_io import StoreIO
+
+__all__ = ["Corruption", "FaultyStore", "PowerLoss", "SimulatedCrash", "SlowSync", "WriteDamage",
+           "corrupt_store", "crash_store", "flip_bit"]
 
 PAGE = 4096
 SECTOR = 512
-
-_APPENDS = ("append_as_leader", "batch_append_as_leader", "append_as_follower", "batch_append_as_follower")
-
-
-class FaultyStore:
-    def __init__(self, store) -> None:
-        object.__setattr__(self, "inner", store)
-        object.__setattr__(self, "full", False)
-        object.__setattr__(self, "failures", {})
-        object.__setattr__(self, "injected", 0)
-
-    def fail(self, op: str, code: int = DISK_ERROR, times: int = 1) -> None:
-        if not callable(getattr(self.inner, op, None)):
-            raise ValueError(f"the store has no method {op!r}")
-        self.failures[op] = [code, times]
-
-    def __getattr__(self, name):
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-        failing = self.failures.get(name)
-        if failing is None and not (self.full and name in _APPENDS):
-            return attr
-
-        def faulty(*args, **kwargs):
-            f = self.failures.get(name)
-            if f is not None:
-                f[1] -= 1
-                if f[1] <= 0:
-                    del self.failures[name]
-                object.__setattr__(self, "injected", self.injected + 1)
-                raise DLedgerError(f"injected fault in {name}", f[0])
-            if self.full and name in _APPENDS:
-                object.__setattr__(self, "injected", self.injected + 1)
-                raise DLedgerError("injected: disk full", DISK_FULL)
-            return attr(*args, **kwargs)
-
-        return faulty
-
-    def __setattr__(self, name, value) -> None:
-        if name in ("full",):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self.inner, name, value)
+MIB = 1 << 20
 
 
 def crash_store(store) -> None:
@@ -104,6 +81,44 @@ class SimulatedCrash(BaseException):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class WriteDamage:
+    """A synced sector that a power loss left damaged: ``kind`` is ``"lost"`` (the sector at
+    ``offset`` holds its earlier bytes) or ``"misdirected"`` (also: its new bytes landed at
+    ``target``, overwriting that sector)."""
+
+    kind: str
+    path: str
+    offset: int
+    target: int | None = None
+
+
+@dataclass(slots=True)
+class SlowSync:
+    """Slow I/O: each msync of ``nbytes`` costs ``base_ms + per_mib_ms * nbytes / MiB`` of
+    virtual time, plus ``spike_ms`` with probability ``spike`` (drawn from ``rng``), rounded up
+    to whole milliseconds (virtual time is counted in them) and handed to ``pause(ms)``. Set it
+    as a ``PowerLoss``'s ``on_sync``; ``pause`` is meant to hold the node's process back (its
+    timers and inbox) for that long after the sync returned."""
+
+    pause: Callable[[int], None]
+    base_ms: float = 1.0
+    per_mib_ms: float = 5.0
+    rng: object | None = None
+    spike: float = 0.0
+    spike_ms: float = 100.0
+    #: virtual time spent in syncs so far
+    total_ms: int = 0
+
+    def __call__(self, nbytes: int) -> None:
+        ms = self.base_ms + self.per_mib_ms * nbytes / MIB
+        if self.spike and self.rng is not None and self.rng.random() < self.spike:
+            ms += self.spike_ms
+        ms = math.ceil(ms)
+        self.total_ms += ms
+        self.pause(ms)
+
+
 class PowerLoss:
     """Records what every segment mapping made durable; see the module docstring.
 
@@ -122,6 +137,19 @@ class PowerLoss:
     def __init__(self) -> None:
         self.shadows: dict[str, bytearray] = {}
         self.inodes: dict[str, int] = {}
+        #: per file: sector offset -> the durable bytes it held before the last msync that
+        #: changed it since the last power loss (what a lost or misdirected write leaves there)
+        self.before: dict[str, dict[int, bytes]] = {}
+        #: a new segment cannot get its space (ENOSPC) while True
+        self.no_space = False
+        #: msyncs still to fail with EIO (-1: every one)
+        self._sync_errors = 0
+        #: faults raised so far (ENOSPC and EIO)
+        self.injected = 0
+        #: called with the byte count after each successful msync (slow I/O)
+        self.on_sync: Callable[[int], None] | None = None
+        #: what the power losses damaged (lost and misdirected writes), oldest first
+        self.damage: list[WriteDamage] = []
         #: every mapping made while active (``kill`` closes those still open)
         self.mappings: list = []
         self._saved = None
@@ -148,9 +176,33 @@ class PowerLoss:
                 raise SimulatedCrash()
             self._budget -= 1
 
+    # -- the disk's faults ------------------------------------------------------------------
+    def fail_syncs(self, times: int | None = 1) -> None:
+        """Make the next ``times`` msyncs (None: every msync from now on) raise EIO."""
+        self._sync_errors = -1 if times is None else times
+
+    def heal_syncs(self) -> None:
+        self._sync_errors = 0
+
+    def _sync_error(self, path: str) -> OSError | None:
+        if self._sync_errors == 0:
+            return None
+        if self._sync_errors > 0:
+            self._sync_errors -= 1
+        self.injected += 1
+        return OSError(errno.EIO, "injected: msync failed", path)
+
+    def _allocate_error(self, fd: int) -> OSError | None:
+        if not self.no_space:
+            return None
+        self.injected += 1
+        return OSError(errno.ENOSPC, "injected: no space left on device",
+                       os.path.realpath(f"/proc/self/fd/{fd}"))
+
     # -- the recording mapping -------------------------------------------------------------
     def _mapping_class(self):
         shadows, inodes, tick, mappings = self.shadows, self.inodes, self._tick, self.mappings
+        before, sync_error = self.before, self._sync_error
 
         class RecordingMmap(_mmap.mmap):
             def __new__(cls, fileno, length, *args, **kwargs):
@@ -180,12 +232,22 @@ class PowerLoss:
                 tick()
                 if size is None:
                     size = len(self) - offset
+                error = sync_error(self._path)
+                if error is not None:
+                    raise error   # nothing became durable; the bytes stay in the page cache
                 result = super().flush(offset, size)
                 lo = offset - offset % PAGE
                 hi = min(len(self), -(-(offset + size) // PAGE) * PAGE)
                 shadow = shadows.get(self._path)
                 if shadow is not None:
-                    shadow[lo:hi] = self[lo:hi]
+                    now = self[lo:hi]
+                    if shadow[lo:hi] != now:
+                        old = before.setdefault(self._path, {})
+                        for s in range(lo, hi, SECTOR):
+                            k = s - lo
+                            if shadow[s:s + SECTOR] != now[k:k + SECTOR]:
+                                old[s] = bytes(shadow[s:s + SECTOR])
+                        shadow[lo:hi] = now
                 return result
 
         return RecordingMmap
@@ -196,6 +258,7 @@ class PowerLoss:
         path = os.path.realpath(path)
         self.shadows.pop(path, None)
         self.inodes.pop(path, None)
+        self.before.pop(path, None)
 
     def __enter__(self) -> "PowerLoss":
         return self
@@ -212,7 +275,8 @@ class PowerLoss:
                 m.close()
         self.mappings.clear()
 
-    def power_loss(self, store, rng=None) -> None:
+    def power_loss(self, store, rng=None, *, lose: float = 0.0, misdirect: float = 0.0,
+                   allow: Callable[[str, int], bool] | None = None) -> list[WriteDamage]:
         """Crash ``store`` (None: whatever the process had mapped, e.g. a store dying inside
         ``open``) and leave its segments holding only their durable bytes.
 
@@ -220,10 +284,17 @@ class PowerLoss:
         synced independently did or did not reach the disk: pending writes torn at sector
         boundaries and reordered across pages and files, as the kernel's write-back may leave
         them. Without it every unsynced byte is lost.
+
+        With ``rng`` and ``lose``/``misdirect``, each sector an msync changed since the last
+        power loss is then, with those probabilities, a lost write (it holds its earlier bytes)
+        or a misdirected one (its earlier bytes, and its new bytes over another sector of the
+        file), wherever ``allow(path, offset)`` permits (for a misdirected write, at both
+        places). Returns that damage (also appended to ``damage``).
         """
         if store is not None:
             crash_store(store)
         self.kill()
+        done: list[WriteDamage] = []
         for path, shadow in self.shadows.items():
             if not os.path.exists(path):
                 continue  # deleted, and the deletion was made durable (directory fsync)
@@ -238,11 +309,38 @@ class PowerLoss:
                         hi = lo + SECTOR
                         if current[lo:hi] != shadow[lo:hi] and rng.random() < 0.5:
                             image[lo:hi] = current[lo:hi]
+                    if lose or misdirect:
+                        done.extend(self._damage_synced(path, image, shadow, rng, lose, misdirect, allow))
                 fh.seek(0)
                 fh.write(image)
         # after the reboot every byte on disk is durable: shadows start afresh
         self.shadows.clear()
         self.inodes.clear()
+        self.before.clear()
+        self.damage.extend(done)
+        return done
+
+    def _damage_synced(self, path: str, image: bytearray, shadow: bytearray, rng, lose: float,
+                       misdirect: float, allow) -> list[WriteDamage]:
+        done = []
+        sectors = len(image) // SECTOR
+        for lo, old in self.before.get(path, {}).items():
+            if old == shadow[lo:lo + SECTOR]:
+                continue        # the sector was synced back to what it held: nothing to lose
+            r = rng.random()
+            if r >= lose + misdirect or (allow is not None and not allow(path, lo)):
+                continue
+            if r < lose:
+                image[lo:lo + SECTOR] = old
+                done.append(WriteDamage("lost", path, lo))
+                continue
+            target = rng.randrange(sectors) * SECTOR
+            if target == lo or (allow is not None and not allow(path, target)):
+                continue
+            image[lo:lo + SECTOR] = old
+            image[target:target + SECTOR] = shadow[lo:lo + SECTOR]
+            done.append(WriteDamage("misdirected", path, lo, target))
+        return done
 
 
 class _RecordingIO(StoreIO):
@@ -256,6 +354,17 @@ class _RecordingIO(StoreIO):
         if self._cls is None:
             self._cls = self._power._mapping_class()
         return self._cls(fd, length, access=_mmap.ACCESS_WRITE if writable else _mmap.ACCESS_READ)
+
+    def allocate(self, fd: int, size: int) -> None:
+        error = self._power._allocate_error(fd)
+        if error is not None:
+            raise error
+        super().allocate(fd, size)
+
+    def synced(self, nbytes: int) -> None:
+        on_sync = self._power.on_sync
+        if on_sync is not None:
+            on_sync(nbytes)
 
     def deleted(self, path: str) -> None:
         self._power.forget(path)

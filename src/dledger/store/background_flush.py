@@ -12,6 +12,8 @@ Rules that keep the checkpoint's promise (everything up to ``endIndex`` was sync
   own thread, when it reaps a finished job (``DLedgerMmapFileStore.flush_if_due``);
 - a job that a truncation, a reset or a segment deletion overtook (the store's *cut epoch*
   moved) is discarded: its ranges may no longer hold what the end index says;
+- a job whose msync failed (or whose thread raised) fails the store, overtaken or not: what
+  the disk holds is unknown from then on (``flusher.py``);
 - only plain ``mmap.mmap`` mappings are synced here; anything else (an instrumented mapping in
   tests) is synced through its own ``flush`` on the store's thread, as before.
 """
@@ -50,7 +52,8 @@ class FlushJob:
     epoch: int            # the store's cut epoch when the job was made
     checkpoint: bool      # write the checkpoint when reaped
     future: Future | None = None   # set by ``submit``; done when the flush thread is through
-    error: str | None = None
+    error: str | None = None       # an msync failed: the store fails (see ``flusher.py``)
+    stale: bool = False            # a segment was closed under the job: it is dropped
 
     def finished(self) -> bool:
         return self.future is not None and self.future.done()
@@ -76,7 +79,7 @@ def can_sync(f) -> bool:
 def _run(job: FlushJob) -> None:
     for f, start, end in job.ranges:
         if f.mm is None:  # closed meanwhile: the job is stale anyway
-            job.error = "segment closed during flush"
+            job.stale = True
             return
         aligned = start & PAGE_MASK
         if _libc.msync(f._addr + aligned, end - aligned, MS_SYNC) != 0:

@@ -7,7 +7,8 @@ it cuts ``data_list`` and ``index_list``, moves the ledger fields, ``committed_i
 Rules (crash-safe order: whatever step a crash interrupts, the next open finds either the old
 log or the cut one):
 - before a cut, everything written is synced (``_sync_before_cut``), and the store's *cut
-  epoch* moves, so a background flush job made before it is dropped;
+  epoch* moves, so a background flush job made before it is dropped; a failed store
+  (``flusher.py``) cuts nothing, and a failed sync there fails the store;
 - ``truncate``: the checkpoint stops vouching for the doomed entries first, then their index
   units are erased (stale units must not vouch for stale data after a crash), then the data
   header at the cut is zeroed and synced;
@@ -33,9 +34,13 @@ class Cut:
         the pages before it still only in the page cache, a power loss could keep the cut and
         lose what precedes it: a hole that recovery would take for mid-log damage.
         """
+        self._check_not_failed()     # a failed store's disk is unknown: no cut on top of it
         self._cut_epoch += 1
-        self.data_list.flush(0)
-        self.index_list.flush(0)
+        try:
+            self.data_list.flush(0)
+            self.index_list.flush(0)
+        except OSError as exc:
+            raise self._sync_failed("msync before a cut", exc) from exc
 
     def truncate(self, truncate_index: int) -> int:
         """Remove ``truncate_index`` and every later entry; returns the new end index.

@@ -13,12 +13,22 @@ Rules:
   cut (the cut epoch moved) is dropped;
 - ``_announce_begin`` writes a new begin to the checkpoint before a prefix removal touches
   any file.
+
+Fail-stop on a failed sync: when an msync fails (``OSError``, e.g. ``EIO``: in ``flush``, in
+``flush_if_due``, in the flush thread's job, or in the sync of an ``fsync``-mode append),
+what is on disk is unknown from then on: the kernel may have dropped the dirty pages, so a
+later msync that succeeds proves nothing. The store is then *failed*: ``failed`` names the
+first failure, and every later append, ``flush`` and ``flush_if_due`` raises
+``DLedgerError(DISK_ERROR)`` naming it; no checkpoint is written any more. Reads go on. Only
+a new store object (the process restarts; recovery reads what the disk really holds) clears
+it. A sync is never retried into a false success.
 """
 
 from __future__ import annotations
 
 import logging
 
+from dledger.errors import DISK_ERROR, DLedgerError
 from dledger.store import background_flush as bg_flush
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
 
@@ -27,6 +37,25 @@ log = logging.getLogger(__name__)
 
 class Flusher:
     """Flushing and checkpointing of the file store (mixin of ``DLedgerMmapFileStore``)."""
+
+    #: None while every sync succeeded; else why the store failed (see the module docstring)
+    failed: str | None = None
+
+    def _fail(self, reason: str) -> None:
+        """Mark the store failed (the first reason is kept)."""
+        if self.failed is None:
+            self.failed = reason
+            log.error("store %s failed, it acknowledges nothing more until reopened: %s",
+                      self.store_dir, reason)
+
+    def _check_not_failed(self) -> None:
+        if self.failed is not None:
+            raise DLedgerError(f"store {self.store_dir} failed ({self.failed}); reopen it", DISK_ERROR)
+
+    def _sync_failed(self, what: str, exc: OSError) -> DLedgerError:
+        """An msync raised: fail the store; the error to raise to the caller."""
+        self._fail(f"{what} failed: {exc}")
+        return DLedgerError(f"store {self.store_dir} failed ({self.failed}); reopen it", DISK_ERROR)
 
     def _announce_begin(self, before_begin_index: int, before_begin_term: int, committed: int) -> None:
         """Write the checkpoint with a new begin before any file changes: an open after a crash
@@ -42,9 +71,13 @@ class Flusher:
         self._check_open()
         if self.read_only:
             return
+        self._check_not_failed()
         end = self.ledger_end_index
-        self.data_list.flush(0)
-        self.index_list.flush(0)
+        try:
+            self.data_list.flush(0)
+            self.index_list.flush(0)
+        except OSError as exc:
+            raise self._sync_failed("msync", exc) from exc
         if checkpoint and (self._checkpoint is None or self._checkpoint.end_index != end
                            or self._checkpoint.committed_index != self.committed_index):
             self._write_checkpoint(end)
@@ -60,6 +93,7 @@ class Flusher:
         if self.read_only or self.closed:
             return False
         self._reap_flush_job()
+        self._check_not_failed()
         if self._last_flush_ms is not None and now_ms - self._last_flush_ms < self.flush_interval_ms:
             return False
         if self._flush_job is not None:  # the previous one is still syncing
@@ -91,9 +125,12 @@ class Flusher:
             return
         self._flush_job = None
         error = job.failure()
-        if error is not None or job.epoch != self._cut_epoch:
-            if error is not None and job.epoch == self._cut_epoch:
-                log.error("store %s: background flush failed: %s", self.store_dir, error)
+        if error is not None:
+            # Even a job a cut overtook: the pages it failed to write may hold entries the
+            # cut kept, and nothing tells which.
+            self._fail(f"background flush failed: {error}")
+            return
+        if job.stale or job.epoch != self._cut_epoch:
             return
         for f, _start, end in job.ranges:
             if f.mm is not None and f.flushed_position < end <= f.wrote_position:
@@ -106,7 +143,7 @@ class Flusher:
             self._write_checkpoint(job.end_index)
 
     def _write_checkpoint(self, end_index: int) -> None:
-        if self.read_only:
+        if self.read_only or self.failed is not None:
             return
         cp = Checkpoint(end_index, min(self.committed_index, end_index),
                         self.ledger_before_begin_index, self.ledger_before_begin_term)

@@ -56,6 +56,8 @@ class LogStore(Protocol):
     ledger_end_term: int
     committed_index: int
     max_entry_size: int
+    #: None, or why the store stopped acknowledging (a failed sync); only reopening clears it
+    failed: str | None
 
     # -- term and vote ---------------------------------------------------------------------
     @property

@@ -11,7 +11,12 @@ Rules:
 - ``body_crc`` is the CRC-32 of the final body, after the append hooks;
 - the 8 bytes after the last record are zeroed (``_mark_end``), so bytes left by an earlier
   truncation never read as a continuation of the log;
-- in ``fsync`` mode every append call msyncs what it wrote, data then index, before it returns.
+- an append that raises before counting its entries (a full disk when a segment is created, a
+  hook that raised) counts none of them and is cut back (``_cut_back``): it changed nothing;
+- in ``fsync`` mode every append call msyncs what it wrote, data then index, before it returns;
+  when that msync fails the append raises ``DISK_ERROR``, the log end goes back to where it
+  was before the call (the store never counts an entry it could not make durable), and the
+  store is failed (``flusher.py``): it refuses every later append until it is reopened.
 
 The loops here are the store's hot paths (see docs/architecture.md, "Why the hot path looks
 the way it does"): segment state is kept in locals, and batches go column-wise where that wins.
@@ -31,6 +36,7 @@ from dledger.store.durability import FSYNC
 from dledger.store.follower_batch import plan_follower_batch
 from dledger.store.log_store import AppendBatchResult, AppendHook
 from dledger.store.mmap_file import MmapFile
+from dledger.store.mmap_file_list import zero_header_at
 
 _ZERO8 = bytes(MIN_BLANK_LEN)
 
@@ -52,6 +58,8 @@ class LogWriter:
         self._check_open()
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
+        if self.failed is not None:
+            self._check_not_failed()
         if self.is_disk_full:
             raise DLedgerError(f"disk full: store {self.store_dir} refuses appends", DISK_FULL)
         expected = (self.ledger_end_index + 1) * INDEX_UNIT_SIZE
@@ -146,11 +154,14 @@ class LogWriter:
                 xw += INDEX_UNIT_SIZE
                 add(pos)
                 index += 1
-        finally:
+        except Exception:
             df.wrote_position = wp
             xf.wrote_position = xw
-            if positions:
-                self._end_append(df, first_index, first_index + len(positions) - 1, term, start_pos)
+            self._cut_back(start_pos)
+            raise
+        df.wrote_position = wp
+        xf.wrote_position = xw
+        self._end_append(df, first_index, first_index + len(positions) - 1, term, start_pos)
         return AppendBatchResult(first_index, term, positions)
 
     def _append_leader_joined(self, bodies: Sequence[bytes], magic: int, term: int, first_index: int,
@@ -178,20 +189,46 @@ class LogWriter:
             df.populate(wp, wp + total)
         df.mm[wp:wp + total] = b"".join(chain.from_iterable(zip(heads, bodies)))
         df.wrote_position = wp + total
-        self._write_index_units(list(zip(repeat(magic, n), positions, sizes, indexes, repeat(term, n))), 0, n)
+        try:
+            self._write_index_units(list(zip(repeat(magic, n), positions, sizes, indexes, repeat(term, n))), 0, n)
+        except Exception:
+            self._cut_back(start_pos)
+            raise
         self._end_append(df, first_index, first_index + n - 1, term, start_pos)
         return AppendBatchResult(first_index, term, positions)
 
     def _end_append(self, df: MmapFile | None, first_index: int, last_index: int, last_term: int,
                     start_pos: int) -> None:
         """After records ``first_index..last_index`` were written from data position
-        ``start_pos`` on: move the log end, mark it, and sync in fsync mode."""
+        ``start_pos`` on: move the log end, mark it, and sync in fsync mode (a failed sync puts
+        the log end back and fails the store)."""
+        before = self.ledger_end_index, self.ledger_end_term
         self.ledger_end_index = last_index
         self.ledger_end_term = last_term
         self._mark_end(df)
         if self.durability is FSYNC:
-            self.data_list.sync_from(start_pos)
-            self.index_list.sync_from(first_index * INDEX_UNIT_SIZE)
+            try:
+                self.data_list.sync_from(start_pos)
+                self.index_list.sync_from(first_index * INDEX_UNIT_SIZE)
+            except OSError as exc:
+                self.ledger_end_index, self.ledger_end_term = before
+                raise self._sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
+
+    def _cut_back(self, start_pos: int) -> None:
+        """An append raised before it counted its entries (a full disk at a segment's creation,
+        a hook that raised): cut the data list back to ``start_pos``, where the call began,
+        and the index list back to the log's end, so the call changed nothing. Left there, the
+        bytes of uncounted records would lie before the next append's position and break the
+        log's chain at recovery, and stray index units would refuse every later append."""
+        data, idx = self.data_list, self.index_list
+        try:
+            if data.files and data.max_wrote_position() > start_pos:
+                data.truncate_offset(start_pos)
+                zero_header_at(data, start_pos)
+            if idx.files and idx.max_wrote_position() > (self.ledger_end_index + 1) * INDEX_UNIT_SIZE:
+                self._truncate_index_to(self.ledger_end_index + 1)
+        except OSError as exc:
+            self._fail(f"msync while undoing a refused append failed: {exc}")
 
     def _write_hooked(self, df: MmapFile, wp: int, body: bytes, magic: int, index: int, term: int,
                       pos: int, entries: list[DLedgerEntry] | None, k: int) -> None:
@@ -263,10 +300,11 @@ class LogWriter:
                 df.wrote_position = wp + nbytes
                 self._write_index_units(units, k, end)
                 done = end
-        finally:
-            if done:
-                last = IndexUnit._make(units[done - 1])
-                self._end_append(df, first_index, last.index, last.term, start_pos)
+        except Exception:
+            self._cut_back(start_pos)
+            raise
+        last = IndexUnit._make(units[done - 1])
+        self._end_append(df, first_index, last.index, last.term, start_pos)
         return self.ledger_end_index
 
     def _write_index_units(self, units: list[tuple], k: int, end: int) -> None:

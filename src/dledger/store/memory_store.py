@@ -28,6 +28,8 @@ class DLedgerMemoryStore(StoreBase):
 
     durability = "memory"
     read_only = False
+    #: a memory store never fails a sync (``LogStore.failed``)
+    failed: str | None = None
 
     def __init__(self, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
                  max_entry_size: int = MAX_RECORD_SIZE) -> None:

@@ -3,9 +3,12 @@
 Rules:
 - The file name is the segment's global start offset as 20 zero-padded decimal digits
   (``dledger.entry.segment_name``).
-- A new segment is pre-sized to its full length before it is mapped (``posix_fallocate`` where
-  the file system supports it, else ``ftruncate``), so a full disk fails here, at creation, with
-  ``DISK_FULL``, never later with SIGBUS on a write to a hole.
+- A new segment is pre-sized to its full length before it is mapped (``StoreIO.allocate``:
+  ``posix_fallocate`` where the file system supports it, else ``ftruncate``), so a full disk
+  fails here, at creation, with ``DISK_FULL``, never later with SIGBUS on a write to a hole.
+- ``flush``/``flush_range`` msync through the mapping; an ``OSError`` from the msync goes to the
+  caller with the flushed position unchanged, and ``StoreIO.synced`` hears of each msync that
+  succeeded.
 - Positions (bytes inside this file): ``start_position`` <= data < ``wrote_position``;
   ``flushed_position`` <= ``wrote_position`` is what ``flush`` has made durable.
 - Writers call ``populate(wp, end)`` before writing past ``populated_to``: pages are faulted in
@@ -80,14 +83,12 @@ class MmapFile:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                os.posix_fallocate(fd, 0, self.file_size)
+                self.io.allocate(fd, self.file_size)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise DLedgerError(f"disk full while creating segment {self.path} "
                                        f"({self.file_size} bytes)", DISK_FULL) from exc
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                os.ftruncate(fd, self.file_size)
+                raise
             self.mm = self.io.map(fd, self.file_size, writable=True)
             self._addr = page_warmer.base_address(self.mm)
         except BaseException:
@@ -192,6 +193,7 @@ class MmapFile:
         start = fp & PAGE_MASK
         self.mm.flush(start, wp - start)
         self.flushed_position = wp
+        self.io.synced(wp - start)
         return wp
 
     def flush_range(self, start: int, end: int) -> None:
@@ -201,6 +203,7 @@ class MmapFile:
             self.mm.flush(aligned, end - aligned)
             if end > self.flushed_position and start <= self.flushed_position:
                 self.flushed_position = end
+            self.io.synced(end - aligned)
 
     def close(self) -> None:
         if self.mm is not None:

@@ -7,16 +7,28 @@ segment is decided by the mapping object: the production ``StoreIO`` returns a p
 recording subclass that keeps a copy of the bytes each msync made durable, and is told of every
 segment deletion so that a new file reusing the name starts afresh.
 
+The same object decides how a new segment gets its space (``allocate``: a simulated disk can
+refuse with ``ENOSPC``) and hears of every successful msync (``synced``: a simulated disk can
+make it cost virtual time).
+
 Rules:
-- ``map`` is the only place a segment mapping is created, ``deleted`` is called after a
-  segment file was unlinked; nothing else about the store changes with the ``StoreIO``.
+- ``map`` is the only place a segment mapping is created, ``allocate`` the only place a new
+  segment file gets its size, ``deleted`` is called after a segment file was unlinked;
+  nothing else about the store changes with the ``StoreIO``;
+- ``allocate`` raises ``OSError`` (``ENOSPC``/``EDQUOT`` when the disk is full: the segment
+  then reports ``DISK_FULL``); a mapping's ``flush`` (msync) raises ``OSError`` when the disk
+  could not write the pages (the store then fails: see ``flusher.py``);
+- ``synced(nbytes)`` runs after an msync of ``nbytes`` bytes returned successfully, on the
+  store's thread; the production one does nothing.
 - A ``StoreIO`` is handed to ``DLedgerMmapFileStore`` (``store_io=``), which passes it to its
   two ``MmapFileList``s and they to every ``MmapFile``; the default is ``LOCAL_IO``.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
+import os
 
 
 class StoreIO:
@@ -24,6 +36,20 @@ class StoreIO:
 
     def map(self, fd: int, length: int, *, writable: bool) -> mmap.mmap:
         return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+
+    def allocate(self, fd: int, size: int) -> None:
+        """Give the new, empty file ``fd`` its ``size`` bytes of disk space: ``posix_fallocate``
+        where the file system supports it (a full disk fails here, never later with SIGBUS on
+        a write to a hole), else ``ftruncate``."""
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            os.ftruncate(fd, size)
+
+    def synced(self, nbytes: int) -> None:
+        """An msync of ``nbytes`` bytes returned successfully."""
 
     def deleted(self, path: str) -> None:
         """Segment ``path`` was unlinked (the list fsyncs the directory afterwards)."""
