@@ -60,6 +60,26 @@ def test_leader_reelected_in_the_same_term_does_not_read_at_its_restored_commit_
     assert resp.code == Code.SUCCESS and resp.index >= acked.index
 
 
+def test_leader_reelected_in_the_term_it_led_before_a_restart_has_no_lease_in_it():
+    w = _elected(seed=12)
+    lead = w.leader()
+    w.propose(lead, "w", [b"v"])
+    w.run(20)
+    assert w.nodes[lead].elector.lease_valid(w.now)
+    term = w.nodes[lead].term
+    w.stop(lead)
+    w.start(lead)
+    assert w.run_until(lambda: w.nodes[lead].role is Role.LEADER, 3000) and w.nodes[lead].term == term
+    w.propose(lead, "w2", [b"v2"])
+    assert w.run_until(lambda: "w2" in w.completions, 1000)
+    # an earlier incarnation may have started a transfer in this term: READ_INDEX only
+    assert not w.nodes[lead].elector.lease_valid(w.now)
+    _read(w, lead, "r", ReadMode.LEASE_READ)
+    assert "r" not in w.completions                       # waits for a heartbeat round
+    assert w.run_until(lambda: "r" in w.completions, 1000)
+    assert w.completions["r"].response.code == Code.SUCCESS
+
+
 def test_old_leader_serves_no_lease_read_after_a_transfer_whose_answers_are_lost():
     c = Cluster(n=3, seed=5, rpc_timeout_ms=40)
     assert c.run_until(lambda: c.leader() is not None, 3000)
