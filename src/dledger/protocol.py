@@ -6,6 +6,10 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   the same positions. ``first_entry_index``/``count``/``last_entry_index``/``last_entry_term``
   describe them (Java derives them from the entry list).
 - ``HeartBeatRequest.commit_index`` carries the leader's commit index (Java's carries none).
+- An APPEND ``PushEntryRequest`` carries ``pre_log_term``, the term of the leader's entry at
+  ``first_entry_index - 1``: the follower accepts it only when its own entry there has it.
+- ``ReadMode.parse`` accepts a mode by member, number or name; ``out_of_range`` range-checks
+  every term, index, count and position field of a message from a peer (``MAX_TERM``).
 - ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
   marks the vote of a transferee (see ``core.vote``).
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
@@ -131,6 +135,36 @@ class ReadMode(IntEnum):
     RAFT_LOG_READ = 1
     READ_INDEX_READ = 2
     LEASE_READ = 3
+
+    @classmethod
+    def parse(cls, mode: Any) -> "ReadMode":
+        """``mode`` as a ``ReadMode``: a member, its number, or its name in any case
+        (``"LEASE_READ"``, ``"lease_read"``); anything else raises ``ValueError`` naming the
+        valid modes."""
+        if isinstance(mode, cls):
+            return mode
+        if isinstance(mode, int) and not isinstance(mode, bool) and mode in cls._value2member_map_:
+            return cls(mode)
+        if isinstance(mode, str) and mode.upper() in cls.__members__:
+            return cls[mode.upper()]
+        valid = ", ".join(f"{m.name} ({m.value})" for m in cls)
+        raise ValueError(f"unknown read mode {mode!r}; valid modes: {valid}")
+
+
+#: The largest term a peer may move this node to in one step. Terms above it are accepted
+#: only as small steps above the node's own term (``TERM_STEP``), so a hostile or corrupt
+#: message cannot push the cluster to a term it can never increment again.
+MAX_TERM = 1 << 62
+#: How far above its own term a node accepts a term beyond ``MAX_TERM``.
+TERM_STEP = 1 << 20
+INT64_MAX = (1 << 63) - 1
+#: int fields that are codes or enums, not terms, indexes, counts or positions
+_NOT_RANGED = frozenset(("code", "type", "vote_result"))
+
+
+def term_acceptable(term: int, own_term: int) -> bool:
+    """Whether a peer's ``term`` may be adopted by a node in ``own_term``."""
+    return term <= MAX_TERM or term <= own_term + TERM_STEP
 
 
 SUCCESS = DLedgerResponseCode.SUCCESS
@@ -336,6 +370,27 @@ def _check_for(f) -> Any:
 
 
 _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
+
+
+def _ranged_fields(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.type == "int" and f.name not in _NOT_RANGED)
+
+
+_RANGED = {cls: _ranged_fields(cls) for cls, _ in MESSAGE_TYPES}
+
+
+def out_of_range(msg: Any, own_term: int) -> str | None:
+    """Why ``msg`` (from a peer) carries a term, index, count or position this node must not
+    act on, or None. Every such field lies in ``-1 .. 2**63-1`` (-1: none), and every term
+    field passes ``term_acceptable`` against ``own_term``."""
+    for name in _RANGED.get(type(msg), ()):
+        value = getattr(msg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= INT64_MAX:
+            return f"{type(msg).__name__}.{name}={value!r} is outside -1..2**63-1"
+        if name.endswith("term") and not term_acceptable(value, own_term):
+            return (f"{type(msg).__name__}.{name}={value} is above the term bound {MAX_TERM} "
+                    f"and more than {TERM_STEP} above the local term {own_term}")
+    return None
 
 
 @dataclass(slots=True)

@@ -22,7 +22,8 @@ What it promises:
 - ``read(mode)`` completes when reading local state at the returned index is safe:
   UNSAFE_READ at once (may be stale), RAFT_LOG_READ after a NOOP entry commits, READ_INDEX_READ
   after a heartbeat round confirms leadership, LEASE_READ at once while the leader's lease
-  (``lease_ratio`` of the election timeout since the last confirmed round) holds;
+  (``lease_ratio`` of the election timeout since the last confirmed round) holds and no
+  leadership transfer was started in its term (docs/embedding.md);
 - role-change handlers receive ``RoleChange(term, role, leader_id)`` on the runtime's thread,
   each transition once, in order;
 - every blocking call has an ``*_async`` twin for hosts running their own asyncio loop.
@@ -259,7 +260,10 @@ class DLedgerServer:
         return f
 
     def read(self, mode: ReadMode = ReadMode.RAFT_LOG_READ) -> Future:
-        """A future of ``AppendEntryResponse`` whose ``index`` is safe to read up to."""
+        """A future of ``AppendEntryResponse`` whose ``index`` is safe to read up to.
+        ``mode`` is a ``ReadMode``, its number or its name in any case (``"LEASE_READ"``);
+        anything else raises ``ValueError`` here, in the caller's thread."""
+        mode = ReadMode.parse(mode)
         self._check_started()
         f: Future = Future()
         op = Op(f, READ, self._now())

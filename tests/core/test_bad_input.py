@@ -61,7 +61,8 @@ def test_a_push_with_a_corrupt_record_is_refused_and_nothing_is_written():
     leader.batch_append_as_leader([b"new"])
     raw = bytearray(leader.get_raw(3))
     raw[-1] ^= 1                                             # flip a body bit: CRC mismatch
-    resp = push(node, entries=bytes(raw), first_entry_index=3, count=1, last_entry_term=2)
+    resp = push(node, entries=bytes(raw), first_entry_index=3, count=1, last_entry_term=2,
+                pre_log_index=2, pre_log_term=2)
     assert resp.code == Code.INCONSISTENT_STATE and node.store.ledger_end_index == 2
 
 

@@ -7,14 +7,18 @@ Rules:
 - an APPEND whose first index is beyond ``ledger_end + 1`` waits for its predecessor (a
   duplicate waiting copy is answered REPEATED_PUSH); waiting pushes older than
   ``max_push_timeout_ms`` are answered INCONSISTENT_STATE so the leader compares again;
-- an APPEND that overlaps the local log is checked byte for byte: matching records are
+- an APPEND is accepted only when the entry before its first index is in the local log with
+  the term the leader names in ``pre_log_term`` (Raft's log matching); one that overlaps
+  the local log is checked byte for byte: matching records are
   acknowledged again (duplicates and resends are idempotent), the first differing record
   and everything after it is truncated and replaced (Raft's rule); records are written as
   the leader's bytes at the leader's positions (the store refuses anything else);
 - COMPARE and TRUNCATE answer every waiting APPEND they supersede (DLedger drops them
   unanswered, so its leader waits for a timeout);
   TRUNCATE never removes an entry already verified against this leader in this term (so a
-  late duplicate cannot undo acknowledged appends) nor a committed one;
+  late duplicate cannot undo acknowledged appends) nor a committed one; it is accepted only
+  right after a COMPARE matched the index before it in this term, and answers SUCCESS only
+  when the store's log really ends before the cut afterwards;
 - the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
   highest index verified against the current leader in its term: a follower never commits
   an entry it has not checked against the leader;
@@ -170,6 +174,13 @@ class EntryHandler:
             end = store.ledger_end_index
             if first <= store.ledger_before_begin_index:
                 return self._answer(req, Code.INCONSISTENT_STATE)
+            # log matching: the entry before the first one must be here, of the leader's term
+            prev = first - 1
+            if prev >= 0 and store.get_entry_term(prev) != req.pre_log_term:
+                log.warning("%s: push %d..%d from %s refused: entry %d is of term %d here, %d at the leader",
+                            self.member_state.self_id, first, last, req.leader_id, prev,
+                            store.get_entry_term(prev), req.pre_log_term)
+                return self._answer(req, Code.INCONSISTENT_STATE)
             # skip what we already hold, byte for byte; truncate at the first difference
             while index <= end and offset < len(data):
                 size = MAGIC_SIZE.unpack_from(data, offset)[1]
@@ -220,13 +231,22 @@ class EntryHandler:
 
     def _truncate(self, req: PushEntryRequest) -> PushEntryResponse:
         store = self.store
-        at = max(req.pre_log_index, self.matched_index + 1, self.member_state.committed_index + 1)
+        p = req.pre_log_index
+        if p < 0 or p - 1 > self.matched_index or p > store.ledger_end_index + 1:
+            # the leader cuts after the index its COMPARE matched in this term; a TRUNCATE
+            # without that match here (or past the log's end) would verify unchecked entries
+            return self._answer(req, Code.INCONSISTENT_STATE, index=p)
+        at = max(p, self.matched_index + 1, self.member_state.committed_index + 1)
         try:
             if at <= store.ledger_end_index:
                 store.truncate(at)
         except DLedgerError as exc:
             log.warning("%s: truncate at %d failed: %s", self.member_state.self_id, at, exc)
-            return self._answer(req, Code.INCONSISTENT_STATE, index=req.pre_log_index)
+            return self._answer(req, Code.INCONSISTENT_STATE, index=p)
+        if store.ledger_end_index >= at:
+            log.error("%s: truncate at %d left the log ending at %d", self.member_state.self_id, at,
+                      store.ledger_end_index)
+            return self._answer(req, Code.INCONSISTENT_STATE, index=p)
         self._verified(req.term, min(store.ledger_end_index, max(req.pre_log_index - 1, self.matched_index)))
         self.commit_hint(req.term, req.commit_index)
         return self._answer(req, Code.SUCCESS, index=req.pre_log_index)

@@ -56,6 +56,7 @@ class _Range(NamedTuple):
     raw: bytes
     count: int
     last_term: int
+    pre_term: int
 
 
 @dataclass(slots=True)
@@ -304,15 +305,7 @@ class EntryPusher:
                     return
             first = pr.next
             try:
-                cached = self._ranges.get(first)
-                if cached is None:
-                    raw, count = store.get_raw_range(first, cfg.max_batch_append_size, cfg.max_batch_append_count)
-                    last_term = store.get_entry_term(first + count - 1)
-                    if len(self._ranges) >= 256:
-                        del self._ranges[next(iter(self._ranges))]
-                    self._ranges[first] = _Range(raw, count, last_term)
-                else:
-                    raw, count, last_term = cached
+                raw, count, last_term, pre_term = self._read_range(first)
             except DLedgerError as exc:
                 log.warning("%s: cannot read entries from %d for %s: %s", self.member_state.self_id, first,
                             pr.peer, exc)
@@ -321,7 +314,7 @@ class EntryPusher:
             if lagging:
                 pr.quota_bytes += len(raw)
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
-                                last_entry_term=last_term, pre_log_index=first - 1)
+                                last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)
             pr.append_sent(first, count, now, self.member_state.committed_index)
             self._send(pr.peer, req, lambda now_, src, resp, f=first, c=count:
                        self._on_append_response(now_, pr, term, f, c, resp))
@@ -333,6 +326,27 @@ class EntryPusher:
             pr.commit_push_sent(now, committed)
             self._send(pr.peer, self._request(pr, PushEntryType.COMMIT),
                        lambda now_, src, resp, m=pr.match: self._on_commit_response(now_, pr, term, m, resp))
+
+    def _read_range(self, first: int) -> _Range:
+        """The records to push from ``first`` (cached). When the store refuses the range (a
+        damaged record in it), the first record alone is tried, so that a follower still gets
+        what precedes the damage; a damaged record itself is never pushed."""
+        cached = self._ranges.get(first)
+        if cached is not None:
+            return cached
+        store, cfg = self.store, self.cfg
+        try:
+            raw, count = store.get_raw_range(first, cfg.max_batch_append_size, cfg.max_batch_append_count)
+        except DLedgerError:
+            if cfg.max_batch_append_count == 1:
+                raise
+            raw, count = store.get_raw_range(first, cfg.max_batch_append_size, 1)
+        last_term = store.get_entry_term(first + count - 1)
+        pre_term = store.get_entry_term(first - 1) if first > 0 else -1
+        if len(self._ranges) >= 256:
+            del self._ranges[next(iter(self._ranges))]
+        rng = self._ranges[first] = _Range(raw, count, last_term, pre_term)
+        return rng
 
     def _current(self, now: int, pr: FollowerProgress, term: int, resp) -> bool:
         member = self.member_state

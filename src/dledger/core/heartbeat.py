@@ -12,7 +12,8 @@ The leader:
   intervals, and when a peer reports a higher term; a new leader counts its election as a
   confirmation (DLedger steps down when its first round misses a quorum);
 - holds a lease (LEASE_READ) for ``lease_ratio`` of the election timeout after the last
-  confirmation.
+  confirmation, except in a term the member state fenced (``MemberState.lease_fenced``: a
+  leadership transfer started, or the term is led again after a restart).
 
 A follower records when it last heard its leader (a heartbeat or a push); after
 ``max_heart_beat_leak`` intervals of silence it stands for election. ``has_live_leader`` is
@@ -98,6 +99,7 @@ class Heartbeats:
 
     def lease_valid(self, now: int) -> bool:
         return (self.member_state.role is Role.LEADER and self.last_succ_heartbeat_ms >= 0
+                and not self.member_state.lease_fenced()
                 and now < self.last_succ_heartbeat_ms + int(self.cfg.lease_ratio * self.election_timeout_ms))
 
     def has_live_leader(self, now: int) -> bool:

@@ -91,6 +91,7 @@ class LeadershipTransfer:
         if member.transferee is not None:
             return answer(Code.LEADER_TRANSFERRING)
         member.transferee = transferee
+        member.fence_lease()
         term = member.curr_term
         fwd = LeadershipTransferRequest(group=member.group, leader_id=member.self_id, local_id=member.self_id,
                                         remote_id=transferee, term=term,

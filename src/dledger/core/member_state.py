@@ -8,6 +8,11 @@ Rules kept here:
   re-entering the role and term already held is no transition; the test harness's forced
   roles, with the elector disabled, are the one exception), and each change is recorded as a
   ``RoleChange`` event, each (term, role) once, in order;
+- terms are incrementable: ``next_term`` refuses to pass 2**63-1 (peers cannot push a node
+  near it: ``protocol.out_of_range``);
+- ``leader_base_index`` is the log end when this leadership began (linearizable reads wait
+  for a commit above it); the read lease is fenced for a term in which a leadership transfer
+  started, or which this node leads again after its process restarted (``no_lease_term``);
 - the committed index never goes backwards (leader: only in its own term; follower: only when
   not leader), and is handed to the store so that committed entries are never truncated.
 """
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING
 from dledger.core.quorum import Majority
 from dledger.core.transitions import TransitionTable
 from dledger.errors import DLedgerError
-from dledger.protocol import DLedgerResponseCode as Code
+from dledger.protocol import INT64_MAX, DLedgerResponseCode as Code
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -73,6 +78,12 @@ class MemberState:
         self.known_max_term_in_group = -1
         self.transferee: str | None = None
         self.term_to_take_leadership = -1
+        #: leader: the log end when this leadership began; reads need a commit index above it
+        self.leader_base_index = -1
+        #: a term in which this node must not trust its read lease (see ``lease_fenced``)
+        self.no_lease_term = -1
+        #: the term and vote this process found in the store when it started
+        self.started_in = (store.current_term, store.vote_for)
         self.changes: list[RoleChange] = []
         self._last_told: tuple[int, Role] | None = None
 
@@ -93,6 +104,8 @@ class MemberState:
             raise DLedgerError(f"{self.self_id} is {self.role.value}, not CANDIDATE", Code.ILLEGAL_MEMBER_STATE)
         term = self.known_max_term_in_group if self.known_max_term_in_group > self.curr_term \
             else self.curr_term + 1
+        if term > INT64_MAX:
+            raise DLedgerError(f"{self.self_id}: term {self.curr_term} cannot be incremented", Code.ILLEGAL_MEMBER_STATE)
         self.store.persist_term(term, None)
         return term
 
@@ -124,6 +137,16 @@ class MemberState:
             self._last_told = key
             self.changes.append(RoleChange(self.curr_term, self.role, self.leader_id))
 
+    def fence_lease(self) -> None:
+        """A leadership transfer starts: the transferee may win the next term without the
+        leader stickiness that makes the lease sound, even if no answer comes back. The
+        lease is not trusted again in this term (READ_INDEX_READ still is); a new
+        leadership, won in a later election, starts a new lease."""
+        self.no_lease_term = self.curr_term
+
+    def lease_fenced(self) -> bool:
+        return self.no_lease_term == self.curr_term
+
     def is_taking_leadership(self) -> bool:
         """This node is the transferee of a leadership transfer in its current term."""
         return self.term_to_take_leadership == self.curr_term and self.term_to_take_leadership >= 0
@@ -142,6 +165,12 @@ class MemberState:
         self.role = Role.LEADER
         self.leader_id = self.self_id
         self.peers_live.clear()
+        self.leader_base_index = self.store.ledger_end_index
+        if self.started_in == (term, self.self_id):
+            # re-elected in the term it had already voted for itself in before this process
+            # started: an earlier incarnation may have led this term and begun a leadership
+            # transfer, whose transferee passes leader stickiness: no lease in this term
+            self.no_lease_term = term
         self._told()
 
     def change_to_follower(self, term: int, leader_id: str, *, forced: bool = False) -> None:

@@ -18,7 +18,10 @@ next deadline. The contract (docs/architecture.md):
 3. The driver calls ``tick`` again at ``next_deadline_ms`` (or earlier; early ticks are
    harmless).
 
-Requests from peers get their response in the same ``Ready`` unless a component parks them
+Every message from a peer is range-checked first (``protocol.out_of_range``): a term or
+index no peer may send is refused before anything changes (a request is answered
+UNEXPECTED_ARGUMENT, a response is ignored). Requests from peers get their response in the
+same ``Ready`` unless a component parks them
 (out-of-order pushes, leadership transfers); responses to this node's own requests are
 matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
 
@@ -48,7 +51,8 @@ from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppe
                               HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
-                              PushEntryResponse, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse)
+                              PushEntryResponse, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
+                              out_of_range)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -184,6 +188,18 @@ class Node:
 
     def receive(self, now_ms: int, env: Envelope) -> None:
         now = self._clock(now_ms)
+        bad = out_of_range(env.msg, self.member_state.curr_term)
+        if bad is not None:
+            # a term or index no peer may send: refused before anything changes (a request is
+            # answered UNEXPECTED_ARGUMENT, a response is ignored and its request times out)
+            log.warning("%s: refused %s from %s: %s", self.member_state.self_id, type(env.msg).__name__,
+                        env.src, bad)
+            if not env.is_response and type(env.msg) in RESPONSE_OF:
+                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
+                resp.term = self.member_state.curr_term          # never echo the bad value
+                self.reply(env.src, env.request_id, resp)
+            self._after(now)
+            return
         if env.is_response:
             rpc = self._rpcs.get(env.request_id)
             if rpc is not None and type(env.msg) is rpc.response_type and env.src == rpc.peer:
@@ -223,16 +239,16 @@ class Node:
 
     def read(self, now_ms: int, token: Any, mode: ReadMode) -> None:
         """Complete ``token`` when reading the local state at the returned index is safe."""
+        mode = ReadMode.parse(mode)
         now = self._clock(now_ms)
         member = self.member_state
-        mode = ReadMode(mode)
         if mode is ReadMode.UNSAFE_READ:
             self.complete_read(token, Code.SUCCESS, self.caller.applied_index)
         elif member.role is not Role.LEADER:
             self.complete_read(token, Code.NOT_LEADER, -1)
         elif member.transferee is not None:
             self.complete_read(token, Code.LEADER_TRANSFERRING, -1)
-        elif mode is ReadMode.RAFT_LOG_READ or not self._committed_in_term():
+        elif mode is ReadMode.RAFT_LOG_READ or not self._read_safe():
             self.pusher.propose(now, [(token, [], MAGIC_NOOP)])
         elif mode is ReadMode.LEASE_READ and self.elector.lease_valid(now):
             self.complete_read(token, Code.SUCCESS, member.committed_index)
@@ -343,10 +359,16 @@ class Node:
             self.now_ms = now_ms
         return self.now_ms
 
-    def _committed_in_term(self) -> bool:
-        c = self.member_state.committed_index
-        return c >= 0 and c > self.store.ledger_before_begin_index \
-            and self.store.get_entry_term(c) == self.member_state.curr_term
+    def _read_safe(self) -> bool:
+        """Whether this leader's commit index covers every append acknowledged before now:
+        an entry of this leadership (appended after it began, not merely of its term) has
+        committed. A leader re-elected in the term it led before a restart restores its
+        commit index from a checkpoint that may lag what its earlier incarnation acknowledged;
+        its entries of the same term do not prove the index current."""
+        member = self.member_state
+        c = member.committed_index
+        return c >= 0 and c > self.store.ledger_before_begin_index and c > member.leader_base_index \
+            and self.store.get_entry_term(c) == member.curr_term
 
     def _first_rpc_deadline(self) -> int | None:
         order, rpcs = self._rpc_order, self._rpcs

@@ -10,7 +10,10 @@ Rules:
   so a client's append completes after its entry is applied (Java DLedger completes it
   when the entry commits);
 - an exception from the state machine stops applying (``error`` is set) and is reported
-  once; the node keeps serving the log but applies nothing more.
+  once; the node keeps serving the log but applies nothing more;
+- a committed entry the store cannot read (damaged: ``DLedgerError``) is never applied nor
+  skipped: applying stops before it (reported once per index) and is tried again at the next
+  commit, so the node keeps running and a repaired entry is applied then.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dledger.entry import MAGIC_NORMAL, DLedgerEntry
+from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -54,6 +58,8 @@ class StateMachineCaller:
         self.applied_index = applied_index
         self.error: BaseException | None = None
         self.max_batch = 1024
+        #: the committed entry the store could not read last (reported once)
+        self.unreadable_index = -1
 
     def on_committed(self, committed_index: int) -> dict[int, Any]:
         """Apply everything up to ``committed_index``; returns ``{index: resp}`` of set resps."""
@@ -64,9 +70,21 @@ class StateMachineCaller:
             return {}
         results: dict[int, Any] = {}
         while self.applied_index < committed_index and self.error is None:
+            lo = self.applied_index + 1
             hi = min(committed_index, self.applied_index + self.max_batch)
-            batch = [ApplyEntry(e) for e in self.store.iter_entries(self.applied_index + 1, hi)
-                     if e.magic == MAGIC_NORMAL]
+            entries: list[DLedgerEntry] = []
+            unreadable = False
+            try:
+                for e in self.store.iter_entries(lo, hi):
+                    entries.append(e)
+            except DLedgerError as exc:
+                unreadable = True
+                bad = lo + len(entries)
+                if bad != self.unreadable_index:
+                    self.unreadable_index = bad
+                    log.error("committed entry %d cannot be read: %s; applying stops before it", bad, exc)
+                hi = bad - 1
+            batch = [ApplyEntry(e) for e in entries if e.magic == MAGIC_NORMAL]
             try:
                 if batch:
                     self.state_machine.on_apply(batch)
@@ -79,6 +97,8 @@ class StateMachineCaller:
                 if a.resp is not None:
                     results[a.index] = a.resp
             self.applied_index = hi
+            if unreadable:
+                break
         return results
 
     def shutdown(self) -> None:
