@@ -29,7 +29,22 @@ CI_SEEDS = (_seeds(0, 350, 3, "page_cache", "memory") + _seeds(0, 200, 3, "fsync
             + _seeds(1000, 20, 5, "page_cache", "file") + _seeds(1000, 20, 5, "fsync", "file"))
 
 #: (seed, nodes, durability, store) -> the invariant it breaks and the open bug behind it
-KNOWN_FAILURES: dict[tuple, str] = {}
+KNOWN_FAILURES: dict[tuple, str] = {
+    (1034, 3, "page_cache", "file"): (
+        "stale read: a leader restarted and re-elected in the same term serves READ_INDEX_READ at the "
+        "commit index it recovered from disk (7), below an append it acknowledged before the restart (27)"),
+    # found by the long sweep (seeds 2000-2149, 3 nodes, file stores, page_cache); kept here so that
+    # a fix shows up
+    (2003, 3, "page_cache", "file"): "stale read: READ_INDEX_READ below an acknowledged append (same as 1034)",
+    (2005, 3, "page_cache", "file"): "stale read: READ_INDEX_READ and LEASE_READ below an acknowledged append",
+    (2067, 3, "page_cache", "file"): "stale read: READ_INDEX_READ below an acknowledged append (same as 1034)",
+    (2045, 3, "page_cache", "file"): (
+        "I4 committed prefixes differ: after power loss of one node (a minority) two entries were "
+        "acknowledged at index 18 and replicas committed different bytes there"),
+    (2081, 3, "page_cache", "file"): (
+        "committed log holds: an acknowledged append is overwritten at its index after power loss "
+        "of one node (a minority)"),
+}
 
 PASSING = [k for k in CI_SEEDS if k not in KNOWN_FAILURES]
 
@@ -47,19 +62,25 @@ def _run(key: tuple, tmp_path):
 
 @pytest.mark.parametrize("key", PASSING, ids=[_id(k) for k in PASSING])
 def test_seed_keeps_every_invariant(key, tmp_path):
+    failure = None
     try:
         r = _run(key, tmp_path)
     except SwarmFailure as exc:
-        pytest.fail(str(exc), pytrace=False)
+        failure = str(exc)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
     counts = r.history.counts()
     r.close()
     assert counts["ok"] > 0
 
 
-@pytest.mark.parametrize("key", list(KNOWN_FAILURES), ids=[_id(k) for k in KNOWN_FAILURES])
-def test_known_failures_still_fail(key, tmp_path):
-    with pytest.raises(SwarmFailure):
-        _run(key, tmp_path)
+def test_known_failures_still_fail(tmp_path):
+    """Each known failure still breaks the invariant named for it; once a fix makes one pass,
+    this fails: move the seed back into the list and the bug to "Bugs found" in the docs."""
+    for k, (key, why) in enumerate(KNOWN_FAILURES.items()):
+        with pytest.raises(SwarmFailure) as exc:
+            _run(key, tmp_path / str(k))
+        assert why.split(":")[0] in str(exc.value), (key, str(exc.value)[:500])
 
 
 def test_the_ci_list_covers_both_sizes_both_durabilities_and_both_stores():

@@ -98,3 +98,20 @@ def test_help_shows_examples(capsys):
     with pytest.raises(SystemExit):
         main(["swarm", "--help"])
     assert "python -m dledger.sim swarm --seeds 1000" in capsys.readouterr().out
+
+
+def test_the_swarm_catches_a_follower_serving_linearizable_reads(monkeypatch):
+    """A planted bug: followers answer READ_INDEX_READ with their own commit index instead of
+    NOT_LEADER. Seed 0 (3 nodes) reads from a cut-off follower and the read checker calls it stale."""
+    from dledger.core import node as node_module
+    real_read = node_module.Node.read
+
+    def read(self, now_ms, token, mode):
+        if ReadMode(mode) is ReadMode.READ_INDEX_READ and self.member_state.role is not node_module.Role.LEADER:
+            self.complete_read(token, 200, self.member_state.committed_index)
+            return
+        real_read(self, now_ms, token, mode)
+
+    monkeypatch.setattr(node_module.Node, "read", read)
+    with pytest.raises(SwarmFailure, match="stale read"):
+        run_swarm(SwarmOptions.from_seed(0, nodes=3))
