@@ -32,9 +32,13 @@ def test_options_are_drawn_from_the_seed_within_the_ranges(seed, nodes, durabili
         assert len(o.power_victims) == nodes
 
 
-def test_the_same_seed_gives_the_same_run_byte_for_byte():
+@pytest.mark.parametrize("seed,store", [(42, "memory"), (1002, "file")])
+def test_the_same_seed_gives_the_same_run_byte_for_byte(seed, store, tmp_path):
+    runs = iter(["a", "b"])
+
     def run():
-        r = run_swarm(SwarmOptions.from_seed(42, nodes=3))
+        base = tmp_path / next(runs) if store == "file" else None
+        r = run_swarm(SwarmOptions.from_seed(seed, nodes=3, store=store), base_dir=base)
         ops = [(o.kind, o.body, o.node, o.invoke_ms, o.complete_ms, o.code, o.index, o.term, o.pos, o.mode)
                for o in r.history.ops]
         out = ops, r.committed_log(), r.scheduler.events_run, r.kv.ops(), r.nemesis, r.now_ms
