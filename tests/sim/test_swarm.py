@@ -119,3 +119,20 @@ def test_the_swarm_catches_a_follower_serving_linearizable_reads(monkeypatch):
     monkeypatch.setattr(node_module.Node, "read", read)
     with pytest.raises(SwarmFailure, match="stale read"):
         run_swarm(SwarmOptions.from_seed(0, nodes=3))
+
+
+def test_the_swarm_catches_a_state_machine_that_loses_acknowledged_puts(monkeypatch):
+    """A planted bug in the key-value machine (every put whose value is a multiple of 3 is
+    acknowledged but not applied): the key-value history of seed 1 is not linearizable."""
+    from dledger.sim import swarm
+    from dledger.sim.kv import KVStateMachine
+
+    class LosesPuts(KVStateMachine):
+        def apply_command(self, cmd):
+            if cmd[0] == "put" and int(cmd[2]) % 3 == 0:
+                return True
+            return super().apply_command(cmd)
+
+    monkeypatch.setattr(swarm, "KVStateMachine", LosesPuts)
+    with pytest.raises(SwarmFailure, match="key-value history not linearizable"):
+        run_swarm(SwarmOptions.from_seed(1, nodes=3))
