@@ -1,8 +1,9 @@
-"""The checkers themselves, fed known-bad histories and logs: each must be caught."""
+"""The checkers themselves, fed known-good and known-bad histories and logs: each bad one must be caught."""
 
 from dledger.core import Role, RoleChange
 from dledger.core.node import Ready
-from dledger.sim import InvariantChecker, LogEntry, Operation, check_commit_log, check_logs
+from dledger.protocol import DLedgerResponseCode as Code, ReadMode
+from dledger.sim import InvariantChecker, LogEntry, Operation, check_commit_log, check_logs, check_reads
 from dledger.store import DLedgerMemoryStore
 
 
@@ -106,3 +107,38 @@ def test_same_index_and_term_with_different_bytes_breaks_log_matching():
     a = _store((1, b"x"), (1, b"y"))
     b = _store((1, b"q"), (1, b"y"))
     assert any("I2" in p for p in check_logs({"a": a, "b": b}, {"a": -1, "b": -1}))
+
+
+# -- the read checker --------------------------------------------------------------------
+def read(op_id, mode, index, invoke, complete, code=200):
+    return Operation(op_id, b"", "n0", invoke, complete, code, index, kind="read", mode=int(mode))
+
+
+def test_reads_that_see_every_earlier_acknowledged_append_pass():
+    ops = [ok(0, b"a", 0, 0, 10), ok(1, b"b", 1, 5, 20),
+           read(2, ReadMode.READ_INDEX_READ, 0, 15, 16),     # b not acknowledged yet when invoked
+           read(3, ReadMode.RAFT_LOG_READ, 2, 21, 30), read(4, ReadMode.LEASE_READ, 1, 21, 22)]
+    assert check_reads(ops, log_of(b"a", b"b", b"")) == []
+
+
+def test_a_stale_linearizable_read_is_caught_in_every_linearizable_mode():
+    for mode in (ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ, ReadMode.LEASE_READ):
+        ops = [ok(0, b"a", 0, 0, 10), ok(1, b"b", 1, 5, 20), read(2, mode, 0, 21, 25)]
+        problems = check_reads(ops, log_of(b"a", b"b"))
+        assert len(problems) == 1 and "stale read" in problems[0], mode
+
+
+def test_an_unsafe_read_may_be_stale_and_a_failed_read_is_not_checked():
+    ops = [ok(0, b"a", 0, 0, 10), ok(1, b"b", 1, 5, 20), read(2, ReadMode.UNSAFE_READ, 0, 21, 25),
+           read(3, ReadMode.READ_INDEX_READ, -1, 21, 25, code=int(Code.NOT_LEADER))]
+    assert check_reads(ops, log_of(b"a", b"b")) == []
+
+
+def test_a_read_beyond_the_committed_log_is_caught_in_any_mode():
+    ops = [ok(0, b"a", 0, 0, 10), read(1, ReadMode.UNSAFE_READ, 3, 11, 12)]
+    assert any("beyond the agreed committed log" in p for p in check_reads(ops, log_of(b"a")))
+
+
+def test_reads_do_not_count_as_appends_for_the_commit_log_checker():
+    ops = [ok(0, b"a", 0, 0, 10), read(1, ReadMode.RAFT_LOG_READ, 1, 11, 12)]
+    assert check_commit_log(ops, log_of(b"a")) == []      # the read's index 1 is no acknowledged append

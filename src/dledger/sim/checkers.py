@@ -9,8 +9,9 @@ Checked over the stores at the end (``check_logs``):
 - I2 log matching: two logs holding an entry with the same index and term hold the same
   bytes there, and the same bytes at every index before it (so the same ``pos`` too);
 - I4 committed-prefix agreement: replicas' committed prefixes are byte-identical.
-Deliberately not checked here: storage-level damage (the store's own ``verify``) and the
-per-key linearizability of state-machine reads (no register state machine yet).
+Elsewhere: the client history (``history.check_commit_log``, ``history.check_reads``), the
+per-key linearizability of the key-value machine (``kv``, ``linearizability``); not checked
+here: storage-level damage (the store's own ``verify``).
 """
 
 from __future__ import annotations

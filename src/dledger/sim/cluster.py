@@ -14,6 +14,8 @@ cluster only plays the operating system:
   sectors, drawn from the seed; see ``dledger.sim.disk``);
 - ``restart(node)``: a new process opens the store again;
 - ``step()``: run one event (``run_for``/``run_until`` run many).
+Client calls (``append``, ``write``, ``read``) are recorded in ``history``; ``check()`` runs
+every checker over it and over the stores.
 Every random choice comes from ``seed``.
 
     c = Cluster(n=3, seed=7)
@@ -36,11 +38,11 @@ from typing import Callable
 
 from dledger.config import DLedgerConfig
 from dledger.core import Role
-from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code
+from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.server import DLedgerServer, open_store_for
 from dledger.sim.disk import FaultyStore, PowerLoss, crash_store
 from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
-from dledger.sim.history import History, LogEntry, check_commit_log
+from dledger.sim.history import History, LogEntry, check_commit_log, check_reads
 from dledger.sim.network import NetworkOptions, SimNetwork
 from dledger.sim.scheduler import SimProcess, SimScheduler
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
@@ -121,6 +123,10 @@ class Cluster:
         sm = None
         if self.state_machine_factory is not None:
             sm = self.state_machine_factory(node_id)
+            if isinstance(sm, RecordingStateMachine):
+                # a recording machine (e.g. the key-value machine) is checked like the default one
+                sm.problems = self.invariants.problems
+                self.state_machines[node_id] = sm
         elif self.record_applies:
             sm = self.state_machines[node_id] = RecordingStateMachine(node_id, self.invariants.problems)
         server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id), runtime=proc,
@@ -230,35 +236,44 @@ class Cluster:
 
     def append(self, body: bytes, via: str | None = None) -> Future:
         """Append through ``via`` (default: the current leader); the history records it."""
+        return self._call("append", body, via)
+
+    def write(self, body: bytes, via: str | None = None) -> Future:
+        """Append and wait for the state machine (``DLedgerServer.write``): a future of
+        ``(response, state machine answer)``; the history records it as an append."""
+        return self._call("write", body, via)
+
+    def read(self, mode=None, via: str | None = None) -> Future:
+        """A read through ``via`` (default: the current leader); a future of the response
+        whose ``index`` is safe to read up to (see ``DLedgerServer.read``). The history
+        records it with its mode and the returned index."""
+        return self._call("read", ReadMode.RAFT_LOG_READ if mode is None else ReadMode(mode), via)
+
+    def _call(self, kind: str, arg, via: str | None) -> Future:
         node = via if via is not None else self.leader()
-        op = self.history.invoke(bytes(body), node, self.now_ms)
+        if kind == "read":
+            op = self.history.invoke_read(arg, node, self.now_ms)
+        else:
+            op = self.history.invoke(bytes(arg), node, self.now_ms, kind=kind)
         if node is None or node in self.crashed:
             f: Future = Future()
             resp = AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR)
             History.complete(op, self.now_ms, resp)
-            f.set_result(resp)
+            f.set_result((resp, None) if kind == "write" else resp)
             return f
-        f = self._track(node, self.servers[node].append(body))
+        server = self.servers[node]
+        call = server.read if kind == "read" else server.write if kind == "write" else server.append
+        f = self._track(node, call(arg))
 
         def done(fut: Future) -> None:
             if fut.exception() is None:
-                History.complete(op, self.now_ms, fut.result())
+                result = fut.result()
+                History.complete(op, self.now_ms, result[0] if kind == "write" else result)
             else:
                 op.complete_ms = self.now_ms       # outcome stays "info"
 
         f.add_done_callback(done)
         return f
-
-    def read(self, mode=None, via: str | None = None) -> Future:
-        """A read through ``via`` (default: the current leader); a future of the response
-        whose ``index`` is safe to read up to (see ``DLedgerServer.read``)."""
-        from dledger.protocol import ReadMode
-        node = via if via is not None else self.leader()
-        if node is None or node in self.crashed:
-            f: Future = Future()
-            f.set_result(AppendEntryResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR))
-            return f
-        return self._track(node, self.servers[node].read(ReadMode.RAFT_LOG_READ if mode is None else mode))
 
     def _track(self, node_id: str, f: Future) -> Future:
         """Remember a client call until it is answered: if its node crashes first, the call
@@ -311,6 +326,7 @@ class Cluster:
                 st.close()
         log = self.committed_log()
         problems += check_commit_log(self.history.ops, log, strict=self.strict_history)
+        problems += check_reads(self.history.ops, log)
         by_index = {e.index: e.body for e in log}
         for i, sm in self.state_machines.items():
             for index, body in sm.applied:

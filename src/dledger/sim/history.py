@@ -14,7 +14,17 @@ else, or never completed: the entry may or may not be in the log).
    failed append never appears and a timed-out one appears at most once), and (``strict``)
    every entry in the log comes from some invoked operation.
 Bodies should be unique per operation for (4) to be sharp; ``Cluster.append`` users
-normally make them so.
+normally make them so. ``write`` operations (append, then wait for the state machine) are
+appends for this checker.
+
+Reads (``kind="read"``, ``Cluster.read``) are in the same history with their mode and the
+index they returned. ``check_reads(ops, log)`` checks them:
+5. a SUCCESS read in a linearizable mode (every mode but ``UNSAFE_READ``) returns an index at
+   least the index of every append acknowledged before the read was invoked (otherwise the
+   read is stale: a client could miss its own acknowledged write);
+6. a SUCCESS read in any mode returns an index the agreed committed log holds (a read is
+   never served beyond what was committed).
+``UNSAFE_READ`` promises no freshness and is exempt from (5).
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from dledger.protocol import DLedgerResponseCode as Code
+from dledger.protocol import DLedgerResponseCode as Code, ReadMode
 
 DEFINITE_FAILURES = frozenset({Code.NOT_LEADER, Code.LEADER_PENDING_FULL, Code.LEADER_TRANSFERRING,
                                Code.REQUEST_WITH_EMPTY_BODYS, Code.UNEXPECTED_ARGUMENT, Code.DISK_FULL})
@@ -41,6 +51,8 @@ class Operation:
     term: int = -1
     pos: int = -1
     kind: str = "append"
+    #: for reads: the ``ReadMode``
+    mode: int = -1
 
     @property
     def outcome(self) -> str:
@@ -51,7 +63,8 @@ class Operation:
         return "info"
 
     def __str__(self) -> str:
-        return (f"op#{self.op_id} {self.kind} {self.body[:16]!r} via {self.node} invoked {self.invoke_ms}ms "
+        what = ReadMode(self.mode).name if self.kind == "read" else repr(self.body[:16])
+        return (f"op#{self.op_id} {self.kind} {what} via {self.node} invoked {self.invoke_ms}ms "
                 f"completed {self.complete_ms}ms code {self.code} index {self.index}")
 
 
@@ -67,8 +80,13 @@ class History:
     def __init__(self) -> None:
         self.ops: list[Operation] = []
 
-    def invoke(self, body: bytes, node: str | None, now_ms: int) -> Operation:
-        op = Operation(len(self.ops), body, node, now_ms)
+    def invoke(self, body: bytes, node: str | None, now_ms: int, kind: str = "append") -> Operation:
+        op = Operation(len(self.ops), body, node, now_ms, kind=kind)
+        self.ops.append(op)
+        return op
+
+    def invoke_read(self, mode: int, node: str | None, now_ms: int) -> Operation:
+        op = Operation(len(self.ops), b"", node, now_ms, kind="read", mode=int(mode))
         self.ops.append(op)
         return op
 
@@ -85,13 +103,19 @@ class History:
         return len(self.ops)
 
     def counts(self) -> Counter:
-        return Counter(op.outcome for op in self.ops)
+        """Outcomes of the appends (and writes)."""
+        return Counter(op.outcome for op in self.ops if op.kind != "read")
+
+    def read_counts(self) -> Counter:
+        """``(mode name, outcome)`` of the reads."""
+        return Counter((ReadMode(op.mode).name, op.outcome) for op in self.ops if op.kind == "read")
 
 
 def check_commit_log(ops: list[Operation], log: list[LogEntry], *, strict: bool = True,
                      normal_magic: int = 1) -> list[str]:
     """Problems found (empty when the history is consistent with the log)."""
     problems: list[str] = []
+    ops = [op for op in ops if op.kind != "read"]
     by_index = {e.index: e for e in log}
     acked = [op for op in ops if op.outcome == "ok"]
     # 1 + 2
@@ -131,4 +155,29 @@ def check_commit_log(ops: list[Operation], log: list[LogEntry], *, strict: bool 
             problems.append(f"body {body[:16]!r} of a failed append is in the log")
         elif strict:
             problems.append(f"body {body[:16]!r} is in the log but no client appended it")
+    return problems
+
+
+LINEARIZABLE_READS = frozenset({ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ, ReadMode.LEASE_READ})
+
+
+def check_reads(ops: list[Operation], log: list[LogEntry] | None = None) -> list[str]:
+    """Problems of the reads in ``ops`` (rules 5 and 6 above); ``log``: the agreed committed
+    log (None: skip rule 6)."""
+    problems: list[str] = []
+    acked = sorted((op for op in ops if op.kind != "read" and op.outcome == "ok"), key=lambda o: o.complete_ms)
+    reads = [op for op in ops if op.kind == "read" and op.code == Code.SUCCESS]
+    last = log[-1].index if log else -1
+    k = 0
+    best: Operation | None = None
+    for r in sorted(reads, key=lambda o: o.invoke_ms):
+        while k < len(acked) and acked[k].complete_ms < r.invoke_ms:
+            if best is None or acked[k].index > best.index:
+                best = acked[k]
+            k += 1
+        if r.mode in LINEARIZABLE_READS and best is not None and r.index < best.index:
+            problems.append(f"stale read: {r} returned index {r.index}, but {best} was acknowledged before it "
+                            f"was invoked")
+        if log is not None and r.index > last:
+            problems.append(f"{r} returned index {r.index} beyond the agreed committed log (last index {last})")
     return problems

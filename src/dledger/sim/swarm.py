@@ -1,0 +1,348 @@
+"""The swarm: one seeded fault run (``run_swarm``) behind ``python -m dledger.sim swarm``.
+
+Everything a seed does comes from ``SwarmOptions`` (drawn from the seed, ``swarm_options``).
+A run has two phases:
+
+- safety phase (``safety_ms``): ``clients`` clients, each with at most one call in flight,
+  append unique bodies, read with every ``ReadMode`` and drive a key-value register machine
+  (``sim/kv.py``: put, compare-and-set, and gets served from a node's applied state after a
+  read), through the leader or now and then a random node. A client that waits longer than
+  ``client_timeout_ms`` moves on (its call stays in flight and is recorded when it ends). The
+  nemesis strikes every ``fault_every_ms`` on average: partitions (random halves, an isolated
+  node, the isolated leader, a bridge, a one-way cut), heal, crash (any number of nodes),
+  restart, and power loss on file stores (only of ``power_victims``: a fixed minority in
+  ``page_cache`` durability, any node in ``fsync``);
+- liveness phase (budget ``liveness_ms``): message loss stops, every partition heals and
+  every node restarts; a leader must appear, a new append must commit, every node must apply
+  it (convergence), and every client call must end (answered or failed).
+
+Invariants watched on every step (``InvariantChecker`` sees every ``Ready``) are looked at
+after every tick, so a violation stops the run where it happened. At the end: every checker of
+``Cluster.check`` (log matching, committed prefixes, the commit-log and read checkers over the
+history, applied = committed) and the linearizability of the key-value history
+(``KVModel``): ILLEGAL fails the seed, UNKNOWN (the search ran out of steps) is reported in
+the result, never a failure. A failure raises ``SwarmFailure`` with the seed, every drawn
+option and a one-line reproduction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from dledger.protocol import DLedgerResponseCode as Code, ReadMode
+from dledger.sim.checkers import InvariantViolation
+from dledger.sim.cluster import Cluster
+from dledger.sim.kv import KVRecorder, KVStateMachine, encode_cas, encode_put
+from dledger.sim.linearizability import CheckResult, Verdict
+from dledger.sim.network import NetworkOptions
+from dledger.sim.swarm_options import CLIENT_OPS, NEMESIS_ACTIONS, SwarmOptions
+
+READ_MODES = (ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ, ReadMode.LEASE_READ, ReadMode.UNSAFE_READ)
+#: how long a get may wait for its node to apply up to the read index before it is dropped
+GET_APPLY_WAIT_MS = 2_000
+
+
+class SwarmFailure(InvariantViolation):
+    """A seed broke an invariant (or crashed the simulation); the message says how to rerun it."""
+
+
+@dataclass
+class SwarmResult:
+    opts: SwarmOptions
+    cluster: Cluster
+    kv: KVRecorder
+    verdict: Verdict
+    nemesis: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def now_ms(self) -> int:
+        return self.cluster.now_ms
+
+    @property
+    def history(self):
+        return self.cluster.history
+
+    @property
+    def scheduler(self):
+        return self.cluster.scheduler
+
+    def committed_log(self):
+        return self.cluster.committed_log()
+
+    @property
+    def unknown(self) -> bool:
+        return self.verdict.result is CheckResult.UNKNOWN
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+class _Client:
+    """One client: at most one call in flight; moves on after ``client_timeout_ms``."""
+
+    __slots__ = ("cid", "future", "started", "free_at", "get", "target")
+
+    def __init__(self, cid: int) -> None:
+        self.cid = cid
+        #: the node this client believes leads (None: ask the cluster), as a real client's
+        #: cached leader: kept while it answers, replaced by the hint of a NOT_LEADER answer
+        self.target: str | None = None
+        self.future: Future | None = None
+        self.started = 0
+        self.free_at = 0
+        #: a get between its read and its value: (op id, key, node, incarnation, index, deadline)
+        self.get: tuple | None = None
+
+
+class _Swarm:
+    def __init__(self, opts: SwarmOptions, base_dir) -> None:
+        self.opts = opts
+        self.rng = random.Random(f"swarm-run/{opts.seed}/{opts.nodes}/{opts.durability}/{opts.store}")
+        net = NetworkOptions(min_delay_ms=opts.min_delay_ms, max_delay_ms=opts.max_delay_ms, loss=opts.loss,
+                             duplicate=opts.duplicate, codec=opts.codec)
+        self.c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir, network=net,
+                         state_machine_factory=KVStateMachine, durability=opts.durability)
+        self.kv = KVRecorder()
+        self.clients = [_Client(i) for i in range(opts.clients)]
+        self.next_cid = opts.clients
+        self.calls: list[Future] = []
+        self.seq = 0
+        self.nemesis_counts: dict[str, int] = {a: 0 for a in NEMESIS_ACTIONS}
+        self.ops, self.op_weights = zip(*[(k, w) for k, w in opts.mix_weights().items() if w > 0])
+        actions = [(a, w) for a, w in opts.nemesis_weights().items() if w > 0]
+        self.actions, self.action_weights = zip(*actions) if actions else ((), ())
+
+    # -- invariants after every step ------------------------------------------------------
+    def watch(self) -> None:
+        if self.c.invariants.problems:
+            raise InvariantViolation(f"at {self.c.now_ms} ms: {self.c.invariants.problems[0]}")
+
+    # -- clients --------------------------------------------------------------------------
+    def via(self, cl: _Client) -> str | None:
+        if self.rng.random() < self.opts.via_random:
+            return self.rng.choice(self.c.ids)
+        if cl.target is None:
+            cl.target = self.c.leader()
+        return cl.target
+
+    def learn(self, cl: _Client) -> None:
+        """After an answer: keep the node that served, follow a NOT_LEADER hint, else forget."""
+        f = cl.future
+        resp = f.result() if f is not None and f.done() and f.exception() is None else None
+        if isinstance(resp, tuple):
+            resp = resp[0]
+        if resp is None:
+            cl.target = None
+        elif resp.code == Code.NOT_LEADER:
+            cl.target = resp.leader_id if resp.leader_id in self.c.servers else None
+        elif resp.code != Code.SUCCESS:
+            cl.target = None
+
+    def drive_clients(self) -> None:
+        now = self.c.now_ms
+        for k, cl in enumerate(self.clients):
+            if cl.get is not None:
+                self.finish_get(cl)
+            if cl.future is not None and not cl.future.done():
+                if now - cl.started < self.opts.client_timeout_ms:
+                    continue
+                # gave up waiting: the call stays in flight; a new client takes this one's place
+                if cl.get is not None:
+                    self.kv.drop(cl.get[0])
+                cl = self.clients[k] = _Client(self.next_cid)
+                self.next_cid += 1
+            if cl.get is not None or now < cl.free_at:
+                continue
+            self.learn(cl)
+            cl.future = None
+            self.issue(cl)
+
+    def issue(self, cl: _Client) -> None:
+        c, rng, opts = self.c, self.rng, self.opts
+        kind = rng.choices(self.ops, self.op_weights)[0]
+        via = self.via(cl)
+        now = c.now_ms
+        cl.started = now
+        self.seq += 1
+        if kind == "append":
+            f = c.append(f"s{opts.seed}-c{cl.cid}-{self.seq}".encode(), via=via)
+        elif kind == "read":
+            f = c.read(rng.choice(READ_MODES), via=via)
+        elif kind in ("put", "cas"):
+            key = f"k{rng.randrange(opts.keys)}"
+            op_id = self.kv.new_id()
+            value = str(op_id)
+            if kind == "put":
+                inp, body = ("put", key, value), encode_put(op_id, key, value)
+            else:
+                expected = rng.choice([None] + [str(i) for i in range(max(1, op_id - 6), op_id)])
+                inp, body = ("cas", key, expected, value), encode_cas(op_id, key, expected, value)
+            self.kv.invoke(op_id, cl.cid, inp, now)
+            f = c.write(body, via=via)
+            f.add_done_callback(lambda fut, op_id=op_id: self.kv.complete_write(op_id, self.c.now_ms, *fut.result())
+                                if fut.exception() is None else None)
+        else:
+            key = f"k{rng.randrange(opts.keys)}"
+            mode = rng.choice(READ_MODES)
+            node = via
+            op_id = self.kv.new_id()
+            if mode is not ReadMode.UNSAFE_READ:
+                self.kv.invoke(op_id, cl.cid, ("get", key), now)
+            f = c.read(mode, via=node)
+            inc = c.incarnation[node] if node is not None else 0
+            cl.get = (op_id, key, node, inc, mode, None)
+        cl.future = f
+        self.calls.append(f)
+        cl.free_at = now + rng.randint(0, opts.think_ms)
+
+    def finish_get(self, cl: _Client) -> None:
+        """Second half of a get: once its read succeeded and the node applied up to the read
+        index, read the key from that node's state machine."""
+        op_id, key, node, inc, mode, deadline = cl.get
+        c = self.c
+        f = cl.future
+        if not f.done():
+            return
+        resp = f.result() if f.exception() is None else None
+        if resp is None or resp.code != Code.SUCCESS or node in c.crashed or c.incarnation[node] != inc:
+            self.kv.drop(op_id)
+            cl.get = None
+            return
+        if deadline is None:
+            cl.get = deadline_set = (op_id, key, node, inc, mode, c.now_ms + GET_APPLY_WAIT_MS)
+            deadline = deadline_set[5]
+        if c.servers[node].node.applied_index >= resp.index:
+            value = c.state_machines[node].state.get(key)
+            if mode is ReadMode.UNSAFE_READ:
+                self.kv.unsafe_gets += 1
+            else:
+                self.kv.complete_get(op_id, c.now_ms, value)
+            cl.get = None
+        elif c.now_ms >= deadline:
+            self.kv.drop(op_id)
+            cl.get = None
+
+    # -- nemesis --------------------------------------------------------------------------
+    def strike(self) -> None:
+        c, rng, ids = self.c, self.rng, self.c.ids
+        if not self.actions:
+            return
+        action = rng.choices(self.actions, self.action_weights)[0]
+        self.nemesis_counts[action] += 1
+        if action == "halves":
+            shuffled = ids[:]
+            rng.shuffle(shuffled)
+            k = rng.randrange(1, len(ids))
+            c.heal()
+            c.partition(shuffled[:k], shuffled[k:])
+        elif action in ("isolate", "isolate_leader"):
+            leader = c.leader()
+            victim = leader if action == "isolate_leader" and leader is not None else rng.choice(ids)
+            c.heal()
+            c.partition([victim], [i for i in ids if i != victim])
+        elif action == "bridge":
+            # two sides that cannot talk, one node that talks to both
+            shuffled = ids[:]
+            rng.shuffle(shuffled)
+            rest = shuffled[1:]                 # shuffled[0] is the bridge: in neither group
+            half = max(1, len(rest) // 2)
+            c.heal()
+            c.partition(rest[:half], rest[half:])
+        elif action == "one_way":
+            a, b = rng.sample(ids, 2)
+            c.network.cut(a, b)
+        elif action == "heal":
+            c.heal()
+        elif action == "crash":
+            live = c.live()
+            if live:
+                c.crash(rng.choice(live))
+        elif action == "restart":
+            if c.crashed:
+                c.restart(rng.choice(sorted(c.crashed)))
+            elif rng.random() < 0.3:
+                c.restart(rng.choice(ids))
+        elif action == "power_loss":
+            victim = rng.choice(self.opts.power_victims)
+            c.power_loss(victim, torn=rng.random() < self.opts.torn)
+
+    # -- phases ---------------------------------------------------------------------------
+    def safety_phase(self) -> None:
+        c, opts, rng = self.c, self.opts, self.rng
+        end = c.now_ms + opts.safety_ms
+        next_fault = c.now_ms + rng.randrange(opts.fault_every_ms)
+        while c.now_ms < end:
+            c.run_for(opts.tick_ms)
+            self.watch()
+            self.drive_clients()
+            if c.now_ms >= next_fault:
+                next_fault = c.now_ms + rng.randrange(1, 2 * opts.fault_every_ms)
+                self.strike()
+                self.watch()
+
+    def liveness_phase(self) -> None:
+        c, opts = self.c, self.opts
+        c.network.options = dataclasses.replace(c.network.options, loss=0.0)
+        c.heal()
+        for node_id in c.ids:
+            c.restart(node_id)
+        deadline = c.now_ms + opts.liveness_ms
+
+        def left() -> int:
+            return max(deadline - c.now_ms, 1)
+
+        if not c.run_until(lambda: c.leader() is not None, left()):
+            raise InvariantViolation(f"L1: no leader within {opts.liveness_ms} ms after healing")
+        final = None
+        while c.now_ms < deadline:
+            if final is None or (final.done() and not final.result().ok):
+                final = c.append(f"s{opts.seed}-final-{c.now_ms}".encode())
+            if c.run_until(lambda: final.done() and final.result().ok, min(300, left())):
+                break
+            self.watch()
+        if final is None or not final.done() or not final.result().ok:
+            raise InvariantViolation(f"L1: no append committed within {opts.liveness_ms} ms after healing")
+        index = final.result().index
+        if not c.run_until(lambda: all(c.servers[i].node.applied_index >= index for i in c.ids), left()):
+            behind = {i: c.servers[i].node.applied_index for i in c.ids}
+            raise InvariantViolation(f"L1: replicas did not converge on index {index} within "
+                                     f"{opts.liveness_ms} ms after healing: applied {behind}")
+        if not c.run_until(lambda: all(f.done() for f in self.calls), left()):
+            stuck = [op for op in c.history.ops if op.complete_ms is None]
+            raise InvariantViolation(f"L1: {len(stuck)} client calls never ended, e.g. {stuck[0] if stuck else '?'}")
+        self.watch()
+
+
+def run_swarm(opts: SwarmOptions, base_dir=None) -> SwarmResult:
+    """Run one seed; raises ``SwarmFailure`` (seed, options, reproduction) on failure."""
+    swarm = None
+    try:
+        swarm = _Swarm(opts, base_dir)
+        swarm.safety_phase()
+        swarm.liveness_phase()
+        swarm.c.check()
+        verdict = swarm.kv.check()
+        if verdict.result is CheckResult.ILLEGAL:
+            raise InvariantViolation(f"I9 key-value history not linearizable:\n{verdict.describe()}")
+    except InvariantViolation as exc:
+        raise SwarmFailure(failure_report(opts, str(exc), swarm)) from None
+    except Exception as exc:
+        raise SwarmFailure(failure_report(opts, f"the simulation crashed: {exc!r}", swarm)) from exc
+    return SwarmResult(opts, swarm.c, swarm.kv, verdict, swarm.nemesis_counts)
+
+
+def failure_report(opts: SwarmOptions, what: str, swarm: "_Swarm | None") -> str:
+    where = f" at {swarm.c.now_ms} ms virtual" if swarm is not None else ""
+    if swarm is not None:
+        try:
+            swarm.c.close()
+        except Exception:
+            pass
+    return (f"seed {opts.seed} failed{where}: {what}\noptions:\n{opts.describe()}\n"
+            f"reproduce: {opts.reproduce()}")
+
+
+__all__ = ["CLIENT_OPS", "SwarmFailure", "SwarmOptions", "SwarmResult", "run_swarm"]
