@@ -35,10 +35,19 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
   the first bad record there ends the log: a torn tail is truncated, never served;
 - a bad record that is followed by intact entries is mid-log corruption and stops the open
   with ``CorruptStoreError`` naming the file and offset, instead of truncating it away
-  (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable);
+  (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable; and
+  in ``fsync`` mode when it shows bytes that never reached the disk: the append in flight at a
+  power cut);
+- the checkpoint is checked against the files (end entry's term and position, the chain of
+  index units before it) and ignored when another writer changed the log;
+
 - without a usable checkpoint the scan starts at most three segments from the end (as Java);
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served.
+
+One writer per directory: a writable ``load`` takes ``store/lock.py``'s lock (released by
+``close``, a refused open, or the holder's death). ``suspect`` / ``clear_suspect``: the durable
+suspect state (``store/suspect.py``), decided in ``load`` before recovery changes anything.
 """
 
 from __future__ import annotations

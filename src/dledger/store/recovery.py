@@ -9,9 +9,13 @@ changes nothing on disk.
 The rules (see also ``docs/format.md``):
 
 1. **Trusted prefix.** The checkpoint's ``endIndex`` was flushed (data, then index) before the
-   checkpoint was written. If index unit ``endIndex`` and the record it points at agree (header,
-   CRC), everything up to it is trusted without reading it: restart time is bounded by what
-   was appended since the last checkpoint, not by the size of the log.
+   checkpoint was written. It is checked against the files: index unit ``endIndex`` must carry
+   the term and position the checkpoint recorded, the units before it must form a chain
+   (``chain_breaks``; another writer such as Java DLedger leaves stale units after its own when
+   it truncates), else the checkpoint is ignored and ``lost_tail`` set; the record it names
+   must agree with it, else the open stops (flushed data damaged). Then everything up to it is
+   trusted without reading it: restart time is bounded by what was appended since the last
+   checkpoint, not by the size of the log.
 2. **Tail scan.** From there, records are read one by one: blank padding is skipped; each
    record must have a valid header, continue the index chain, not lower the term, and match
    its CRC. Its index unit is compared; from the first disagreement on, index units are
@@ -21,8 +25,11 @@ The rules (see also ``docs/format.md``):
      term check out), the damage is in the middle of the log: the open stops with
      ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
      In ``fsync`` mode this holds after a trusted prefix too: every append was synced before
-     it was acknowledged, and the checkpoint lags behind. The store syncs in log order
-     (data, then index; the log before any cut), so a crash alone leaves no such hole.
+     it was acknowledged, and the checkpoint lags behind. One exception: a bad record that
+     shows bytes that never reached the disk (``never_written``) is the append in flight at a
+     power cut; it and the records after it (same unfinished append) are cut.
+   - In ``fsync`` mode a bad last record without that trace may be an acknowledged entry
+     damaged in place: it is cut and ``lost_tail`` is set (the store reports ``LOST_TAIL``).
    - In ``page_cache`` mode, after a checkpoint that checks out (or one written while the log
      was empty), the rest was never promised durable and a power loss may have written parts
      of it out of order: the first bad record ends the log whatever follows.
