@@ -40,7 +40,6 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
   power cut);
 - the checkpoint is checked against the files (end entry's term and position, the chain of
   index units before it) and ignored when another writer changed the log;
-
 - without a usable checkpoint the scan starts at most three segments from the end (as Java);
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served.
