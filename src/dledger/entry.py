@@ -60,6 +60,13 @@ except ImportError:  # pragma: no cover - exercised only where zlib-ng has no wh
     from zlib import crc32
 
 # magic, size, index, term, pos, channel, chain_crc, body_crc, body_size
+#: Largest term a store accepts: terms beyond it (from a file or a peer) are refused, leaving
+#: room to count up without ever reaching the int64 limit.
+MAX_TERM = (1 << 62) - 1
+#: Largest log index: index unit ``k`` lies at byte ``k * 32`` of the index list, which must fit
+#: in an int64 (Java's ``long`` file offsets).
+MAX_INDEX = (1 << 58) - 1
+
 RECORD_PREFIX = struct.Struct(">iiqqqiIIi")
 # magic, pos, size, index, term
 INDEX_UNIT = struct.Struct(">iqiqq")
@@ -236,6 +243,11 @@ def _checked_prefix(buf, offset: int, limit: int | None, path: str | None, base:
     if offset + size > end:
         raise CorruptEntryError(f"record of {size} bytes runs past the end ({end - offset} left)",
                                 path=path, offset=offset, position=base + offset if path else None)
+    if not (0 <= fields[2] <= MAX_INDEX and 0 <= fields[3] <= MAX_TERM and fields[4] >= 0):
+        raise CorruptEntryError(f"field out of bounds: index={fields[2]} term={fields[3]} "
+                                f"pos={fields[4]} (index 0..{MAX_INDEX}, term 0..{MAX_TERM}, "
+                                f"pos >= 0)", path=path, offset=offset,
+                                position=base + offset if path else None)
     return fields
 
 

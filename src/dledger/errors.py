@@ -83,6 +83,18 @@ class TermFileError(DLedgerError):
     code = DISK_ERROR
 
 
+class StoreLockedError(DLedgerError):
+    """A writable open found the store directory locked by another writer (named in the
+    message and in ``holder``: its pid and host name)."""
+
+    code = DISK_ERROR
+
+    def __init__(self, message: str, *, path: str | None = None, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.holder = holder
+
+
 class StoreClosedError(DLedgerError):
     """An operation was attempted on a closed store."""
 

@@ -22,7 +22,8 @@ def test_starts_as_candidate_with_the_persisted_term(ms):
 def test_next_term_is_durable_and_clears_the_vote(ms, tmp_path):
     ms.set_vote_for("n1")
     assert ms.next_term() == 1
-    reopened = DLedgerMmapFileStore.open(str(tmp_path / "s"), data_file_size=1 << 16, index_file_size=32 * 64)
+    reopened = DLedgerMmapFileStore.open(str(tmp_path / "s"), data_file_size=1 << 16, index_file_size=32 * 64,
+                                          read_only=True)
     assert (reopened.current_term, reopened.vote_for) == (1, None)
     reopened.close()
 

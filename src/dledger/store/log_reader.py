@@ -6,7 +6,9 @@ state: it reads ``data_list``, ``index_list``, the ledger fields, ``_index_overr
 
 Rules:
 - an entry is found through its index unit, and its record must agree with that unit
-  (``dledger.entry.matches_unit``) and with its CRC; a record that fails a check raises
+  (``dledger.entry.matches_unit``) and with its CRC; a record with a CRC (written by dledger)
+  must also hold 0 in the reserved ``channel`` and ``chain_crc`` fields, which nothing else
+  covers; a record that fails a check raises
   ``CorruptStoreError`` (file, offset) and is never returned;
 - the one exception: ``get_raw_range`` (the leader reading for a push) returns entries written
   through this store object since ``load`` unchecked, because every follower checks each
@@ -72,6 +74,10 @@ class LogReader:
         except CorruptEntryError as exc:
             raise CorruptStoreError(f"entry {index} is corrupt: {exc.args[0].split(' (')[0]}",
                                     path=f.path, offset=off, position=unit.pos) from None
+        if entry.body_crc and (entry.channel or entry.chain_crc):
+            raise CorruptStoreError(f"entry {index} is corrupt: reserved fields channel="
+                                    f"{entry.channel} chain_crc={entry.chain_crc} are not 0",
+                                    path=f.path, offset=off, position=unit.pos)
         if not matches_unit(unit, entry.magic, entry.size, entry.index, entry.term,
                                     entry.pos, entry.body_crc):
             raise CorruptStoreError(f"entry at the position of index {index} is (index "
@@ -161,8 +167,9 @@ class LogReader:
             if off + BODY_OFFSET > total:
                 raise CorruptStoreError(f"entry {i} is corrupt: record header truncated", path=path,
                                         offset=base_off + off)
-            magic, size, index, term, pos, _ch, _cc, body_crc, body_size = unpack(chunk, off)
+            magic, size, index, term, pos, ch, cc, body_crc, body_size = unpack(chunk, off)
             if (index != i or body_size != size - BODY_OFFSET or size < BODY_OFFSET
+                    or (body_crc and (ch or cc))
                     or magic not in VALID_MAGICS
                     or not matches_unit(unit, magic, size, index, term, pos, body_crc)
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):

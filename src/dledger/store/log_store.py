@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from dledger.entry import INDEX_UNIT_SIZE, MAGIC_NORMAL, DLedgerEntry
+from dledger.store.suspect import SuspectReason
 
 #: Java DLedger's defaults: 1 GiB data segments, index segments of 5 Mi units.
 DEFAULT_DATA_FILE_SIZE = 1024 * 1024 * 1024
@@ -58,6 +59,10 @@ class LogStore(Protocol):
     max_entry_size: int
     #: None, or why the store stopped acknowledging (a failed sync); only reopening clears it
     failed: str | None
+    #: None, or why this replica may have lost acknowledged entries or a vote it cast: it must
+    #: not vote nor count toward a commit quorum until it has caught up from a leader of the
+    #: current term, then ``clear_suspect()`` (see ``dledger.store.suspect``). Durable.
+    suspect: SuspectReason | None
 
     # -- term and vote ---------------------------------------------------------------------
     @property
@@ -67,6 +72,8 @@ class LogStore(Protocol):
     def vote_for(self) -> str | None: ...
 
     def persist_term(self, term: int, vote_for: str | None) -> None: ...
+
+    def clear_suspect(self) -> None: ...
 
     # -- appending -------------------------------------------------------------------------
     def add_append_hook(self, hook: AppendHook) -> None: ...

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dledger.entry import (BODY_OFFSET, MAGIC_NORMAL, MAX_RECORD_SIZE, MIN_BLANK_LEN, RECORD_PREFIX,
+from dledger.entry import (BODY_OFFSET, MAGIC_NORMAL, MAX_RECORD_SIZE, MAX_TERM, MIN_BLANK_LEN, RECORD_PREFIX,
                            VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode)
 from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN,
                             INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
 from dledger.store.base import StoreBase
 from dledger.store.follower_batch import next_position, plan_follower_batch
 from dledger.store.log_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
+from dledger.store.suspect import SuspectReason
 
 
 class DLedgerMemoryStore(StoreBase):
@@ -32,7 +33,8 @@ class DLedgerMemoryStore(StoreBase):
     failed: str | None = None
 
     def __init__(self, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
-                 max_entry_size: int = MAX_RECORD_SIZE) -> None:
+                 max_entry_size: int = MAX_RECORD_SIZE,
+                 suspect: SuspectReason | None = SuspectReason.FRESH) -> None:
         self.data_file_size = data_file_size
         self.max_entry_size = min(max_entry_size, data_file_size - MIN_BLANK_LEN)
         self.ledger_before_begin_index = -1
@@ -49,6 +51,14 @@ class DLedgerMemoryStore(StoreBase):
         self._term = 0
         self._vote: str | None = None
         self._hooks: list[AppendHook] = []
+        #: a new memory store is an empty store never cleared (``FRESH``); ``suspect=None``
+        #: builds one that is not suspect
+        self.suspect: SuspectReason | None = suspect
+
+    def clear_suspect(self) -> None:
+        """The replica caught up from a leader of the current term (see ``LogStore.suspect``)."""
+        self._check_open()
+        self.suspect = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> "DLedgerMemoryStore":
@@ -82,6 +92,8 @@ class DLedgerMemoryStore(StoreBase):
         return self._vote
 
     def persist_term(self, term: int, vote_for: str | None) -> None:
+        if term > MAX_TERM:
+            raise DLedgerError(f"term {term} is beyond the largest term {MAX_TERM}", INCONSISTENT_TERM)
         if term < self._term:
             raise DLedgerError(f"term may not go backwards ({self._term} -> {term})", INCONSISTENT_TERM)
         self._term, self._vote = term, vote_for

@@ -35,10 +35,18 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
   the first bad record there ends the log: a torn tail is truncated, never served;
 - a bad record that is followed by intact entries is mid-log corruption and stops the open
   with ``CorruptStoreError`` naming the file and offset, instead of truncating it away
-  (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable);
+  (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable; and
+  in ``fsync`` mode when it shows bytes that never reached the disk: the append in flight at a
+  power cut);
+- the checkpoint is checked against the files (end entry's term and position, the chain of
+  index units before it) and ignored when another writer changed the log;
 - without a usable checkpoint the scan starts at most three segments from the end (as Java);
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served.
+
+One writer per directory: a writable ``load`` takes ``store/lock.py``'s lock (released by
+``close``, a refused open, or the holder's death). ``suspect`` / ``clear_suspect``: the durable
+suspect state (``store/suspect.py``), decided in ``load`` before recovery changes anything.
 """
 
 from __future__ import annotations
@@ -48,11 +56,12 @@ import os
 import shutil
 from collections.abc import Callable
 
-from dledger.entry import BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAX_RECORD_SIZE, MIN_BLANK_LEN, IndexUnit
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAX_RECORD_SIZE, MAX_TERM,
+                           MIN_BLANK_LEN, IndexUnit)
 from dledger.errors import INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, StoreClosedError
 from dledger.store import background_flush as bg_flush
 from dledger.store.base import StoreBase
-from dledger.store.checkpoint import Checkpoint
+from dledger.store.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint, write_checkpoint
 from dledger.store.cut import Cut
 from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE, Durability
 from dledger.store.flusher import Flusher
@@ -60,10 +69,15 @@ from dledger.store.log_reader import LogReader
 from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE,
                                      AppendBatchResult, AppendHook)
 from dledger.store.log_writer import LogWriter
-from dledger.store.mmap_file_list import MmapFileList, erase_units_after_end, zero_header_at
+from dledger.store.lock import StoreLock
+from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end, read_index_unit,
+                                          zero_header_at)
 from dledger.store.recovery import RecoveredLog, recover
 from dledger.store.retention import Retention
 from dledger.store.store_io import LOCAL_IO, StoreIO
+from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, SuspectReason,
+                                   clean_marker_exists, read_suspect, remove_file_durably,
+                                   write_clean_marker, write_suspect)
 from dledger.store.term_file import TermFile
 
 __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT_INDEX_FILE_SIZE",
@@ -133,6 +147,8 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         #: down on truncation); reading them back for a push skips the record checks
         self._written_from = 0
         self._checkpoint: Checkpoint | None = None
+        self._lock = StoreLock(store_dir, lambda: self.closed)
+        self._suspect: SuspectReason | None = None
 
     @classmethod
     def open(cls, store_dir: str, **kwargs) -> "DLedgerMmapFileStore":
@@ -154,10 +170,57 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
     def persist_term(self, term: int, vote_for: str | None) -> None:
         """Make ``term``/``vote_for`` durable (returns only once they are)."""
         self._check_open()
+        if term > MAX_TERM:
+            raise DLedgerError(f"term {term} is beyond the largest term {MAX_TERM}", INCONSISTENT_TERM)
         if term < self.term_file.term:
             raise DLedgerError(f"term may not go backwards ({self.term_file.term} -> {term})",
                                INCONSISTENT_TERM)
         self.term_file.save(term, vote_for)
+
+    # =====================================================================================
+    # suspect state (see suspect.py)
+    # =====================================================================================
+    @property
+    def suspect(self) -> SuspectReason | None:
+        """Why this replica may have lost acknowledged entries or a vote (None: it has not)."""
+        return self._suspect
+
+    def clear_suspect(self) -> None:
+        """The replica caught up from a leader of the current term: drop the suspect state
+        (durably: the marker file is removed and the directory fsynced). Idempotent."""
+        self._check_open()
+        if not self.read_only:
+            remove_file_durably(self.store_dir, SUSPECT_FILE_NAME)
+        self._suspect = None
+
+    def _detect_suspect(self, found: RecoveredLog, *, had_clean: bool, had_checkpoint: bool,
+                        had_data: bool) -> SuspectReason | None:
+        tf = self.term_file
+        if tf.damaged or (not tf.existed and (had_data or had_checkpoint)):
+            return SuspectReason.TERM_LOST
+        if found.lost_tail:
+            return SuspectReason.LOST_TAIL
+        if self.durability is PAGE_CACHE and not had_clean and (had_data or had_checkpoint):
+            return SuspectReason.UNCLEAN_SHUTDOWN
+        if not had_data and not had_checkpoint and not tf.existed and not self.index_list.files:
+            return SuspectReason.FRESH
+        return None
+
+    def _write_checkpoint(self, end_index: int) -> None:
+        """The checkpoint, with the term and position of entry ``end_index`` so that recovery
+        can check it against the files (see checkpoint.py)."""
+        if self.read_only:
+            return
+        end_term = end_pos = None
+        if end_index > self.ledger_before_begin_index:
+            unit = self._index_overrides.get(end_index) or read_index_unit(self.index_list, end_index)
+            if unit is not None and unit.index == end_index:
+                end_term, end_pos = unit.term, unit.pos
+        cp = Checkpoint(end_index, min(self.committed_index, end_index),
+                        self.ledger_before_begin_index, self.ledger_before_begin_term,
+                        end_term, end_pos)
+        write_checkpoint(self.store_dir, cp)
+        self._checkpoint = cp
 
     def update_committed_index(self, index: int) -> None:
         """Record the commit index (persisted with the next checkpoint). Never goes backwards."""
@@ -179,11 +242,16 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             return
         if self._flush_job is not None:
             self._reap_flush_job(wait=True)
-        if self.loaded and not self.read_only:
-            self.flush()
-        self.data_list.close()
-        self.index_list.close()
-        self.closed = True
+        try:
+            if self.loaded and not self.read_only:
+                self.flush()
+                write_clean_marker(self.store_dir)
+            self.data_list.close()
+            self.index_list.close()
+            self.closed = True
+        finally:
+            if self.closed:
+                self._lock.release()
 
     shutdown = close
 
@@ -199,20 +267,47 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             return self
         if not self.read_only:
             os.makedirs(self.store_dir, exist_ok=True)
+            self._lock.acquire()
+        try:
+            return self._load()
+        except BaseException:
+            # a refused open (or a process dying inside it) holds no lock
+            if not self.read_only:
+                self._lock.release(undo=True)
+            raise
+
+    def _load(self) -> "DLedgerMmapFileStore":
+        d = self.store_dir
+        had_clean = clean_marker_exists(d)
+        had_checkpoint = os.path.exists(os.path.join(d, CHECKPOINT_FILE_NAME))
+        self._suspect = read_suspect(d)
         self.term_file.load()
         self.data_list.load()
         self.index_list.load()
+        had_data = bool(self.data_list.files)
         if not self.read_only:
             self.data_list.check_first_file_all_blank()
-        self._apply(recover(self.data_list, self.index_list, store_dir=self.store_dir,
-                            data_path=self.data_path, durability=self.durability,
-                            read_only=self.read_only))
+        found = recover(self.data_list, self.index_list, store_dir=d, data_path=self.data_path,
+                        durability=self.durability, read_only=self.read_only)
+        if self._suspect is None:
+            self._suspect = self._detect_suspect(found, had_clean=had_clean, had_data=had_data,
+                                                 had_checkpoint=had_checkpoint)
+            if self._suspect is not None:
+                log.warning("store %s is suspect: %s", d, self._suspect.value)
+                if not self.read_only:  # durable before recovery changes anything
+                    write_suspect(d, self._suspect)
+        if had_clean and not self.read_only:
+            remove_file_durably(d, CLEAN_SHUTDOWN_FILE_NAME)
+        self._apply(found)
         self.loaded = True
         if (self._checkpoint is None and not self.read_only and not self.data_list.files
                 and self.ledger_end_index < 0 and self.ledger_before_begin_index < 0):
             # A new store starts with a checkpoint: from then on a missing one means a store
-            # of another origin (or a lost file), and recovery stays on the safe side.
+            # of another origin (or a lost file), and recovery stays on the safe side. And with
+            # a term file: from then on a missing one means a lost term (TERM_LOST).
             self._write_checkpoint(-1)
+            if not self.term_file.existed and not self.term_file.damaged:
+                self.term_file.save(0, None)
         cp = self._checkpoint
         if cp is not None and cp.before_begin_index > self.ledger_before_begin_index:
             # A reset was interrupted after announcing its new begin: finish it.

@@ -5,13 +5,22 @@ the subset of Java's Properties syntax those files use: one ``key=value`` (or ``
 line, ``#``/``!`` comments, surrounding blanks ignored. Writing goes to ``<name>.tmp``, which is
 fsynced and then renamed over ``<name>``, and the directory is fsynced, so a reader sees either
 the old content or the new one, never a torn mix.
+
+Checksum: the writer ends the file with ``crc=<8 hex digits>``, the CRC-32 of every byte before
+that line (Java's Properties reader ignores the extra key). ``read_checked`` tells whether it
+holds: ``"ok"``, ``"missing"`` (a file written by Java DLedger or an older dledger: unchecked,
+accepted as before) or ``"bad"`` (the file is damaged: a bit flip in any byte is detected).
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 
 from dledger.store.mmap_file import fsync_dir
+
+CRC_KEY = "crc"
+_CRC_LINE = b"\n" + CRC_KEY.encode() + b"="
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -44,9 +53,37 @@ def read_properties(path: str) -> dict[str, str] | None:
     return parse_properties(text)
 
 
+def read_checked(path: str) -> tuple[dict[str, str] | None, str]:
+    """``(properties, crc)``: the parsed file (None when missing) and ``"ok"``, ``"missing"``
+    or ``"bad"`` for its ``crc`` line (see the module docstring). ``ValueError`` when the file
+    cannot be parsed at all; the ``crc`` key is not in the returned properties."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return None, "missing"
+    cut = data.rfind(_CRC_LINE)
+    state = "missing"
+    if cut >= 0 or data.startswith(_CRC_LINE[1:]):
+        body, line = data[:cut + 1], data[cut + 1:]
+        state = "bad"
+        if line.endswith(b"\n") and line.count(b"\n") == 1:
+            try:
+                state = "ok" if int(line[len(_CRC_LINE) - 1:-1], 16) == zlib.crc32(body) else "bad"
+            except ValueError:
+                pass
+    if "\x00" in data.decode("latin-1"):
+        raise ValueError("file holds NUL bytes")
+    props = parse_properties(data.decode("latin-1"))
+    props.pop(CRC_KEY, None)
+    return props, state
+
+
 def write_properties_atomic(path: str, items: list[tuple[str, str]], *, sync: bool = True) -> None:
-    """Replace ``path`` with ``key=value`` lines, atomically (tmp + fsync + rename + dir fsync)."""
+    """Replace ``path`` with ``key=value`` lines and a closing ``crc`` line, atomically (tmp +
+    fsync + rename + dir fsync)."""
     content = "".join(f"{k}={v}\n" for k, v in items).encode("latin-1")
+    content += f"{CRC_KEY}={zlib.crc32(content):08x}\n".encode("latin-1")
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

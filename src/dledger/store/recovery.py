@@ -9,9 +9,13 @@ changes nothing on disk.
 The rules (see also ``docs/format.md``):
 
 1. **Trusted prefix.** The checkpoint's ``endIndex`` was flushed (data, then index) before the
-   checkpoint was written. If index unit ``endIndex`` and the record it points at agree (header,
-   CRC), everything up to it is trusted without reading it: restart time is bounded by what
-   was appended since the last checkpoint, not by the size of the log.
+   checkpoint was written. It is checked against the files: index unit ``endIndex`` must carry
+   the term and position the checkpoint recorded, the units before it must form a chain
+   (``chain_breaks``; another writer such as Java DLedger leaves stale units after its own when
+   it truncates), else the checkpoint is ignored and ``lost_tail`` set; the record it names
+   must agree with it, else the open stops (flushed data damaged). Then everything up to it is
+   trusted without reading it: restart time is bounded by what was appended since the last
+   checkpoint, not by the size of the log.
 2. **Tail scan.** From there, records are read one by one: blank padding is skipped; each
    record must have a valid header, continue the index chain, not lower the term, and match
    its CRC. Its index unit is compared; from the first disagreement on, index units are
@@ -21,8 +25,11 @@ The rules (see also ``docs/format.md``):
      term check out), the damage is in the middle of the log: the open stops with
      ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
      In ``fsync`` mode this holds after a trusted prefix too: every append was synced before
-     it was acknowledged, and the checkpoint lags behind. The store syncs in log order
-     (data, then index; the log before any cut), so a crash alone leaves no such hole.
+     it was acknowledged, and the checkpoint lags behind. One exception: a bad record that
+     shows bytes that never reached the disk (``never_written``) is the append in flight at a
+     power cut; it and the records after it (same unfinished append) are cut.
+   - In ``fsync`` mode a bad last record without that trace may be an acknowledged entry
+     damaged in place: it is cut and ``lost_tail`` is set (the store reports ``LOST_TAIL``).
    - In ``page_cache`` mode, after a checkpoint that checks out (or one written while the log
      was empty), the rest was never promised durable and a power loss may have written parts
      of it out of order: the first bad record ends the log whatever follows.
@@ -44,11 +51,11 @@ import logging
 from typing import NamedTuple
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE,
-                           IndexUnit, RecordHeader, crc32, decode_header, iter_segment_records,
-                           matches_unit)
+                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, decode_header,
+                           iter_segment_records, matches_unit)
 from dledger.errors import CorruptEntryError, CorruptStoreError
 from dledger.store.checkpoint import Checkpoint, read_checkpoint
-from dledger.store.durability import PAGE_CACHE, Durability
+from dledger.store.durability import FSYNC, PAGE_CACHE, Durability
 from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList, last_segment_with_data, read_index_unit
 
@@ -56,6 +63,10 @@ log = logging.getLogger(__name__)
 
 #: How many following index units the mid-log corruption check looks at.
 LOOKAHEAD_UNITS = 64
+#: How many index units before the checkpoint's end are checked to form a chain.
+CHAIN_WINDOW = 1024
+#: The disk's write unit: a power cut loses or keeps each 512-byte sector as a whole.
+SECTOR = 512
 
 _END_OF_DATA = "end of data"
 
@@ -84,6 +95,9 @@ class RecoveredLog(NamedTuple):
     index_end: int
     #: what was found wrong and repaired (also logged)
     warnings: tuple[str, ...]
+    #: entries that may have been acknowledged are gone: a checkpoint vouched for an entry
+    #: that is not in the files as recorded (``SuspectReason.LOST_TAIL``)
+    lost_tail: bool = False
 
 
 def _read_record(f: MmapFile, off: int) -> RecordHeader:
@@ -98,6 +112,9 @@ def _check_body(f: MmapFile, off: int, h: RecordHeader) -> None:
     CRC) that the record's ``pos`` is its own position, which the CRC does not cover."""
     if h.body_crc and crc32(f.mm[off + BODY_OFFSET:off + h.size]) != h.body_crc:
         raise CorruptEntryError(f"body CRC mismatch for index {h.index}", path=f.path, offset=off)
+    if h.body_crc and (h.channel or h.chain_crc):
+        raise CorruptEntryError(f"reserved fields of index {h.index} are not 0 (channel "
+                                f"{h.channel}, chain_crc {h.chain_crc})", path=f.path, offset=off)
     if h.body_crc and h.pos != f.file_from_offset + off:
         raise CorruptEntryError(f"pos field {h.pos} of index {h.index} differs from its "
                                 f"position {f.file_from_offset + off}", path=f.path, offset=off)
@@ -115,6 +132,41 @@ def _torn_unit(unit: IndexUnit, h: RecordHeader, pos: int) -> bool:
         INDEX_UNIT.pack(*unit).rstrip(b"\0"))
 
 
+def never_written(f: MmapFile, off: int) -> bool:
+    """Does the record at file offset ``off`` show the trace of bytes that never reached the
+    disk?
+
+    - A sector lost by a power cut: a 512-byte disk sector that reads all zeros from where the
+      record enters it (its start, or the record's head) to the sector's end, past the record's
+      end if it ends inside: everything written after the last completed append was lost or
+      kept sector by sector, and what a lost sector held before was zeros. (When the record's
+      head is what enters it, 4 bytes at least: a magic is never 0, and its first 3 bytes
+      always are.) A record damaged in place is followed, in its sector, by the next record's
+      header, which is never zero.
+    - A body never written: 8 bytes or more, all zeros, under a CRC that is not the zeros' (the
+      writer stores a record's header, then its body: a process that died in between left the
+      header).
+
+    A bit flip leaves neither, unless the record holds such a run itself (see docs/format.md)."""
+    mm, size = f.mm, f.file_size
+    end = min(size, off + BODY_OFFSET)
+    if off + BODY_OFFSET <= size:
+        rec = MAGIC_SIZE.unpack_from(mm, off)[1]
+        if BODY_OFFSET <= rec <= size - off:
+            end = off + rec
+            body = mm[off + BODY_OFFSET:end]
+            crc = RECORD_PREFIX.unpack_from(mm, off)[7]
+            if len(body) >= 8 and not body.strip(b"\0") and crc and crc != crc32(body):
+                return True
+    a = off - off % SECTOR
+    while a < end:
+        lo, hi = max(a, off), min(a + SECTOR, size)
+        if (lo > off or hi - lo >= 4) and not mm[lo:hi].strip(b"\0"):
+            return True
+        a += SECTOR
+    return False
+
+
 class _Planner:
     def __init__(self, data: MmapFileList, index: MmapFileList, *, store_dir: str,
                  data_path: str, durability: Durability, read_only: bool) -> None:
@@ -126,6 +178,9 @@ class _Planner:
         self.read_only = read_only
         self.rebuilt: list[IndexUnit] = []
         self.warnings: list[str] = []
+        self.cp_rejected: str | None = None
+        #: entries that may have been acknowledged were cut (or a flushed one is missing)
+        self.lost_tail = False
 
     def warn(self, msg: str, *args) -> None:
         log.warning(msg, *args)
@@ -148,14 +203,96 @@ class _Planner:
         return h if _unit_matches(unit, h, unit.pos) else None
 
     # -- start -----------------------------------------------------------------------------
-    def trusted_start(self, end_index: int):
+    def trusted_start(self, cp: Checkpoint):
+        """Where the trusted prefix ends, if the checkpoint checks out against the files: index
+        unit ``endIndex`` carries the term and position the checkpoint recorded, the index
+        units before it form a chain (``chain_breaks``), and the record it names agrees with
+        it (header, CRC). None (with the reason in ``self.cp_rejected``) when the index does not
+        match the checkpoint: another writer changed the log since (the checkpoint is then
+        ignored). When the index matches but the record is damaged, the open stops with
+        ``CorruptStoreError``: that record was flushed before the checkpoint was written."""
+        end_index = cp.end_index
         unit = self.unit_at(end_index)
         if unit is None or unit.index != end_index:
+            self.cp_rejected = f"index unit {end_index} is not in the index"
+            return None
+        if (cp.end_term is not None and cp.end_term != unit.term) or (
+                cp.end_pos is not None and cp.end_pos != unit.pos):
+            self.cp_rejected = (f"entry {end_index} is (term {unit.term}, pos {unit.pos}), the "
+                                f"checkpoint recorded (term {cp.end_term}, pos {cp.end_pos})")
+            return None
+        broken = self.chain_breaks(end_index, cp.before_begin_index)
+        if broken is not None:
+            self.cp_rejected = broken
             return None
         h = self.record_for_unit(unit)
         if h is None or h.index != end_index:
+            f = self.data.find_file(unit.pos)
+            off = unit.pos - f.file_from_offset if f is not None else -1
+            if (cp.end_term is not None and cp.end_pos is not None and f is not None
+                    and f.start_position <= off and off + unit.size <= f.file_size
+                    and f.mm[off:off + unit.size].strip(b"\0")):
+                # the record is there, but not as flushed: damage, not a removed segment
+                raise CorruptStoreError(
+                    f"entry {end_index}, flushed before the checkpoint was written, is damaged",
+                    path=f.path, offset=off, position=unit.pos)
+            self.cp_rejected = f"the record index unit {end_index} names is missing or damaged"
             return None
         return unit.pos + unit.size, end_index, unit.term
+
+    def chain_breaks(self, end_index: int, before_begin: int) -> str | None:
+        """Do the ``CHAIN_WINDOW`` index units before ``end_index`` fail to form a log (indexes
+        in order, terms not decreasing, each record right after the one before or at the start
+        of a later segment)? Another writer that truncated the log and appended less than it
+        removed leaves stale units after its own, which break this chain (a truncation by
+        dledger erases them). Returns the reason, or None."""
+        lo = max(end_index - CHAIN_WINDOW, before_begin + 1, 0)
+        idx = self.index
+        if not idx.files:
+            return None
+        lo = max(lo, -(-idx.min_offset() // INDEX_UNIT_SIZE))
+        units: list[tuple] = []
+        upos, hi = lo * INDEX_UNIT_SIZE, (end_index + 1) * INDEX_UNIT_SIZE
+        while upos < hi:  # one slice per index segment
+            f = idx.find_file(upos)
+            if f is None:
+                return None
+            stop = min(hi - f.file_from_offset, f.wrote_position)
+            start = upos - f.file_from_offset
+            if stop <= start:
+                return None
+            units.extend(INDEX_UNIT.iter_unpack(f.mm[start:stop - (stop - start) % INDEX_UNIT_SIZE]))
+            upos = f.file_from_offset + stop
+        fsize = self.data.mapped_file_size
+        for j in range(1, len(units)):
+            pm, ppos, psize, pidx, pterm = units[j - 1]
+            _m, pos, _s, index, term = units[j]
+            end = ppos + psize
+            if (index != lo + j or pidx != lo + j - 1 or term < pterm
+                    or not (pos == end or (pos > end and pos % fsize == 0))) \
+                    and not self.records_chain(units[j - 1], units[j], lo + j - 1):
+                return (f"index units {lo + j - 1} and {lo + j} do not form a log (term {pterm} -> "
+                        f"{term}, pos {ppos}+{psize} -> {pos})")
+        return None
+
+    def records_chain(self, u1: tuple, u2: tuple, k: int) -> bool:
+        """Do the records at the positions of units ``k`` and ``k + 1`` form a log (intact,
+        indexes ``k`` and ``k + 1``, the second right after the first or at the start of a
+        later segment, terms not decreasing)? Then a unit that breaks the chain is damaged in
+        place (a read of its entry refuses it), not a sign of another writer."""
+        heads = []
+        for unit in (u1, u2):
+            f = self.data.find_file(unit[1])
+            if f is None:
+                return False
+            try:
+                heads.append(_read_record(f, unit[1] - f.file_from_offset))
+            except CorruptEntryError:
+                return False
+        h1, h2 = heads
+        end = u1[1] + h1.size
+        return (h1.index == k and h2.index == k + 1 and h2.term >= h1.term
+                and (u2[1] == end or (u2[1] > end and u2[1] % self.data.mapped_file_size == 0)))
 
     def fallback_start(self):
         files = self.data.files
@@ -202,11 +339,13 @@ class _Planner:
         cp = read_checkpoint(self.store_dir)
         start = None
         if cp is not None and cp.end_index >= 0 and cp.end_index > cp.before_begin_index and data.files:
-            start = self.trusted_start(cp.end_index)
+            start = self.trusted_start(cp)
             if start is None:
-                self.warn("checkpoint of %s says entry %d is flushed, but it is not in the log "
-                          "(checkpoint ahead of the log); scanning the last segments",
-                          self.store_dir, cp.end_index)
+                self.warn("checkpoint of %s says entry %d is flushed, but it does not match the "
+                          "files (%s); ignoring it and scanning the last segments",
+                          self.store_dir, cp.end_index, self.cp_rejected)
+                # a flushed entry is not there as it was: what was acknowledged may be lost
+                self.lost_tail = True
         trusted = start is not None
         # Where the last durable point is known (a checkpoint that checks out, or one written
         # while the log was empty) and appends are not synced one by one (page-cache mode),
@@ -293,15 +432,32 @@ class _Planner:
             bad_file = data.find_file(pos)
             where = (bad_file.path, pos - bad_file.file_from_offset) if bad_file else (self.data_path, pos)
             if not unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term):
-                raise CorruptStoreError(
-                    f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
-                    f"refusing to cut durable data", path=where[0], offset=where[1], position=pos)
+                if not (self.durability is FSYNC and bad_file is not None
+                        and never_written(bad_file, pos - bad_file.file_from_offset)):
+                    raise CorruptStoreError(
+                        f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
+                        f"refusing to cut durable data", path=where[0], offset=where[1],
+                        position=pos)
+                # fsync mode: the record shows bytes that never reached the disk (a lost
+                # sector, or a body never written), the trace of a power cut in
+                # the middle of an append that never returned (each append syncs its data, then
+                # its index, before it returns); the entries after it were written by the same
+                # unfinished append, out of order, and were never acknowledged.
+                self.warn("store %s: unsynced append cut at entry %d (%s: bytes that never "
+                          "reached the disk) in %s at offset %d", self.store_dir, k,
+                          stop_reason, where[0], where[1])
             if (not trusted and not unconfirmed_tail and files
                     and last_segment_with_data(files, pos) - pos > fsize):
                 raise CorruptStoreError(
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
             tail = data.max_wrote_position() - pos
+            if (bad and self.durability is FSYNC and last_index >= 0 and bad_file is not None
+                    and not never_written(bad_file, pos - bad_file.file_from_offset)):
+                # fsync mode, a bad last record without the trace of unwritten bytes: it may be
+                # an acknowledged entry damaged in place. It is cut (the node must reopen) and
+                # the store reports that acknowledged entries may be lost.
+                self.lost_tail = True
             if bad:
                 self.warn("store %s: torn tail cut at entry %d (%s) in %s at offset %d",
                           self.store_dir, k, stop_reason, where[0], where[1])
@@ -372,7 +528,7 @@ class _Planner:
             committed = min(cp.committed_index, end_index)
         return RecoveredLog(cp, bbi, bbt, end_index, end_term, committed, pos, bad,
                             tuple(self.rebuilt), index_begin, (end_index + 1) * INDEX_UNIT_SIZE,
-                            tuple(self.warnings))
+                            tuple(self.warnings), self.lost_tail)
 
 
 def recover(data: MmapFileList, index: MmapFileList, *, store_dir: str, data_path: str,

@@ -13,6 +13,12 @@ Rules:
 - When ``currterm`` is missing but a ``currterm.tmp`` or ``currterm.bak`` left by an interrupted
   rewrite validates, the copy with the highest term is used (the Java writer deletes ``currterm``
   before renaming its ``.tmp``).
+- dledger writes a ``crc`` line (see ``properties.py``). A ``currterm`` that parses but whose
+  ``crc`` does not hold, or that holds a key neither writer uses, is *damaged*: its term and
+  vote are not used (``damaged`` names the reason) and the store reports the term as lost
+  (``SuspectReason.TERM_LOST``) instead of starting from it or from term 0. A file without a
+  ``crc`` line (written by Java DLedger) is accepted unchecked. A term beyond ``MAX_TERM``
+  (near the int64 limit) is refused with ``TermFileError``.
 """
 
 from __future__ import annotations
@@ -20,21 +26,32 @@ from __future__ import annotations
 import logging
 import os
 
+from dledger.entry import MAX_TERM
 from dledger.errors import TermFileError
-from dledger.store.properties import read_properties, write_properties_atomic
+from dledger.store.properties import read_checked, write_properties_atomic
 
 log = logging.getLogger(__name__)
 
 TERM_FILE_NAME = "currterm"
+_KEYS = frozenset(("currTerm", "voteLeader"))
+
+
+class DamagedTermFile(Exception):
+    """The term file parses but fails its checksum (or holds a foreign key): not to be used."""
 
 
 def _parse(path: str) -> tuple[int, str | None] | None:
     try:
-        props = read_properties(path)
+        props, crc = read_checked(path)
     except ValueError as exc:
         raise TermFileError(f"term file {path} is corrupt: {exc}") from exc
     if props is None:
         return None
+    if crc == "bad":
+        raise DamagedTermFile(f"term file {path} fails its checksum")
+    unknown = set(props) - _KEYS
+    if unknown:
+        raise DamagedTermFile(f"term file {path} holds unknown keys {sorted(unknown)}")
     raw = props.get("currTerm")
     if raw is None:
         raise TermFileError(f"term file {path} is corrupt: no currTerm")
@@ -44,6 +61,9 @@ def _parse(path: str) -> tuple[int, str | None] | None:
         raise TermFileError(f"term file {path} is corrupt: currTerm={raw!r}") from exc
     if term < 0:
         raise TermFileError(f"term file {path} is corrupt: negative currTerm {term}")
+    if term > MAX_TERM:
+        raise TermFileError(f"term file {path} field currTerm={term} is beyond the largest term "
+                            f"{MAX_TERM}")
     vote = props.get("voteLeader") or None
     return term, vote
 
@@ -59,9 +79,16 @@ class TermFile:
         #: True when the file was missing and the state was taken from a leftover copy.
         self.recovered_from: str | None = None
         self.existed = False
+        #: why the file was not used (it is damaged), or None
+        self.damaged: str | None = None
 
     def load(self) -> None:
-        found = _parse(self.path)
+        try:
+            found = _parse(self.path)
+        except DamagedTermFile as exc:
+            self.damaged = str(exc)
+            log.error("%s: the term and vote it held are lost", exc)
+            return
         if found is not None:
             self.existed = True
             self.term, self.vote_for = found
@@ -71,7 +98,7 @@ class TermFile:
             path = self.path + suffix
             try:
                 got = _parse(path)
-            except TermFileError as exc:
+            except (TermFileError, DamagedTermFile) as exc:
                 log.warning("ignoring leftover %s", exc)
                 continue
             if got is not None and (best is None or got[0] > best[0]):
