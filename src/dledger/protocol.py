@@ -9,7 +9,7 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - An APPEND ``PushEntryRequest`` carries ``pre_log_term``, the term of the leader's entry at
   ``first_entry_index - 1``: the follower accepts it only when its own entry there has it.
 - ``ReadMode.parse`` accepts a mode by member, number or name; ``out_of_range`` range-checks
-  every term, index, count and position field of a message from a peer (``MAX_TERM``).
+  every term, index, count and position field of a message from a peer (``PEER_TERM_BOUND``).
 - ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
   marks the vote of a transferee (see ``core.vote``).
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
@@ -31,6 +31,8 @@ from typing import Any
 import zlib
 
 import msgpack
+
+from dledger.entry import MAX_TERM
 
 #: 2: a CRC-32 trailer follows the msgpack body (1 had none)
 WIRE_VERSION = 2
@@ -151,12 +153,13 @@ class ReadMode(IntEnum):
         raise ValueError(f"unknown read mode {mode!r}; valid modes: {valid}")
 
 
-#: The largest term a peer may move this node to in one step. Terms above it are accepted
-#: only as small steps above the node's own term (``TERM_STEP``), so a hostile or corrupt
-#: message cannot push the cluster to a term it can never increment again.
-MAX_TERM = 1 << 62
-#: How far above its own term a node accepts a term beyond ``MAX_TERM``.
+#: How far above its own term a node accepts a peer's term beyond ``PEER_TERM_BOUND``.
 TERM_STEP = 1 << 20
+#: The largest term a peer may move this node to in one step: ``MAX_TERM`` (the format
+#: layer's limit for every term, in files and on the wire) less ``TERM_STEP``. Terms above it
+#: are accepted only as small steps above the node's own term and never beyond ``MAX_TERM``, so
+#: a hostile or corrupt message cannot push the cluster to a term it can never increment again.
+PEER_TERM_BOUND = MAX_TERM - TERM_STEP
 INT64_MAX = (1 << 63) - 1
 #: int fields that are codes or enums, not terms, indexes, counts or positions
 _NOT_RANGED = frozenset(("code", "type", "vote_result"))
@@ -164,7 +167,7 @@ _NOT_RANGED = frozenset(("code", "type", "vote_result"))
 
 def term_acceptable(term: int, own_term: int) -> bool:
     """Whether a peer's ``term`` may be adopted by a node in ``own_term``."""
-    return term <= MAX_TERM or term <= own_term + TERM_STEP
+    return term <= PEER_TERM_BOUND or (term <= MAX_TERM and term <= own_term + TERM_STEP)
 
 
 SUCCESS = DLedgerResponseCode.SUCCESS
@@ -388,8 +391,8 @@ def out_of_range(msg: Any, own_term: int) -> str | None:
         if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= INT64_MAX:
             return f"{type(msg).__name__}.{name}={value!r} is outside -1..2**63-1"
         if name.endswith("term") and not term_acceptable(value, own_term):
-            return (f"{type(msg).__name__}.{name}={value} is above the term bound {MAX_TERM} "
-                    f"and more than {TERM_STEP} above the local term {own_term}")
+            return (f"{type(msg).__name__}.{name}={value} is above the term bound {PEER_TERM_BOUND} "
+                    f"and more than {TERM_STEP} above the local term {own_term} (or above {MAX_TERM})")
     return None
 
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from dledger.core.quorum import Majority
 from dledger.core.transitions import TransitionTable
 from dledger.errors import DLedgerError
-from dledger.protocol import INT64_MAX, DLedgerResponseCode as Code
+from dledger.entry import MAX_TERM
+from dledger.protocol import DLedgerResponseCode as Code
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -104,8 +105,9 @@ class MemberState:
             raise DLedgerError(f"{self.self_id} is {self.role.value}, not CANDIDATE", Code.ILLEGAL_MEMBER_STATE)
         term = self.known_max_term_in_group if self.known_max_term_in_group > self.curr_term \
             else self.curr_term + 1
-        if term > INT64_MAX:
-            raise DLedgerError(f"{self.self_id}: term {self.curr_term} cannot be incremented", Code.ILLEGAL_MEMBER_STATE)
+        if term > MAX_TERM:
+            raise DLedgerError(f"{self.self_id}: term {self.curr_term} cannot be incremented (the largest "
+                               f"term is {MAX_TERM})", Code.ILLEGAL_MEMBER_STATE)
         self.store.persist_term(term, None)
         return term
 
