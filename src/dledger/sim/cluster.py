@@ -247,7 +247,7 @@ class Cluster:
         """A read through ``via`` (default: the current leader); a future of the response
         whose ``index`` is safe to read up to (see ``DLedgerServer.read``). The history
         records it with its mode and the returned index."""
-        return self._call("read", ReadMode.RAFT_LOG_READ if mode is None else ReadMode(mode), via)
+        return self._call("read", ReadMode.RAFT_LOG_READ if mode is None else ReadMode.parse(mode), via)
 
     def _call(self, kind: str, arg, via: str | None) -> Future:
         node = via if via is not None else self.leader()
