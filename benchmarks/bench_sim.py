@@ -3,7 +3,7 @@
     python benchmarks/bench_sim.py [--idle-seconds S] [--seeds N]
 
 Rows: an idle 3-node cluster (heartbeats only) and a 5-node cluster (memory stores) under
-the swarm fault schedule of ``dledger.sim.faults`` (partitions, crashes, restarts, loss,
+the swarm fault schedule of ``dledger.sim.swarm`` (partitions, crashes, restarts, loss,
 duplication, clients appending), plus the same 3-node swarm on file stores. Each row runs
 twice: with every envelope through the wire codec (the default) and without it
 (``NetworkOptions(codec=False)``), which measures what the codec costs the simulator.
@@ -38,7 +38,7 @@ def swarm(nodes: int, seeds: int, store: str, codec: bool) -> tuple[float, float
     events = ops = 0
     for seed in range(seeds):
         t0, c0 = time.perf_counter(), time.process_time()
-        c = run_swarm(SwarmOptions(seed=seed, nodes=nodes, store=store, codec=codec))
+        c = run_swarm(SwarmOptions.from_seed(seed, nodes=nodes, store=store, codec=codec))
         wall += time.perf_counter() - t0
         cpu += time.process_time() - c0
         virtual += c.now_ms / 1000

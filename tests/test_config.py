@@ -42,3 +42,16 @@ def test_store_type_is_case_insensitive_like_java():
 def test_preferred_leader_ids_split_on_semicolons():
     c = DLedgerConfig(peers="n0-h:1;n1-h:2;n2-h:3", preferred_leader_ids="n1;n2").validate()
     assert c.preferred_leader_id_list() == ["n1", "n2"]
+
+
+def test_a_lease_longer_than_the_clock_drift_allows_is_refused_naming_both_fields():
+    # with clocks within 1 +- d, a lease of r election timeouts is safe while r(1+d) < 1-d
+    DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:1", lease_ratio=0.8, max_clock_drift=0.1).validate()
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:1", lease_ratio=0.8, max_clock_drift=0.12).validate()
+    assert "lease_ratio" in str(exc.value) and "max_clock_drift" in str(exc.value)
+    with pytest.raises(ConfigError):
+        DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:1", lease_ratio=0.95).validate()
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:1", max_clock_drift=-0.1).validate()
+    assert "max_clock_drift" in str(exc.value)

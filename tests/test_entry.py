@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dledger.entry import (BODY_OFFSET, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP,
-                           MAGIC_NORMAL, POS_OFFSET, DLedgerEntry, IndexUnit, RecordHeader, crc32,
+                           MAGIC_NORMAL, MAX_INDEX, MAX_TERM, POS_OFFSET, DLedgerEntry, IndexUnit, RecordHeader, crc32,
                            decode, decode_header, decode_index, encode, encode_blank, encode_index,
                            encode_into, is_segment_name, iter_segment_records, magic_matches_unit,
                            matches_unit, segment_name)
@@ -80,10 +80,12 @@ def test_equality_ignores_crcs_but_not_body_channel_or_pos():
     assert DLedgerEntry(body=b"") != DLedgerEntry(body=b"\x00")
 
 
-@given(body=st.binary(max_size=4096), index=st.integers(0, 2**63 - 1), term=st.integers(0, 2**63 - 1),
+@given(body=st.binary(max_size=4096), index=st.integers(0, MAX_INDEX), term=st.integers(0, MAX_TERM),
        pos=st.integers(0, 2**63 - 1), magic=st.sampled_from([1, 2, 3]),
        channel=st.integers(-2**31, 2**31 - 1), chain=st.integers(0, 2**32 - 1))
 def test_encode_decode_round_trip(body, index, term, pos, magic, channel, chain):
+    """Every record with an index and a term in the format's bounds decodes to itself (values
+    beyond them are refused: tests/store/test_bounds.py)."""
     entry = DLedgerEntry(body=body, magic=magic, index=index, term=term, pos=pos, channel=channel,
                          chain_crc=chain)
     data = encode(entry)

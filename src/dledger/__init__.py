@@ -3,7 +3,8 @@
 from dledger.config import DLedgerConfig
 from dledger.entry import DLedgerEntry
 from dledger.errors import (CorruptEntryError, CorruptStoreError, DLedgerError, EntryTooLargeError,
-                            StoreLayoutError, TermFileError)
+                            StoreLayoutError, StoreLockedError, TermFileError)
+from dledger.protocol import DLedgerResponseCode, ReadMode
 from dledger.server import DLedgerServer
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore, open_store
 
@@ -17,7 +18,10 @@ __all__ = [
     "DLedgerMmapFileStore",
     "DLedgerServer",
     "EntryTooLargeError",
+    "DLedgerResponseCode",
+    "ReadMode",
     "StoreLayoutError",
+    "StoreLockedError",
     "TermFileError",
     "open_store",
 ]

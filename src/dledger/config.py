@@ -48,6 +48,19 @@ def parse_peers(peers: str) -> dict[str, str]:
     return out
 
 
+def max_safe_drift(lease_ratio: float) -> float:
+    """The largest clock drift ``d`` (every clock's rate within ``1 +- d``) under which a read
+    lease of ``lease_ratio`` election timeouts is safe."""
+    return (1 - lease_ratio) / (1 + lease_ratio)
+
+
+def lease_is_safe(lease_ratio: float, max_drift: float) -> bool:
+    """Whether a lease of ``lease_ratio`` election timeouts, counted on the leader's clock, ends
+    before any other majority can elect a leader, counting a whole election timeout on their
+    own clocks, with every clock's rate within ``1 +- max_drift``."""
+    return lease_ratio * (1 + max_drift) < 1 - max_drift
+
+
 @dataclass(slots=True, kw_only=True)
 class DLedgerConfig:
     """Configuration of one node (one Raft group member)."""
@@ -94,6 +107,8 @@ class DLedgerConfig:
     preferred_leader_check_interval_ms: int = 1000   # how often a leader checks preferred ids
     rpc_timeout_ms: int = 3000                  # server-to-server request timeout
     lease_ratio: float = 0.8                    # LEASE_READ lease = ratio x (leak x interval)
+    max_clock_drift: float = 0.05               # bound on any two clocks' rate difference (+-5 %):
+                                                # LEASE_READ is safe only while clocks stay within it
 
     # -- derived ----------------------------------------------------------------------------
     peer_map: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -143,6 +158,13 @@ class DLedgerConfig:
             raise ConfigError("max_take_leadership_vote_interval_ms", "is below the min")
         if not 0 < self.lease_ratio < 1:
             raise ConfigError("lease_ratio", f"must be in (0, 1), got {self.lease_ratio!r}")
+        if not 0 <= self.max_clock_drift < 1:
+            raise ConfigError("max_clock_drift", f"must be in [0, 1), got {self.max_clock_drift!r}")
+        if not lease_is_safe(self.lease_ratio, self.max_clock_drift):
+            raise ConfigError("lease_ratio", f"{self.lease_ratio} is not safe with max_clock_drift "
+                              f"{self.max_clock_drift}: with clock rates within 1 +- d the lease must "
+                              f"satisfy lease_ratio * (1 + d) < 1 - d (at most "
+                              f"{max_safe_drift(self.lease_ratio):.3f} drift for this ratio)")
         for name in ("disk_space_ratio_to_check_expired", "disk_space_ratio_to_force_clean"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value < 1:

@@ -254,3 +254,23 @@ def test_enospc_at_index_segment_creation_in_a_follower_batch_leaves_a_consisten
         assert follower.get_raw(i) == leader.get_raw(i)
     leader.close()
     follower.close()
+
+
+def test_a_failed_store_closes_without_flushing_and_reopens_suspect(tmp_path):
+    """Shutting down a node whose disk failed a sync must not raise, and must not mark the
+    store as cleanly closed: what it held was never proved durable."""
+    from dledger.store.suspect import SuspectReason
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="page_cache")
+    store.clear_suspect()
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    pl.fail_syncs(1)
+    with pytest.raises(DLedgerError):
+        store.flush()
+    store.close()                                     # no exception, no flush, no marker
+    assert store.closed
+    again = _open(tmp_path, pl)
+    assert again.failed is None
+    assert again.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+    again.close()

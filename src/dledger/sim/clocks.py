@@ -32,6 +32,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from dledger.config import lease_is_safe, max_safe_drift  # noqa: F401 (the rule lives with the config)
+
 #: the virtual wall clock at virtual time 0 (2023-11-14): earlier than any real file time, so
 #: segment files never look old enough for age-based cleaning in a simulation
 SIM_EPOCH = 1_700_000_000.0
@@ -128,14 +130,3 @@ class ClockOptions:
             clock.jump(rng.randrange(self.max_jump_ms + 1))
         if self.max_wall_jump_s:
             clock.jump_wall(rng.uniform(-self.max_wall_jump_s, self.max_wall_jump_s))
-
-
-def max_safe_drift(lease_ratio: float) -> float:
-    """The largest clock drift ``d`` (rates in ``1 +- d``) under which the read lease is safe."""
-    return (1 - lease_ratio) / (1 + lease_ratio)
-
-
-def lease_is_safe(lease_ratio: float, max_drift: float) -> bool:
-    """Whether a lease of ``lease_ratio`` election timeouts is safe with clocks drifting up to
-    ``max_drift``: it must end before any other majority can elect a leader."""
-    return lease_ratio * (1 + max_drift) < 1 - max_drift

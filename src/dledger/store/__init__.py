@@ -5,6 +5,7 @@
 - ``DLedgerMmapFileStore``: entries, index, term file, checkpoint, recovery, cleaning;
 - ``DLedgerMemoryStore``: the same interface, nothing on disk;
 - ``Durability``: what an acknowledged append survives (``PAGE_CACHE``, ``FSYNC``);
+- ``SuspectReason``: why a replica may have lost what it acknowledged (``store.suspect``);
 - ``open_store(path)``: open a store directory offline (ours or Java DLedger's), read-only
   by default, for tools such as the CLI and the Spark data source.
 """
@@ -18,6 +19,7 @@ from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList
 from dledger.store.mmap_file_store import DLedgerMmapFileStore
 from dledger.store.offline import open_store
+from dledger.store.suspect import SuspectReason
 
 __all__ = [
     "AppendBatchResult",
@@ -30,5 +32,6 @@ __all__ = [
     "MmapFile",
     "MmapFileList",
     "PAGE_CACHE",
+    "SuspectReason",
     "open_store",
 ]

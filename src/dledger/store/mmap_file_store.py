@@ -237,13 +237,15 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             raise DLedgerError(f"store {self.store_dir} is not loaded; call load() first", INCONSISTENT_STATE)
 
     def close(self) -> None:
-        """Flush (unless read-only) and unmap everything. Idempotent."""
+        """Flush (unless read-only or failed) and unmap everything. Idempotent."""
         if self.closed:
             return
         if self._flush_job is not None:
             self._reap_flush_job(wait=True)
         try:
-            if self.loaded and not self.read_only:
+            # a failed store (a sync failed) can prove nothing durable: it closes without a
+            # flush and without the clean-shutdown marker, so its next open is suspect
+            if self.loaded and not self.read_only and self.failed is None:
                 self.flush()
                 write_clean_marker(self.store_dir)
             self.data_list.close()
