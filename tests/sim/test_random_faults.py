@@ -33,12 +33,17 @@ KNOWN_FAILURES: dict[tuple, str] = {
     # found by the long sweep (seeds 2000-2149, 3 nodes, file stores, page_cache); they need
     # protocol-aware recovery (a node that lost its unsynced tail must not vote or lead until it
     # has caught up), which is not built yet; kept here so that the fix shows up
-    (2045, 3, "page_cache", "file"): (
+    (2069, 3, "page_cache", "file"): (
         "I4 committed prefixes differ: after power loss of one node (a minority) two entries were "
-        "acknowledged at index 18 and replicas committed different bytes there"),
-    (2081, 3, "page_cache", "file"): (
-        "committed log holds: an acknowledged append is overwritten at its index after power loss "
-        "of one node (a minority)"),
+        "acknowledged at index 4 and replicas committed different bytes there"),
+    (2088, 3, "page_cache", "file"): (
+        "I4 committed prefixes differ: after power loss of one node (a minority) an acknowledged "
+        "entry is overwritten at index 23"),
+    (2134, 3, "page_cache", "file"): (
+        "committed log holds: acknowledged appends overwritten or gone after power loss of one node"),
+    (2143, 3, "page_cache", "file"): (
+        "I4 committed prefixes differ: after power loss of one node the whole acknowledged log is "
+        "replaced from index 0"),
 }
 
 #: seeds that found a bug now fixed, each kept as a named regression test (docs/simulation.md,

@@ -19,8 +19,9 @@ def test_options_are_drawn_from_the_seed_within_the_ranges(seed, nodes, durabili
     o = SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store=store)
     assert o == SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store=store)
     assert 0 <= o.loss <= 0.3 and 0 <= o.duplicate <= 0.5 and 1 <= o.min_delay_ms <= o.max_delay_ms <= 50
-    assert o.replay == o.corrupt == o.clog == o.pause == o.clock_drift == 0      # not wired yet
-    assert o.bit_flip == o.misdirect == o.enospc == o.eio == 0
+    assert 0 <= o.replay <= 0.5 and 0 <= o.corrupt <= 0.1 and 0 <= o.clog <= 0.3 and 0 <= o.pause <= 0.3
+    assert 0 <= o.clock_drift <= 0.05                  # within the config's max_clock_drift
+    assert o.bit_flip == o.misdirect == o.enospc == o.eio == 0                  # not wired yet
     assert 2 <= o.clients <= 5 and 1 <= o.keys <= 4 and len(o.mix) == len(CLIENT_OPS)
     assert len(o.nemesis) == len(NEMESIS_ACTIONS) and sum(o.nemesis) > 0
     power = o.nemesis_weights()["power_loss"]
@@ -106,7 +107,8 @@ def test_help_shows_examples(capsys):
 
 def test_the_swarm_catches_a_follower_serving_linearizable_reads(monkeypatch):
     """A planted bug: followers answer READ_INDEX_READ with their own commit index instead of
-    NOT_LEADER. Seed 0 (3 nodes) reads from a cut-off follower and the read checker calls it stale."""
+    NOT_LEADER. Seed 18 (3 nodes) reads from a cut-off follower and the read checker calls it stale
+    (14 of seeds 0-59 catch it)."""
     from dledger.core import node as node_module
     real_read = node_module.Node.read
 
@@ -118,7 +120,7 @@ def test_the_swarm_catches_a_follower_serving_linearizable_reads(monkeypatch):
 
     monkeypatch.setattr(node_module.Node, "read", read)
     with pytest.raises(SwarmFailure, match="stale read"):
-        run_swarm(SwarmOptions.from_seed(0, nodes=3))
+        run_swarm(SwarmOptions.from_seed(18, nodes=3))
 
 
 def test_the_swarm_catches_a_state_machine_that_loses_acknowledged_puts(monkeypatch):

@@ -40,6 +40,7 @@ from dledger.config import DLedgerConfig
 from dledger.core import Role
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.server import DLedgerServer, open_store_for
+from dledger.sim.clocks import SimClock
 from dledger.sim.disk import FaultyStore, PowerLoss, crash_store
 from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
 from dledger.sim.history import History, LogEntry, check_commit_log, check_reads
@@ -56,7 +57,7 @@ class Cluster:
     def __init__(self, n: int = 3, seed: int = 0, store: str = "memory", base_dir=None, *,
                  network: NetworkOptions | None = None, record_applies: bool = True, strict_history: bool = True,
                  leader: str | None = None, state_machine_factory=None, disk_faults: bool = False,
-                 **config) -> None:
+                 clock_rates: dict[str, float] | None = None, **config) -> None:
         if store not in ("memory", "file"):
             raise ValueError(f"store must be 'memory' or 'file', got {store!r}")
         self.n = n
@@ -87,6 +88,10 @@ class Cluster:
         self.disks: dict[str, FaultyStore] = {}
         #: each node's running process (replaced at every restart)
         self.processes: dict[str, SimProcess] = {}
+        #: each machine's clock (kept across restarts); ideal (virtual time) unless
+        #: ``clock_rates`` gives a node a rate (``dledger.sim.clocks``)
+        self.clocks: dict[str, SimClock] = {i: SimClock(self.scheduler, rate)
+                                             for i, rate in (clock_rates or {}).items()}
         #: with ``store="file"``: each node's power-loss recorder (its stores are opened through it)
         self.power: dict[str, PowerLoss] = {i: PowerLoss() for i in self.ids} if store == "file" else {}
         #: client calls made through ``append``/``read`` and not answered yet, per node
@@ -108,7 +113,8 @@ class Cluster:
 
     def _boot(self, node_id: str) -> DLedgerServer:
         cfg = self.config_for(node_id)
-        proc = self.processes[node_id] = self.scheduler.process(f"{node_id}#{self.incarnation[node_id] + 1}")
+        proc = self.processes[node_id] = self.scheduler.process(f"{node_id}#{self.incarnation[node_id] + 1}",
+                                                                clock=self.clocks.get(node_id))
         store_io = self.power[node_id].io if node_id in self.power else LOCAL_IO
         store = None
         if self.store_type == "memory":
@@ -129,7 +135,7 @@ class Cluster:
                 self.state_machines[node_id] = sm
         elif self.record_applies:
             sm = self.state_machines[node_id] = RecordingStateMachine(node_id, self.invariants.problems)
-        server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id), runtime=proc,
+        server = DLedgerServer(cfg, store=store, transport=self.network.endpoint(node_id, process=proc), runtime=proc,
                                rng=random.Random(self.rng.getrandbits(64)), state_machine=sm, store_io=store_io)
         self.incarnation[node_id] += 1
         inc = self.incarnation[node_id]

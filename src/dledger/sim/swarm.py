@@ -102,9 +102,12 @@ class _Swarm:
         self.opts = opts
         self.rng = random.Random(f"swarm-run/{opts.seed}/{opts.nodes}/{opts.durability}/{opts.store}")
         net = NetworkOptions(min_delay_ms=opts.min_delay_ms, max_delay_ms=opts.max_delay_ms, loss=opts.loss,
-                             duplicate=opts.duplicate, codec=opts.codec)
+                             duplicate=opts.duplicate, codec=opts.codec, replay=opts.replay, corrupt=opts.corrupt)
+        ids = [f"n{i}" for i in range(opts.nodes)]
+        rates = ({i: 1 + self.rng.uniform(-opts.clock_drift, opts.clock_drift) for i in ids}
+                 if opts.clock_drift else None)
         self.c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir, network=net,
-                         state_machine_factory=KVStateMachine, durability=opts.durability)
+                         state_machine_factory=KVStateMachine, durability=opts.durability, clock_rates=rates)
         self.kv = KVRecorder()
         self.clients = [_Client(i) for i in range(opts.clients)]
         self.next_cid = opts.clients
@@ -268,6 +271,14 @@ class _Swarm:
         elif action == "power_loss":
             victim = rng.choice(self.opts.power_victims)
             c.power_loss(victim, torn=rng.random() < self.opts.torn)
+        if self.opts.clog and rng.random() < self.opts.clog:
+            a, b = rng.sample(ids, 2)
+            c.network.clog(a, b, rng.randint(50, 2_000))
+        if self.opts.pause and rng.random() < self.opts.pause:
+            live = c.live()
+            if live:
+                timeout = c.config_for(ids[0]).max_heart_beat_leak * c.config_for(ids[0]).heart_beat_time_interval_ms
+                c.processes[rng.choice(live)].pause(rng.randint(10, 3 * timeout))
 
     # -- phases ---------------------------------------------------------------------------
     def safety_phase(self) -> None:

@@ -17,9 +17,13 @@ fields, one per line, for a failure report. The ranges:
   how often they go through a random node instead of the leader;
 - phases: the length of the safety phase (under faults) and the budget of the liveness phase.
 
-Fields for faults whose mechanism is not in the simulator yet are present, documented and off
-(0): a seed draws nothing for them, so wiring one in later changes no existing seed's run until
-it is given a range here.
+- network faults beyond loss and duplication: replay of old envelopes 0-50 %, corruption in
+  transit 0-10 % (refused by the frame CRC), clogged links and paused processes now and then,
+  clock drift up to 5 % (each often 0).
+
+Storage faults whose swarm wiring is not done yet (bit flips at rest, lost and misdirected
+writes, ENOSPC, EIO) are present, documented and off (0): a seed draws nothing for them, so
+wiring one in later changes no existing seed's run until it is given a range here.
 """
 
 from __future__ import annotations
@@ -49,15 +53,17 @@ class SwarmOptions:
     max_delay_ms: int = 5
     loss: float = 0.0
     duplicate: float = 0.0
-    #: re-deliver an old envelope later (replay); to be driven by the network's replay option
+    #: probability that a sent envelope is also re-delivered much later (``NetworkOptions.replay``)
     replay: float = 0.0
-    #: flip bits of an envelope in transit; to be driven by the network's corruption option
+    #: probability that a delivered copy has one bit flipped in transit (the frame CRC refuses it)
     corrupt: float = 0.0
-    #: probability per nemesis strike of clogging a link (long delays); network clogging option
+    #: probability per nemesis strike of clogging a random link for up to 2 s (``network.clog``)
     clog: float = 0.0
-    #: probability per nemesis strike of pausing a node's process; the scheduler's pause option
+    #: probability per nemesis strike of pausing a random node's process for up to three
+    #: election timeouts (``SimProcess.pause``: timers and inbox held)
     pause: float = 0.0
-    #: per-node clock drift bound (fraction, e.g. 0.05 = +-5 %); the per-node clock option
+    #: clock drift bound: each machine's clock runs at a rate drawn in ``1 +- clock_drift``;
+    #: at most the config's ``max_clock_drift`` (5 %), under which LEASE_READ must stay safe
     clock_drift: float = 0.0
 
     # -- storage ---------------------------------------------------------------------------
@@ -135,6 +141,9 @@ class SwarmOptions:
             client_timeout_ms=rng.choice([500, 1_000, 2_000]), mix=mix,
             via_random=rng.choice([0.0, 0.1, 0.3]), keys=rng.randint(1, 4),
             safety_ms=safety_ms if safety_ms is not None else rng.choice([1_500, 2_000, 3_000]),
+            # drawn last, so that every field above keeps the value it had before these existed
+            replay=often_zero(0.50), corrupt=often_zero(0.10), clog=rng.choice([0.0, 0.0, 0.1, 0.3]),
+            pause=rng.choice([0.0, 0.0, 0.1, 0.3]), clock_drift=rng.choice([0.0, 0.0, 0.01, 0.05]),
         )
 
     def reproduce(self) -> str:

@@ -295,7 +295,9 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             self._suspect = self._detect_suspect(found, had_clean=had_clean, had_data=had_data,
                                                  had_checkpoint=had_checkpoint)
             if self._suspect is not None:
-                log.warning("store %s is suspect: %s", d, self._suspect.value)
+                # a new store is FRESH: expected, not worth a warning
+                (log.info if self._suspect is SuspectReason.FRESH else log.warning)(
+                    "store %s is suspect: %s", d, self._suspect.value)
                 if not self.read_only:  # durable before recovery changes anything
                     write_suspect(d, self._suspect)
         if had_clean and not self.read_only:
