@@ -132,14 +132,7 @@ def check_commit_log(ops: list[Operation], log: list[LogEntry], *, strict: bool 
             problems.append(f"{op} and {seen[op.index]} were both acknowledged at index {op.index}")
         seen[op.index] = op
     # 3: real-time order
-    by_complete = sorted(acked, key=lambda o: o.complete_ms)
-    k = 0
-    best: Operation | None = None
-    for op in sorted(acked, key=lambda o: o.invoke_ms):
-        while k < len(by_complete) and by_complete[k].complete_ms < op.invoke_ms:
-            if best is None or by_complete[k].index > best.index:
-                best = by_complete[k]
-            k += 1
+    for op, best in _latest_acked_before(acked, acked):
         if best is not None and best.index >= op.index:
             problems.append(f"{best} was acknowledged before {op} was invoked, yet its index is not smaller")
     # 4: occurrences
@@ -158,6 +151,20 @@ def check_commit_log(ops: list[Operation], log: list[LogEntry], *, strict: bool 
     return problems
 
 
+def _latest_acked_before(acked: list[Operation], ops: list[Operation]):
+    """Each of ``ops`` in invocation order, with the acknowledged operation of highest index
+    among ``acked`` that completed before it was invoked (None if none did)."""
+    by_complete = sorted(acked, key=lambda o: o.complete_ms)
+    k = 0
+    best: Operation | None = None
+    for op in sorted(ops, key=lambda o: o.invoke_ms):
+        while k < len(by_complete) and by_complete[k].complete_ms < op.invoke_ms:
+            if best is None or by_complete[k].index > best.index:
+                best = by_complete[k]
+            k += 1
+        yield op, best
+
+
 LINEARIZABLE_READS = frozenset({ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ, ReadMode.LEASE_READ})
 
 
@@ -165,16 +172,10 @@ def check_reads(ops: list[Operation], log: list[LogEntry] | None = None) -> list
     """Problems of the reads in ``ops`` (rules 5 and 6 above); ``log``: the agreed committed
     log (None: skip rule 6)."""
     problems: list[str] = []
-    acked = sorted((op for op in ops if op.kind != "read" and op.outcome == "ok"), key=lambda o: o.complete_ms)
+    acked = [op for op in ops if op.kind != "read" and op.outcome == "ok"]
     reads = [op for op in ops if op.kind == "read" and op.code == Code.SUCCESS]
     last = log[-1].index if log else -1
-    k = 0
-    best: Operation | None = None
-    for r in sorted(reads, key=lambda o: o.invoke_ms):
-        while k < len(acked) and acked[k].complete_ms < r.invoke_ms:
-            if best is None or acked[k].index > best.index:
-                best = acked[k]
-            k += 1
+    for r, best in _latest_acked_before(acked, reads):
         if r.mode in LINEARIZABLE_READS and best is not None and r.index < best.index:
             problems.append(f"stale read: {r} returned index {r.index}, but {best} was acknowledged before it "
                             f"was invoked")

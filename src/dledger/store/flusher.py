@@ -31,6 +31,7 @@ import logging
 from dledger.errors import DISK_ERROR, DLedgerError
 from dledger.store import background_flush as bg_flush
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
+from dledger.store.mmap_file_list import read_index_unit
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +144,19 @@ class Flusher:
             self._write_checkpoint(job.end_index)
 
     def _write_checkpoint(self, end_index: int) -> None:
+        """The checkpoint, with the term and position of entry ``end_index`` so that recovery
+        can check it against the files (see checkpoint.py). A failed store writes none: it
+        can vouch for nothing."""
         if self.read_only or self.failed is not None:
             return
+        end_term = end_pos = None
+        if end_index > self.ledger_before_begin_index:
+            unit = self._index_overrides.get(end_index) or read_index_unit(self.index_list, end_index)
+            if unit is not None and unit.index == end_index:
+                end_term, end_pos = unit.term, unit.pos
         cp = Checkpoint(end_index, min(self.committed_index, end_index),
-                        self.ledger_before_begin_index, self.ledger_before_begin_term)
+                        self.ledger_before_begin_index, self.ledger_before_begin_term,
+                        end_term, end_pos)
         write_checkpoint(self.store_dir, cp)
         self._checkpoint = cp
 

@@ -61,7 +61,7 @@ from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAX_RECORD_
 from dledger.errors import INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, StoreClosedError
 from dledger.store import background_flush as bg_flush
 from dledger.store.base import StoreBase
-from dledger.store.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint, write_checkpoint
+from dledger.store.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from dledger.store.cut import Cut
 from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE, Durability
 from dledger.store.flusher import Flusher
@@ -70,7 +70,7 @@ from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_
                                      AppendBatchResult, AppendHook)
 from dledger.store.log_writer import LogWriter
 from dledger.store.lock import StoreLock
-from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end, read_index_unit,
+from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end,
                                           zero_header_at)
 from dledger.store.recovery import RecoveredLog, recover
 from dledger.store.retention import Retention
@@ -205,22 +205,6 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         if not had_data and not had_checkpoint and not tf.existed and not self.index_list.files:
             return SuspectReason.FRESH
         return None
-
-    def _write_checkpoint(self, end_index: int) -> None:
-        """The checkpoint, with the term and position of entry ``end_index`` so that recovery
-        can check it against the files (see checkpoint.py)."""
-        if self.read_only:
-            return
-        end_term = end_pos = None
-        if end_index > self.ledger_before_begin_index:
-            unit = self._index_overrides.get(end_index) or read_index_unit(self.index_list, end_index)
-            if unit is not None and unit.index == end_index:
-                end_term, end_pos = unit.term, unit.pos
-        cp = Checkpoint(end_index, min(self.committed_index, end_index),
-                        self.ledger_before_begin_index, self.ledger_before_begin_term,
-                        end_term, end_pos)
-        write_checkpoint(self.store_dir, cp)
-        self._checkpoint = cp
 
     def update_committed_index(self, index: int) -> None:
         """Record the commit index (persisted with the next checkpoint). Never goes backwards."""
