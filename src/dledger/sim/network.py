@@ -12,7 +12,7 @@ at its default draws nothing, so a seed replays the same with or without the new
   from the last ``replay_window`` frames sent on any link, delivered after a long delay
   (uniform in ``[replay_min_delay_ms, replay_max_delay_ms]``) to the node it was addressed to;
 - corruption: each delivered copy has one bit flipped in its encoded bytes with probability
-  ``corrupt`` (needs the codec). The receiver's ``decode_envelope`` refuses it (the frame's
+  ``corrupt`` (needs the codec). The receiver's ``decode_frame`` refuses it (the frame's
   CRC-32 does not match) and the network drops it, as a TCP stack drops a segment that fails
   its checksum; a damaged frame that decoded would raise ``AssertionError`` (a codec bug);
 - partitions: a set of blocked *directed* links; ``partition(a, b)`` blocks both directions
@@ -29,7 +29,7 @@ at its default draws nothing, so a seed replays the same with or without the new
 ``heal()`` ends every partition and clog.
 
 Every envelope crosses the network as bytes: it is encoded with the production wire codec
-(``protocol.encode_envelope``) when sent and decoded (``decode_envelope``) at each delivery, so
+(``transport.frames.encode_frame``, as over TCP) when sent and decoded (``decode_frame``) at each delivery, so
 the receiver gets a fresh object built from the bytes (a duplicate is decoded again), exactly as
 over TCP. ``NetworkOptions(codec=False)`` hands the sent object itself to the receiver instead
 (faster; sender and receiver then share one object).
@@ -42,7 +42,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from dledger.protocol import Envelope, FrameError, decode_envelope, encode_envelope
+from dledger.protocol import Envelope, FrameError
+from dledger.transport.frames import decode_frame, encode_frame
 
 Link = tuple[str, str]
 
@@ -202,7 +203,7 @@ class SimNetwork:
             self.dropped += 1
             return
         now = self.scheduler.now
-        payload = encode_envelope(env) if o.codec else env
+        payload = encode_frame(env) if o.codec else env
         if o.replay:
             self._recent.append((src, dst, payload))
         self._schedule(now + self._delay(src, dst), src, dst, payload)
@@ -243,13 +244,13 @@ class SimNetwork:
         if type(payload) is bytes:
             if damaged:
                 try:
-                    env = decode_envelope(payload)
+                    env = decode_frame(payload)
                 except FrameError:
                     self.rejected += 1
                     self.dropped += 1
                     return
                 raise AssertionError(f"a frame damaged in transit decoded as {env!r:.200}")
-            env = decode_envelope(payload)
+            env = decode_frame(payload)
         else:
             env = payload
         self.delivered += 1
