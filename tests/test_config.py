@@ -1,4 +1,5 @@
 import pytest
+from hypothesis import given, strategies as st
 
 from dledger.config import ConfigError, DLedgerConfig, parse_peers
 
@@ -55,3 +56,72 @@ def test_a_lease_longer_than_the_clock_drift_allows_is_refused_naming_both_field
     with pytest.raises(ConfigError) as exc:
         DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:1", max_clock_drift=-0.1).validate()
     assert "max_clock_drift" in str(exc.value)
+
+
+# -- peers strings: one error naming the field and the offending part ---------------------------
+@pytest.mark.parametrize("peers,offending", [
+    ("n0-127.0.0.1:1,n1-127.0.0.1:2", "','"),                 # a comma where ';' belongs
+    ("n0-127.0.0.1", "no ':port'"),                            # missing port
+    ("n0-127.0.0.1:", "not a number"),                         # empty port
+    ("n0-127.0.0.1:http", "'http'"),                           # non-numeric port
+    ("n0-127.0.0.1:70000", "outside 1..65535"),
+    ("n0-127.0.0.1:0", "outside 1..65535"),
+    ("n0-h:1;n1-h:1", "also 'n0'"),                            # duplicate address
+    ("n0-h:1;n0-h:2", "appears twice"),                        # duplicate id
+    ("../x-h:1", "'../x'"), ("a/b-h:1", "'a/b'"), ("n\x00-h:1", "letters"),   # ids name directories
+])
+def test_a_bad_peers_string_names_the_field_and_the_offending_part(peers, offending):
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(self_id="n0", peers=peers).validate()
+    assert exc.value.field == "peers" and offending in str(exc.value)
+
+
+def test_self_id_absent_from_peers_is_named():
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(self_id="n3", peers="n0-h:1;n1-h:2").validate()
+    assert exc.value.field == "self_id" and "'n3'" in str(exc.value)
+
+
+ids = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True)
+hosts = st.sampled_from(["127.0.0.1", "localhost", "my-host", "[::1]", "10.0.0.7"])
+
+
+@given(members=st.lists(st.tuples(ids, hosts, st.integers(1, 65535)), min_size=1, max_size=5,
+                        unique_by=(lambda m: m[0], lambda m: (m[1], m[2]))))
+def test_well_formed_peers_parse_to_their_ids_and_addresses(members):
+    peers = ";".join(f"{i}-{h}:{p}" for i, h, p in members)
+    assert parse_peers(peers) == {i: f"{h}:{p}" for i, h, p in members}
+
+
+@given(members=st.lists(st.tuples(ids, st.integers(1, 65535)), min_size=2, max_size=4, unique_by=lambda m: m[0]),
+       damage=st.sampled_from(["comma", "no_port", "text_port", "dup_id", "dup_addr"]))
+def test_a_damaged_peers_string_is_refused_with_one_config_error_on_peers(members, damage):
+    parts = [f"{i}-h{k}:{p}" for k, (i, p) in enumerate(members)]
+    if damage == "comma":
+        text = ",".join(parts)
+    elif damage == "no_port":
+        text = ";".join(parts[:-1] + [parts[-1].rpartition(":")[0]])
+    elif damage == "text_port":
+        text = ";".join(parts[:-1] + [parts[-1].rpartition(":")[0] + ":p0rt"])
+    elif damage == "dup_id":
+        text = ";".join(parts + [f"{members[0][0]}-other:1"])
+    else:
+        text = ";".join(parts + [f"zz9-h0:{members[0][1]}"])
+    with pytest.raises(ConfigError) as exc:
+        parse_peers(text)
+    assert exc.value.field == "peers"
+
+
+@pytest.mark.parametrize("field,value", [
+    ("transport", "udp"), ("tls_cert_file", ""), ("secret_file", ""), ("max_connections", 0)])
+def test_transport_fields_are_checked(field, value):
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(**{field: value}).validate()
+    assert exc.value.field == field
+
+
+def test_tls_needs_certificate_key_and_ca_together():
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(tls_cert_file="c.pem", tls_key_file="k.pem").validate()
+    assert exc.value.field == "tls_ca_file"
+    DLedgerConfig(tls_cert_file="c.pem", tls_key_file="k.pem", tls_ca_file="ca.pem").validate()

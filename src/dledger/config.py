@@ -16,6 +16,7 @@ Rules:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 
 FILE = "file"
@@ -30,9 +31,42 @@ class ConfigError(ValueError):
         self.field = field_name
 
 
+#: a node id becomes a directory name (``dledger-<id>``): letters, digits, ``_`` and ``.``, not
+#: starting with ``.`` (so never ``..``, ``/`` or NUL)
+_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
+
+
+def check_node_id(field_name: str, node_id: str, where: str = "") -> None:
+    """Refuse an id that could not safely name a directory or a peer."""
+    if not _ID_RE.fullmatch(node_id):
+        raise ConfigError(field_name, f"{where}id {node_id!r} may hold only letters, digits, '_' and '.' "
+                                      f"and may not start with '.'")
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` (or ``"[v6 host]:port"``) -> ``(host, port)``; ``ValueError`` naming the
+    problem when the port is missing, not a number or outside 1..65535."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{addr!r} has no ':port'")
+    if "," in addr:
+        raise ValueError(f"{addr!r} contains ','; peers are separated by ';'")
+    if not port.isdigit():
+        raise ValueError(f"{addr!r} has a port that is not a number: {port!r}")
+    number = int(port)
+    if not 1 <= number <= 65535:
+        raise ValueError(f"{addr!r} has port {number}, outside 1..65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, number
+
+
 def parse_peers(peers: str) -> dict[str, str]:
-    """``"n0-host:port;n1-host:port"`` -> ``{"n0": "host:port", ...}`` (order kept)."""
+    """``"n0-host:port;n1-host:port"`` -> ``{"n0": "host:port", ...}`` (order kept). One
+    ``ConfigError`` on ``peers`` names the offending part: not ``id-host:port``, a ``,`` where
+    ``;`` belongs, a missing or non-numeric port, a bad or duplicate id, a duplicate address."""
     out: dict[str, str] = {}
+    seen: dict[tuple[str, int], str] = {}
     for part in peers.split(";"):
         part = part.strip()
         if not part:
@@ -40,8 +74,16 @@ def parse_peers(peers: str) -> dict[str, str]:
         peer_id, sep, addr = part.partition("-")
         if not sep or not peer_id or not addr:
             raise ConfigError("peers", f"{part!r} is not of the form id-host:port")
+        check_node_id("peers", peer_id, f"in {part!r}: ")
         if peer_id in out:
             raise ConfigError("peers", f"peer id {peer_id!r} appears twice")
+        try:
+            host, port = split_address(addr)
+        except ValueError as exc:
+            raise ConfigError("peers", f"in {part!r}: {exc}") from None
+        if (host, port) in seen:
+            raise ConfigError("peers", f"address {addr!r} of {peer_id!r} is also {seen[(host, port)]!r}'s")
+        seen[(host, port)] = peer_id
         out[peer_id] = addr
     if not out:
         raise ConfigError("peers", "no peers given")
@@ -70,6 +112,18 @@ class DLedgerConfig:
     self_id: str = "n0"                         # this node's id; must appear in peers
     peers: str = "n0-127.0.0.1:20911"           # "id-host:port;..." of every member, self included
     preferred_leader_ids: str | None = None     # ";"-separated ids that should hold leadership
+
+    # -- transport --------------------------------------------------------------------------
+    transport: str = "tcp"                      # "tcp": listen on self_id's address in peers (the
+                                                # default when DLedgerServer gets no transport or hub);
+                                                # "inproc": the process-wide in-process hub
+    secret_file: str | None = None              # file holding the shared peer secret (one key a line:
+                                                # the first signs, every one is accepted, for rotation);
+                                                # unset: the DLEDGER_SECRET environment variable, if set
+    tls_cert_file: str | None = None            # PEM certificate of this node: turns TLS on (mutual)
+    tls_key_file: str | None = None             # its private key
+    tls_ca_file: str | None = None              # the cluster CA that signs every node's certificate
+    max_connections: int = 256                  # inbound connections one listening port accepts
 
     # -- storage ----------------------------------------------------------------------------
     store_base_dir: str = "/tmp/dledgerstore"  # node dir = <store_base_dir>/dledger-<self_id> (DLedger's)
@@ -126,9 +180,21 @@ class DLedgerConfig:
                 raise ConfigError(name, f"must be a non-empty string, got {value!r}")
         if "-" in self.self_id:
             raise ConfigError("self_id", f"{self.self_id!r} may not contain '-'")
+        check_node_id("self_id", self.self_id)
         self.peer_map = parse_peers(self.peers)
         if self.self_id not in self.peer_map:
             raise ConfigError("self_id", f"{self.self_id!r} is not in peers {list(self.peer_map)}")
+        if self.transport not in ("tcp", "inproc"):
+            raise ConfigError("transport", f"must be 'tcp' or 'inproc', got {self.transport!r}")
+        tls = (self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
+        for name, value in zip(("tls_cert_file", "tls_key_file", "tls_ca_file"), tls):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(name, f"must be a path, got {value!r}")
+        if any(tls) and not all(tls):
+            missing = [n for n, v in zip(("tls_cert_file", "tls_key_file", "tls_ca_file"), tls) if not v][0]
+            raise ConfigError(missing, "TLS needs tls_cert_file, tls_key_file and tls_ca_file together")
+        if self.secret_file is not None and (not isinstance(self.secret_file, str) or not self.secret_file):
+            raise ConfigError("secret_file", f"must be a path, got {self.secret_file!r}")
         if self.store_type not in (FILE, MEMORY):
             raise ConfigError("store_type", f"must be 'file' or 'memory', got {self.store_type!r}")
         if self.durability not in ("page_cache", "fsync"):
@@ -140,7 +206,7 @@ class DLedgerConfig:
                     "min_vote_interval_ms", "max_vote_interval_ms", "min_take_leadership_vote_interval_ms",
                     "max_take_leadership_vote_interval_ms", "max_leadership_transfer_wait_index",
                     "leadership_transfer_wait_timeout", "preferred_leader_check_interval_ms",
-                    "rpc_timeout_ms", "flush_file_interval", "file_reserved_hours")
+                    "rpc_timeout_ms", "flush_file_interval", "file_reserved_hours", "max_connections")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
