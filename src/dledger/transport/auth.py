@@ -1,0 +1,208 @@
+"""Peer authentication: the connection handshake (sans-IO), the shared secret, TLS contexts.
+
+Every TCP connection starts with three handshake frames before any envelope:
+
+1. client -> server ``HELLO``: protocol label, cluster group, client id, server id, the
+   client's fresh 32-byte nonce;
+2. server -> client ``CHALLENGE``: the server's fresh nonce and its MAC;
+3. client -> server ``PROOF``: the client's MAC.
+
+Each MAC is HMAC-SHA256 under the shared secret over one msgpack list: the label
+``dledger-handshake-v1``, the side (``server`` or ``client``), the group, both ids and both
+nonces. So a MAC is good for one connection only: a recorded ``PROOF`` fails against the
+server's next nonce, a recorded ``CHALLENGE`` against the client's next nonce, and neither
+carries over to another group or another pair of ids. MACs are compared with
+``hmac.compare_digest``. Both sides prove the secret, so a client never sends envelopes to an
+impostor either.
+
+Without a secret the handshake still names group and ids (the listener routes on them) and
+both MACs are empty; a side with a secret refuses a peer without one, and the other way round.
+Several secrets may be given (key rotation): the first signs, any of them verifies.
+
+Nothing here is pickle: handshake frames are msgpack lists whose every item is type-checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets as _secrets
+import ssl
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import msgpack
+
+LABEL = "dledger-handshake-v1"
+NONCE_BYTES = 32
+MIN_SECRET_BYTES = 16
+SECRET_ENV = "DLEDGER_SECRET"
+_HELLO, _CHALLENGE, _PROOF = "hello", "challenge", "proof"
+
+
+class HandshakeError(Exception):
+    """The peer failed the handshake (bad frame, unknown group or id, wrong MAC)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Who is on the other side of an authenticated connection, and for which endpoint."""
+
+    group: str
+    src: str        # the connecting node
+    dst: str        # the node it connected to
+
+
+def _mac(secret: bytes, side: str, peer: Peer, client_nonce: bytes, server_nonce: bytes) -> bytes:
+    msg = msgpack.packb([LABEL, side, peer.group, peer.src, peer.dst, client_nonce, server_nonce],
+                        use_bin_type=True)
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def _verifies(keys: Sequence[bytes], mac: bytes, side: str, peer: Peer, cn: bytes, sn: bytes) -> bool:
+    ok = False
+    for key in keys:                       # no early exit: the time does not say which key matched
+        ok |= hmac.compare_digest(_mac(key, side, peer, cn, sn), mac)
+    return ok
+
+
+def _unpack(payload: bytes, kind: str, types: tuple) -> list:
+    if len(payload) > 1024:
+        raise HandshakeError(f"the {kind} frame is too long")
+    try:
+        obj = msgpack.unpackb(payload, raw=False, use_list=True, max_str_len=256, max_bin_len=64,
+                              max_array_len=8, max_map_len=0, max_ext_len=0)
+    except Exception:
+        raise HandshakeError(f"the {kind} frame is not msgpack") from None
+    if not isinstance(obj, list) or len(obj) != len(types) + 1 or obj[0] != kind:
+        raise HandshakeError(f"expected a {kind} frame")
+    for value, typ in zip(obj[1:], types):
+        if not isinstance(value, typ):
+            raise HandshakeError(f"bad {kind} frame")
+    return obj[1:]
+
+
+def _nonce(source: Callable[[int], bytes]) -> bytes:
+    nonce = source(NONCE_BYTES)
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError("a nonce is 32 bytes")
+    return nonce
+
+
+class ClientHandshake:
+    """The connecting side. ``hello()`` -> send; ``on_challenge(payload)`` -> the proof to
+    send (``HandshakeError`` when the server did not prove the secret)."""
+
+    def __init__(self, peer: Peer, keys: Sequence[bytes] = (), *,
+                 nonce: Callable[[int], bytes] = _secrets.token_bytes) -> None:
+        self.peer = peer
+        self.keys = tuple(keys)
+        self.nonce = _nonce(nonce)
+
+    def hello(self) -> bytes:
+        p = self.peer
+        return msgpack.packb([_HELLO, LABEL, p.group, p.src, p.dst, self.nonce], use_bin_type=True)
+
+    def on_challenge(self, payload: bytes) -> bytes:
+        server_nonce, mac = _unpack(payload, _CHALLENGE, (bytes, bytes))
+        if len(server_nonce) != NONCE_BYTES:
+            raise HandshakeError("bad server nonce")
+        if self.keys:
+            if not _verifies(self.keys, mac, "server", self.peer, self.nonce, server_nonce):
+                raise HandshakeError("the server did not prove the shared secret")
+            proof = _mac(self.keys[0], "client", self.peer, self.nonce, server_nonce)
+        else:
+            if mac:
+                raise HandshakeError("the server uses a secret and this node has none")
+            proof = b""
+        return msgpack.packb([_PROOF, proof], use_bin_type=True)
+
+
+class ServerHandshake:
+    """The listening side. ``on_hello(payload)`` -> the challenge to send (``accept(peer)``
+    decides whether group and ids are served here); ``on_proof(payload)`` -> the ``Peer``."""
+
+    def __init__(self, keys: Sequence[bytes] = (), accept: Callable[[Peer], str | None] = lambda p: None, *,
+                 nonce: Callable[[int], bytes] = _secrets.token_bytes) -> None:
+        self.keys = tuple(keys)
+        self.accept = accept
+        self.nonce = _nonce(nonce)
+        self.peer: Peer | None = None
+        self.client_nonce = b""
+
+    def on_hello(self, payload: bytes) -> bytes:
+        label, group, src, dst, client_nonce = _unpack(payload, _HELLO, (str, str, str, str, bytes))
+        if label != LABEL:
+            raise HandshakeError(f"unsupported handshake {label!r}")
+        if len(client_nonce) != NONCE_BYTES:
+            raise HandshakeError("bad client nonce")
+        peer = Peer(group, src, dst)
+        refusal = self.accept(peer)
+        if refusal is not None:
+            raise HandshakeError(refusal)
+        self.peer, self.client_nonce = peer, client_nonce
+        mac = _mac(self.keys[0], "server", peer, client_nonce, self.nonce) if self.keys else b""
+        return msgpack.packb([_CHALLENGE, self.nonce, mac], use_bin_type=True)
+
+    def on_proof(self, payload: bytes) -> Peer:
+        if self.peer is None:
+            raise HandshakeError("proof before hello")
+        (mac,) = _unpack(payload, _PROOF, (bytes,))
+        if self.keys:
+            if not _verifies(self.keys, mac, "client", self.peer, self.client_nonce, self.nonce):
+                raise HandshakeError(f"{self.peer.src} did not prove the shared secret")
+        elif mac:
+            raise HandshakeError("the client uses a secret and this node has none")
+        return self.peer
+
+
+# -- the secret -------------------------------------------------------------------------------
+def load_secret(secret_file: str | None = None, environ: Mapping[str, str] = os.environ) -> tuple[bytes, ...]:
+    """The shared keys: one a line from ``secret_file`` (the first signs, all verify), else
+    ``DLEDGER_SECRET`` from ``environ``, else none (no authentication). Never a command-line
+    value. Each key must be at least 16 bytes."""
+    if secret_file is not None:
+        with open(secret_file, "rb") as f:
+            keys = tuple(line.strip() for line in f.read().splitlines() if line.strip())
+        if not keys:
+            raise ValueError(f"secret file {secret_file} holds no key")
+        where = f"secret file {secret_file}"
+    elif environ.get(SECRET_ENV):
+        keys = (environ[SECRET_ENV].strip().encode(),)
+        where = SECRET_ENV
+    else:
+        return ()
+    for key in keys:
+        if len(key) < MIN_SECRET_BYTES:
+            raise ValueError(f"a key in {where} has {len(key)} bytes; at least {MIN_SECRET_BYTES} are needed")
+    return keys
+
+
+# -- TLS --------------------------------------------------------------------------------------
+def server_tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+    """Mutual TLS, listening side: presents ``cert_file`` and requires a client certificate
+    signed by ``ca_file``."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(ca_file)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def client_tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+    """Mutual TLS, connecting side: presents ``cert_file`` and requires a server certificate
+    signed by ``ca_file``. Host names are not checked (peers are often addressed by IP); the
+    cluster CA vouches for every member, and the handshake binds the node ids."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(ca_file)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+__all__ = ["ClientHandshake", "HandshakeError", "LABEL", "Peer", "SECRET_ENV", "ServerHandshake",
+           "client_tls_context", "load_secret", "server_tls_context"]
