@@ -1,7 +1,8 @@
 """DLedgerServer: the facade a host embeds.
 
 Every part is injected at construction or defaults sensibly: the store (opened from the
-config, through ``store_io``), the transport (the in-process hub), the runtime (the
+config, through ``store_io``), the transport (TCP on the node's address in ``peers``; the
+in-process hub when ``hub=`` is passed or ``config.transport`` is "inproc"), the runtime (the
 process-wide asyncio loop in a background thread) and the random source. Everything else the
 server takes from its environment comes from the runtime: the monotonic clock and timers, the
 wall clock (segment ages for cleaning) and the flush policy (whether the periodic msync may run
@@ -128,19 +129,34 @@ class DLedgerServer:
         # simulator does not: a seed must replay exactly)
         return open_store_for(self.config, background_flush=self.runtime.background_flush, store_io=self._store_io)
 
+    def _default_transport(self, rt):
+        """The in-process hub when one was passed or ``config.transport`` is "inproc"; else TCP,
+        listening on the address ``peers`` gives this node (every group of the process whose
+        node has that address shares the port)."""
+        c = self.config
+        if self._hub is not None or c.transport == "inproc":
+            from dledger.transport.inproc import default_hub
+            return (self._hub or default_hub()).endpoint(c.group, c.self_id, rt)
+        from dledger.transport.tcp_setup import tcp_endpoint
+        return tcp_endpoint(c, rt)
+
     def startup(self) -> "DLedgerServer":
         if self.started:
             return self
         rt = self.runtime
 
         def start() -> None:
+            if self._transport is None:
+                self._transport = self._default_transport(rt)
             if self._store is None:
-                self._store = self._open_store()
+                try:
+                    self._store = self._open_store()
+                except BaseException:
+                    self._transport.close()
+                    self._transport = None
+                    raise
             for hook in self._append_hooks:
                 self._store.add_append_hook(hook)
-            if self._transport is None:
-                from dledger.transport.inproc import default_hub
-                self._transport = (self._hub or default_hub()).endpoint(self.config.group, self.config.self_id, rt)
             self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
                              now_ms=rt.now_ms())
             self.driver = Driver(self.node, rt, self._transport)

@@ -133,3 +133,13 @@ def test_a_flipped_bit_anywhere_in_a_frame_is_refused_or_held(env, position, bit
         assert dec.feed(bytes(data)) == []
     except FrameError:
         pass
+
+
+@given(envs=st.lists(envelopes, min_size=1, max_size=4))
+def test_a_limited_read_leaves_later_frames_buffered_for_the_next_call(envs):
+    """The handshake takes one payload; envelopes that came in the same read stay buffered."""
+    dec = FrameDecoder()
+    stream = frame_payload(b"handshake") + b"".join(encode_frame(e) for e in envs)
+    assert dec.feed_payloads(stream, limit=1) == [b"handshake"]
+    assert dec.buffered == len(stream) - len(frame_payload(b"handshake"))
+    assert dec.feed() == envs

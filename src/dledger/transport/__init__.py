@@ -5,6 +5,10 @@ transport may drop, and the core copes), ``set_receiver(callback)`` (the callbac
 on the owning runtime's thread with every envelope addressed to this endpoint), and
 ``close()``. Request/response matching uses the envelope's request id, so adding a message
 kind never touches a transport.
+
+Modules: ``frames`` (the sans-IO frame codec, shared with the simulator), ``inproc`` (many
+nodes in one process), ``tcp`` with ``tcp_connection`` (asyncio streams, many groups on one
+port) and ``auth`` (the connection handshake, the shared secret, TLS contexts).
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from dledger.protocol import Envelope
 Receiver = Callable[[Envelope], None]
 
 
+class EndpointInUseError(RuntimeError):
+    """A node of the same group and id is already registered (two servers with one identity
+    would steal each other's messages)."""
+
+
 class Transport(Protocol):
     def send(self, envelope: Envelope) -> None: ...
 
@@ -24,4 +33,4 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["Receiver", "Transport"]
+__all__ = ["EndpointInUseError", "Receiver", "Transport"]

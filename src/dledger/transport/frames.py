@@ -74,18 +74,20 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
-    def feed_payloads(self, data: bytes) -> list[bytes]:
+    def feed_payloads(self, data: bytes = b"", limit: int | None = None) -> list[bytes]:
+        """The payloads of the frames ``data`` completes, at most ``limit`` of them (the rest
+        stay buffered for the next call, which may pass no data)."""
         if self._failed is not None:
             raise FrameError(f"the stream is unusable after an earlier error: {self._failed}")
         buf = self._buf
         buf += data
         out: list[bytes] = []
         start = 0
-        limit = self.max_frame_bytes
-        while len(buf) - start >= PREFIX_BYTES:
+        max_bytes = self.max_frame_bytes
+        while len(buf) - start >= PREFIX_BYTES and (limit is None or len(out) < limit):
             need = int.from_bytes(buf[start:start + PREFIX_BYTES], "big")
-            if need > limit:
-                self._failed = f"declared frame length {need} exceeds the limit {limit}"
+            if need > max_bytes:
+                self._failed = f"declared frame length {need} exceeds the limit {max_bytes}"
                 buf.clear()
                 raise FrameError(self._failed)
             end = start + PREFIX_BYTES + need
@@ -100,7 +102,7 @@ class FrameDecoder:
         del buf[:start]
         return out
 
-    def feed(self, data: bytes) -> list[Envelope]:
+    def feed(self, data: bytes = b"") -> list[Envelope]:
         """The envelopes completed by ``data``; ``FrameError`` on a bad prefix or payload."""
         out = []
         for payload in self.feed_payloads(data):

@@ -4,7 +4,9 @@ A ``Hub`` maps ``(group, node id)`` to an endpoint. ``send`` hands the envelope 
 destination endpoint's runtime (``call_soon`` when it is the sender's runtime, else
 ``call_soon_threadsafe``); nothing is copied unless ``encode=True``, which round-trips every
 envelope through the msgpack codec (to exercise it in tests). Envelopes for unknown or closed
-endpoints are dropped, as a network would.
+endpoints are dropped, as a network would. A hub refuses a second open endpoint with the same
+group and id (``EndpointInUseError``): each hub is one network, and the process-wide default
+hub is the process's.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import threading
 
 from dledger.protocol import Envelope, decode_envelope, encode_envelope
-from dledger.transport import Receiver
+from dledger.transport import EndpointInUseError, Receiver
 
 
 class Hub:
@@ -23,6 +25,9 @@ class Hub:
     def endpoint(self, group: str, node_id: str, runtime, *, encode: bool = False) -> "InProcTransport":
         ep = InProcTransport(self, group, node_id, runtime, encode=encode)
         with self._lock:
+            old = self._endpoints.get((group, node_id))
+            if old is not None and not old.closed:
+                raise EndpointInUseError(f"node {node_id!r} of group {group!r} is already on this hub")
             self._endpoints[(group, node_id)] = ep
         return ep
 

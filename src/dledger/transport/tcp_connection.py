@@ -1,0 +1,218 @@
+"""One TCP connection after its handshake: a bounded send queue, a writer, a reader, timeouts.
+
+What it guarantees:
+- memory is bounded: frames wait in a ``SendQueue`` of at most ``max_queue_frames`` frames and
+  ``max_queue_bytes`` bytes; when a new frame does not fit, the *oldest* frames are dropped (and
+  counted in ``dropped``). Raft tolerates loss, and the newest message is the one worth sending:
+  a later heartbeat carries a later commit index, and an unacknowledged push is resent by its
+  dispatcher anyway. The writer awaits ``drain()`` after every batch, so the socket's own buffer
+  stays near asyncio's high-water mark;
+- a stuck peer is detected: a ``drain()`` that does not finish within ``write_timeout_ms``
+  (the peer stopped reading: half-open or hung) closes the connection;
+- a silent peer is detected: both ends send a keepalive frame whenever they have sent nothing
+  for ``keepalive_ms``, and a read that sees no byte for ``idle_timeout_ms`` closes the
+  connection (a half-open connection, a partitioned or frozen peer);
+- a malformed or oversized frame closes this connection only (``FrameError``); frames that
+  were whole before it were delivered, the partial one never is.
+Everything runs on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError
+from dledger.transport.frames import KEEPALIVE, FrameDecoder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class TcpOptions:
+    """Limits and timings of the TCP transport (defaults suit a LAN and 100 ms heartbeats)."""
+
+    max_frame_bytes: int = MAX_FRAME_BYTES   # refuse a frame declaring more than this
+    max_queue_bytes: int = 32 * 1024 * 1024  # per connection: queued frames beyond this drop the oldest
+    max_queue_frames: int = 8192             # ... and beyond this many frames
+    keepalive_ms: int = 200                  # send a keepalive after this long without sending
+    idle_timeout_ms: int = 2000              # close after this long without receiving a byte
+    write_timeout_ms: int = 2000             # close when a drain takes longer (peer not reading)
+    connect_timeout_ms: int = 2000           # give up a connection attempt after this
+    handshake_timeout_ms: int = 2000         # the whole handshake must finish within this
+    backoff_min_ms: int = 20                 # first reconnect delay (then doubled, with jitter)
+    backoff_max_ms: int = 1000               # largest reconnect delay
+    max_connections: int = 256               # inbound connections one listener keeps
+    read_chunk: int = 64 * 1024              # bytes per read
+
+    def validate(self) -> "TcpOptions":
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TcpOptions.{name} must be a positive integer, got {value!r}")
+        if self.max_frame_bytes > MAX_FRAME_BYTES:
+            raise ValueError(f"TcpOptions.max_frame_bytes may not exceed {MAX_FRAME_BYTES}")
+        if self.backoff_max_ms < self.backoff_min_ms:
+            raise ValueError("TcpOptions.backoff_max_ms is below backoff_min_ms")
+        if self.idle_timeout_ms <= self.keepalive_ms:
+            raise ValueError("TcpOptions.idle_timeout_ms must exceed keepalive_ms")
+        return self
+
+
+class SendQueue:
+    """Frames waiting for a connection's writer; bounded, dropping the oldest."""
+
+    __slots__ = ("frames", "bytes", "max_frames", "max_bytes", "dropped", "ready")
+
+    def __init__(self, max_frames: int, max_bytes: int) -> None:
+        self.frames: deque[bytes] = deque()
+        self.bytes = 0
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self.dropped = 0
+        self.ready = asyncio.Event()
+
+    def put(self, frame: bytes) -> None:
+        frames = self.frames
+        while frames and (len(frames) >= self.max_frames or self.bytes + len(frame) > self.max_bytes):
+            self.bytes -= len(frames.popleft())
+            self.dropped += 1
+        frames.append(frame)
+        self.bytes += len(frame)
+        self.ready.set()
+
+    def take_all(self) -> list[bytes]:
+        out = list(self.frames)
+        self.frames.clear()
+        self.bytes = 0
+        self.ready.clear()
+        return out
+
+    def clear(self) -> None:
+        self.take_all()
+
+
+async def read_payload(reader: asyncio.StreamReader, decoder: FrameDecoder, chunk: int) -> bytes:
+    """The next frame's payload (one only; later bytes stay in ``decoder``). ``EOFError`` when
+    the stream ends first, ``FrameError`` on a bad frame."""
+    while True:
+        got = decoder.feed_payloads(limit=1)
+        if got:
+            return got[0]
+        data = await reader.read(chunk)
+        if not data:
+            raise EOFError("the peer closed the connection")
+        got = decoder.feed_payloads(data, limit=1)
+        if got:
+            return got[0]
+
+
+class Connection:
+    """A connection past its handshake. ``run()`` reads and writes until either side fails or
+    ``close()`` is called; ``on_envelope`` gets every envelope read, ``on_closed`` the reason."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: FrameDecoder,
+                 queue: SendQueue, options: TcpOptions, name: str,
+                 on_envelope: Callable[[Envelope], None]) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = decoder
+        self.queue = queue
+        self.options = options
+        self.name = name
+        self.on_envelope = on_envelope
+        self.closed = False
+        self.reason: str | None = None
+        #: who is on the other side (set by the listener after the handshake)
+        self.peer = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def run(self) -> str:
+        """Serve until closed; returns why it closed."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
+        try:
+            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.close(self.reason or "closed")
+        return self.reason or "closed"
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.reason = reason
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        self.queue.ready.set()
+        try:
+            self.writer.close()
+        except Exception:  # the transport may already be gone
+            pass
+        log.debug("%s: connection closed: %s", self.name, reason)
+
+    def _fail(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    async def _read_loop(self) -> None:
+        o = self.options
+        idle = o.idle_timeout_ms / 1000
+        try:
+            envs = self.decoder.feed()          # what arrived together with the handshake
+            while True:
+                for env in envs:
+                    if self.closed:
+                        return
+                    self.on_envelope(env)
+                try:
+                    data = await asyncio.wait_for(self.reader.read(o.read_chunk), idle)
+                except asyncio.TimeoutError:
+                    self._fail(f"nothing received for {o.idle_timeout_ms} ms")
+                    return
+                if not data:
+                    self._fail("the peer closed the connection")
+                    return
+                envs = self.decoder.feed(data)
+        except FrameError as exc:
+            log.warning("%s: bad frame, closing the connection: %s", self.name, exc)
+            self._fail(f"bad frame: {exc}")
+        except (ConnectionError, OSError) as exc:
+            self._fail(f"read failed: {exc!r}")
+        except ProtocolViolation as exc:
+            log.warning("%s: closing the connection: %s", self.name, exc)
+            self._fail(str(exc))
+
+    async def _write_loop(self) -> None:
+        o = self.options
+        queue, writer = self.queue, self.writer
+        keepalive, write_timeout = o.keepalive_ms / 1000, o.write_timeout_ms / 1000
+        try:
+            while not self.closed:
+                if not queue.frames:
+                    try:
+                        await asyncio.wait_for(queue.ready.wait(), keepalive)
+                    except asyncio.TimeoutError:
+                        pass
+                    if self.closed:
+                        return
+                frames = queue.take_all()
+                writer.write(b"".join(frames) if frames else KEEPALIVE)
+                try:
+                    await asyncio.wait_for(writer.drain(), write_timeout)
+                except asyncio.TimeoutError:
+                    self._fail(f"the peer read nothing for {o.write_timeout_ms} ms")
+                    return
+        except (ConnectionError, OSError) as exc:
+            self._fail(f"write failed: {exc!r}")
+
+
+class ProtocolViolation(Exception):
+    """An authenticated peer sent an envelope its connection may not carry."""
+
+
+__all__ = ["Connection", "ProtocolViolation", "SendQueue", "TcpOptions", "read_payload"]
