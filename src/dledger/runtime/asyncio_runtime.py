@@ -87,7 +87,21 @@ class AsyncioRuntime:
         return fut.result()
 
     def close(self) -> None:
+        """Stop a private loop: tasks still running on it (a transport's connections) are
+        cancelled and given a moment to finish, then the loop stops and closes."""
         if self._own and self._thread is not None:
+            async def cancel_tasks() -> None:
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    await asyncio.wait(tasks, timeout=1.0)
+
+            if self.loop.is_running():
+                try:
+                    asyncio.run_coroutine_threadsafe(cancel_tasks(), self.loop).result(timeout=2.0)
+                except Exception:  # a task that will not end: the loop stops anyway
+                    pass
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
             self.loop.close()
