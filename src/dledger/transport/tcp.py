@@ -77,6 +77,8 @@ class TcpNetwork:
         self._sock: socket.socket | None = None
         self._serve_task: asyncio.Task | None = None
         self.closed = False
+        #: ``callback(peer, reason)`` for every authenticated inbound connection that ends
+        self.on_connection_closed: list = []
         #: what happened on this listener, for operators and tests
         self.stats = {"accepted": 0, "refused_cap": 0, "handshake_failed": 0, "bad_frame": 0,
                       "authenticated": 0}
@@ -217,12 +219,15 @@ class TcpNetwork:
         conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver(peer, env))
         conn.peer = peer
         self.inbound.add(conn)
+        reason = "cancelled"
         try:
             reason = await conn.run()
             if reason.startswith("bad frame"):
                 self.stats["bad_frame"] += 1
         finally:
             self.inbound.discard(conn)
+            for callback in self.on_connection_closed:
+                callback(peer, reason)
 
     async def _server_handshake(self, reader, writer, decoder) -> Peer:
         hs = ServerHandshake(self.keys, accept=self._accept_peer)
