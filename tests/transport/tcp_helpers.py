@@ -129,10 +129,10 @@ async def closed_by_peer(reader: asyncio.StreamReader, timeout: float = WAIT) ->
             data = await asyncio.wait_for(reader.read(4096), max(0.0, deadline - loop.time()))
             if not data:
                 return True
+    except asyncio.TimeoutError:          # (a subclass of OSError: caught first)
+        return False
     except (ConnectionError, OSError):
         return True
-    except asyncio.TimeoutError:
-        return False
 
 
 def envelope_frame(env: Envelope) -> bytes:

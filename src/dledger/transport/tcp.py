@@ -192,6 +192,12 @@ class TcpNetwork:
         return None
 
     async def _on_accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve_connection(reader, writer)
+        except asyncio.CancelledError:       # the loop is shutting down: end quietly
+            writer.close()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         o = self.options
         if self.closed or len(self.inbound) + len(self._pending) >= o.max_connections:
             self.stats["refused_cap"] += 1
