@@ -85,6 +85,22 @@ def test_the_core_has_no_clock_socket_thread_asyncio_or_global_random():
     assert not bad, "\n".join(bad)
 
 
+#: the transport's sans-IO parts: bytes in, events out, no I/O of their own (the simulator and
+#: the TCP transport share them); tcp_setup is the one module that knows config field names,
+#: and it reads them from the object it is given (transport never imports dledger.config)
+TRANSPORT_SANS_IO = {"frames.py", "auth.py"}
+IO_MODULES = {"asyncio", "socket", "selectors", "threading", "time", "subprocess"}
+
+
+def test_the_frame_codec_and_the_handshake_do_no_io():
+    bad = [f"{p.relative_to(SRC)}:{n.lineno} imports {name}" for p, layer, tree in modules()
+           if layer == "transport" and p.name in TRANSPORT_SANS_IO
+           for name, n, _f in imports(tree) if name.split(".")[0] in IO_MODULES]
+    assert not bad, bad
+    present = {p.name for p in (SRC / "transport").glob("*.py")}
+    assert TRANSPORT_SANS_IO <= present
+
+
 def test_only_sim_and_cli_import_the_simulator():
     bad = [f"{p.relative_to(SRC)}:{n.lineno}" for p, layer, tree in modules() if layer not in ("sim", "cli")
            for name, n, _f in imports(tree) if name.startswith("dledger.sim")]
