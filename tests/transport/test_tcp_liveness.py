@@ -3,6 +3,7 @@ and a link re-opens on its own; a full send queue drops its oldest frames. Real 
 127.0.0.1 with short timeouts; every wait is bounded."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -126,3 +127,24 @@ def test_options_are_checked():
         TcpOptions(max_frame_bytes=1 << 40).validate()
     with pytest.raises(ValueError, match="positive"):
         TcpOptions(max_connections=0).validate()
+
+
+def test_an_idle_link_is_kept_open_by_keepalives_both_ways(runtime):
+    """One envelope opens the link, then nothing is sent for four idle timeouts: keepalives on
+    both ends keep the connection, so it is neither closed nor re-opened."""
+    na, nb = network(runtime), network(runtime)
+    peers = {"a": f"127.0.0.1:{na.port}", "b": f"127.0.0.1:{nb.port}"}
+    got, closed = threading.Event(), threading.Event()
+    nb.on_connection_closed.append(lambda peer, reason: closed.set())
+
+    def setup():
+        ea, eb = na.endpoint("g", "a", peers), nb.endpoint("g", "b", peers)
+        eb.set_receiver(lambda env: got.set())
+        ea.send(Envelope("a", "b", 1, False, HeartBeatRequest(group="g", term=1)))
+        return ea, eb
+
+    ea, eb = runtime.run_sync(setup)
+    assert got.wait(5)
+    assert not closed.wait(4 * SHORT.idle_timeout_ms / 1000)
+    assert runtime.run_sync(lambda: (ea.links["b"].connects, len(nb.inbound))) == (1, 1)
+    runtime.run_sync(lambda: (ea.close(), eb.close()))
