@@ -148,3 +148,38 @@ def test_an_idle_link_is_kept_open_by_keepalives_both_ways(runtime):
     assert not closed.wait(4 * SHORT.idle_timeout_ms / 1000)
     assert runtime.run_sync(lambda: (ea.links["b"].connects, len(nb.inbound))) == (1, 1)
     runtime.run_sync(lambda: (ea.close(), eb.close()))
+
+
+def test_a_connection_that_never_finishes_its_handshake_is_closed(runtime):
+    """A slow or idle client ties up a connection slot for ``handshake_timeout_ms`` at most."""
+    opts = TcpOptions(keepalive_ms=50, idle_timeout_ms=300, handshake_timeout_ms=200)
+    net = network(runtime, options=opts)
+    ep = runtime.run_sync(lambda: net.endpoint("g", "b", {"a": "127.0.0.1:1", "b": f"127.0.0.1:{net.port}"}))
+
+    async def go():
+        reader, writer = await asyncio.open_connection("127.0.0.1", net.port)
+        writer.write(b"\x00\x00")                      # half a length prefix, then nothing
+        assert await closed_by_peer(reader, timeout=5)
+
+    asyncio.run(go())
+    assert net.stats["handshake_failed"] == 1 and not net._pending
+    runtime.run_sync(ep.close)
+
+
+def test_frames_for_an_unreachable_peer_are_dropped_not_hoarded(runtime):
+    """Nobody listens on b's port: each failed attempt drops what waited for it (counted)."""
+    own, dead = free_ports(2)
+    net = network(runtime, own)
+    ep = runtime.run_sync(lambda: net.endpoint("g", "a", {"a": f"127.0.0.1:{own}", "b": f"127.0.0.1:{dead}"}))
+    failed = threading.Event()
+
+    def send():
+        for i in range(5):
+            ep.send(Envelope("a", "b", i, False, HeartBeatRequest(group="g", term=1)))
+        ep.links["b"].on_failure.append(lambda exc: failed.set())
+        return ep.links["b"]
+
+    link = runtime.run_sync(send)                  # the attempt starts on the loop after this
+    assert failed.wait(5)
+    assert runtime.run_sync(lambda: (len(link.queue.frames), ep.dropped)) == (0, 5)
+    runtime.run_sync(ep.close)

@@ -15,7 +15,8 @@ Connections (each one carries one direction of one link, so routing never looks 
 - a lost connection is re-opened with jittered exponential backoff (``backoff_min_ms`` doubled
   up to ``backoff_max_ms``, each delay drawn from its upper half), so a peer restarted on the
   same port is reached again within a backoff step; frames wait meanwhile in the link's bounded
-  queue (``tcp_connection.SendQueue``, oldest dropped first);
+  queue (``tcp_connection.SendQueue``, oldest dropped first), and a failed attempt drops what
+  waited for it (a peer that comes back gets fresh messages, not a stale backlog);
 - the listener keeps at most ``max_connections`` inbound connections (more are closed at
   accept), and an unfinished handshake is closed after ``handshake_timeout_ms``.
 An envelope addressed to the node itself is delivered on the loop without a socket.
@@ -263,6 +264,8 @@ class PeerLink:
         self.task: asyncio.Task | None = None
         self.connects = 0
         self.failures = 0
+        #: ``callback(exc)`` after every failed connection attempt (for operators and tests)
+        self.on_failure: list = []
         self.closed = False
 
     def send(self, frame: bytes) -> None:
@@ -288,7 +291,13 @@ class PeerLink:
                 conn = await self._connect(name)
             except _HANDSHAKE_ERRORS as exc:
                 self.failures += 1
+                # the peer is unreachable: what waited for this attempt is dropped (counted), so
+                # a peer that comes back gets fresh messages, not a backlog of stale ones
+                self.queue.dropped += len(self.queue.frames)
+                self.queue.clear()
                 log.debug("%s: cannot connect to %s:%d: %r", name, self.host, self.port, exc)
+                for callback in self.on_failure:
+                    callback(exc)
             else:
                 self.connects += 1
                 attempt = 0
