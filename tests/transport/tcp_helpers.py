@@ -59,11 +59,14 @@ class TcpGroup:
         self.cfg = cfg
         self.servers: dict[str, DLedgerServer] = {}
         self.leader_elected = threading.Event()
+        #: node id -> config fields of that node only
+        self.overrides: dict[str, dict] = {}
 
     def config(self, node_id: str) -> DLedgerConfig:
         opts = dict(store_type="file", mapped_file_size_for_entry_data=1 << 22,
                     mapped_file_size_for_entry_index=32 * 65536)
         opts.update(self.cfg)
+        opts.update(self.overrides.get(node_id, {}))
         return DLedgerConfig(group=self.group, self_id=node_id, peers=self.peers,
                              store_base_dir=f"{self.base_dir}/{self.group}", **opts)
 

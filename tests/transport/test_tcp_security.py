@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from dledger.protocol import Envelope, VoteRequest
+from dledger.protocol import DLedgerResponseCode as Code, Envelope, VoteRequest
 from dledger.transport.auth import Peer
 from dledger.transport.frames import KEEPALIVE, encode_frame
 
@@ -174,5 +174,25 @@ def test_connections_beyond_the_cap_are_closed_at_accept(tmp_path):
 
         asyncio.run(go())
         assert net.stats["refused_cap"] == 1 and net.stats["authenticated"] == 2
+    finally:
+        g.stop_all()
+
+
+def test_a_server_with_another_secret_never_joins_while_the_others_commit(tmp_path):
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_bytes(KEY + b"\n")
+    wrong.write_bytes(b"not-the-cluster-secret-0123456789\n")
+    g = TcpGroup(tmp_path, store_type="memory", secret_file=str(right))
+    g.overrides["n2"] = {"secret_file": str(wrong)}
+    g.start_all()
+    try:
+        lead = g.leader()
+        assert lead.config.self_id in ("n0", "n1")
+        r = lead.append(b"members only").result(WAIT)
+        assert r.code == Code.SUCCESS
+        outsider = g.servers["n2"]
+        assert not when(outsider, lambda s: s.node.committed_index >= r.index or s.leader_id is not None).wait(1.5)
+        refused = sum(s._transport.network.stats["handshake_failed"] for s in g.servers.values())
+        assert refused > 0
     finally:
         g.stop_all()
