@@ -274,3 +274,125 @@ def test_a_failed_store_closes_without_flushing_and_reopens_suspect(tmp_path):
     assert again.failed is None
     assert again.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     again.close()
+
+
+# -- term and checkpoint writes the disk refuses; msyncs inside a cut ----------------------
+
+def _refuse_term_writes(monkeypatch, err):
+    from dledger.store import term_file
+
+    def refused(path, items, **kw):
+        raise OSError(err, "injected", path)
+
+    monkeypatch.setattr(term_file, "write_properties_atomic", refused)
+
+
+def test_a_full_disk_at_a_term_write_is_disk_full_and_changes_nothing(tmp_path, monkeypatch):
+    store = _open(tmp_path, PowerLoss())
+    store.persist_term(3, "n1")
+    _refuse_term_writes(monkeypatch, errno.ENOSPC)
+    with pytest.raises(DLedgerError) as exc:
+        store.persist_term(4, "n2")
+    assert exc.value.code == DISK_FULL
+    assert (store.current_term, store.vote_for) == (3, "n1")       # no vote was taken in memory
+    assert store.failed is None                                    # a full disk is not a failed disk
+    monkeypatch.undo()
+    store.persist_term(4, "n2")                                    # space came back: retried
+    assert (store.current_term, store.vote_for) == (4, "n2")
+    store.close()
+
+
+def test_an_eio_at_a_term_write_fails_the_store(tmp_path, monkeypatch):
+    store = _open(tmp_path, PowerLoss())
+    store.persist_term(3, None)
+    _refuse_term_writes(monkeypatch, errno.EIO)
+    with pytest.raises(DLedgerError) as exc:
+        store.persist_term(4, "n2")
+    assert exc.value.code == DISK_ERROR and store.current_term == 3
+    assert "term file write failed" in store.failed
+    monkeypatch.undo()
+    _refuses_everything(store)
+    store.close()
+
+
+def test_a_checkpoint_the_full_disk_refuses_keeps_the_previous_one_and_is_retried(tmp_path):
+    store = FaultyStore(_open(tmp_path, PowerLoss()))
+    inner = store.inner
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    store.flush()
+    before = inner._checkpoint
+    store.batch_append_as_leader([b"b"])
+    store.fail_checkpoint(DISK_FULL)
+    with pytest.raises(DLedgerError) as exc:
+        store.flush()
+    assert exc.value.code == DISK_FULL and inner.failed is None
+    assert inner._checkpoint == before                             # what is on disk, not what was wanted
+    from dledger.store.checkpoint import read_checkpoint
+    assert read_checkpoint(inner.store_dir) == before
+    store.flush()                                                  # retried
+    assert inner._checkpoint.end_index == 1
+    store.close()
+
+
+def test_a_checkpoint_write_failing_with_eio_fails_the_store(tmp_path):
+    store = FaultyStore(_open(tmp_path, PowerLoss()))
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    store.fail_checkpoint(DISK_ERROR)
+    with pytest.raises(DLedgerError) as exc:
+        store.flush()
+    assert exc.value.code == DISK_ERROR and "checkpoint write" in store.inner.failed
+    _refuses_everything(store.inner)
+    store.close()                                                  # a failed store still closes
+
+
+def test_a_truncation_whose_first_checkpoint_the_full_disk_refuses_changes_nothing(tmp_path):
+    store = FaultyStore(_open(tmp_path, PowerLoss()))
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
+    store.flush()                                                  # the checkpoint vouches for 0..3
+    store.fail_checkpoint(DISK_FULL)
+    with pytest.raises(DLedgerError) as exc:
+        store.truncate(2)
+    assert exc.value.code == DISK_FULL
+    assert [e.body for e in store.inner] == [b"a", b"b", b"c", b"d"]   # refused before any file changed
+    assert store.truncate(2) == 1                                  # space back: the cut goes through
+    assert [e.body for e in store.inner] == [b"a", b"b"]
+    store.close()
+
+
+def test_a_close_whose_checkpoint_the_full_disk_refuses_still_closes(tmp_path):
+    pl = PowerLoss()
+    store = FaultyStore(_open(tmp_path, pl))
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b"])
+    store.fail_checkpoint(DISK_FULL)
+    store.close()
+    assert store.inner.closed
+    again = _open(tmp_path, pl)
+    assert [e.body for e in again] == [b"a", b"b"]
+    again.close()
+
+
+@pytest.mark.parametrize("where", ["index erase", "header zeroing"])
+def test_a_failed_msync_inside_a_truncation_fails_the_store_cleanly(tmp_path, where):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="fsync")
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
+    store.flush()
+    ops = pl.ops
+    pl.fail_syncs(1, after=0 if where == "index erase" else 1)     # the cut's first or second msync
+    store_msync_error = None
+    try:
+        store.truncate(2)
+    except DLedgerError as exc:
+        store_msync_error = exc
+    assert store_msync_error is not None and store_msync_error.code == DISK_ERROR
+    assert "msync inside the truncation at 2" in store.failed and pl.ops > ops
+    _refuses_everything(store)
+    pl.power_loss(store)
+    again = _open(tmp_path, pl, durability="fsync")                # recovery: the old log or the cut one
+    assert [e.body for e in again] in ([b"a", b"b", b"c", b"d"], [b"a", b"b"])
+    again.close()

@@ -20,7 +20,8 @@ Two kinds of crash for file stores:
 The same ``PowerLoss`` is the node's disk, and can be told to misbehave:
 - ``no_space = True``: a new segment cannot get its space (``StoreIO.allocate`` raises
   ``ENOSPC``; the store reports ``DISK_FULL``) until cleared;
-- ``fail_syncs(times=1)`` / ``fail_syncs(None)``: the next msync, or every msync from now on,
+- ``fail_syncs(times=1, after=0)`` / ``fail_syncs(None)``: the next msync (after ``after``
+  more that succeed), or every msync from now on,
   raises ``OSError(EIO)`` and makes nothing durable (the bytes stay in the page cache: a
   process crash keeps them, a power loss loses them); ``heal_syncs()`` ends it;
 - ``on_sync``: called with the byte count after every msync that succeeded (slow I/O: the
@@ -144,6 +145,7 @@ class PowerLoss:
         self.no_space = False
         #: msyncs still to fail with EIO (-1: every one)
         self._sync_errors = 0
+        self._sync_skip = 0
         #: faults raised so far (ENOSPC and EIO)
         self.injected = 0
         #: called with the byte count after each successful msync (slow I/O)
@@ -177,15 +179,21 @@ class PowerLoss:
             self._budget -= 1
 
     # -- the disk's faults ------------------------------------------------------------------
-    def fail_syncs(self, times: int | None = 1) -> None:
-        """Make the next ``times`` msyncs (None: every msync from now on) raise EIO."""
+    def fail_syncs(self, times: int | None = 1, *, after: int = 0) -> None:
+        """Make the next ``times`` msyncs (None: every msync from now on) raise EIO, once
+        ``after`` more msyncs have succeeded."""
         self._sync_errors = -1 if times is None else times
+        self._sync_skip = after
 
     def heal_syncs(self) -> None:
         self._sync_errors = 0
+        self._sync_skip = 0
 
     def _sync_error(self, path: str) -> OSError | None:
         if self._sync_errors == 0:
+            return None
+        if self._sync_skip > 0:
+            self._sync_skip -= 1
             return None
         if self._sync_errors > 0:
             self._sync_errors -= 1
