@@ -13,6 +13,9 @@ cluster only plays the operating system:
   directory keeps only what was made durable (``torn=True``: a random subset of the unsynced
   sectors, drawn from the seed; see ``dledger.sim.disk``);
 - ``restart(node)``: a new process opens the store again;
+- a node whose store fails (a failed msync: ``PowerLoss.fail_syncs``) halts by itself
+  (``DLedgerServer``: fail-stop); the cluster then takes it for crashed (``halts`` lists
+  them) until ``restart``;
 - ``step()``: run one event (``run_for``/``run_until`` run many).
 Client calls (``append``, ``write``, ``read``) are recorded in ``history``; ``check()`` runs
 every checker over it and over the stores.
@@ -86,6 +89,9 @@ class Cluster:
         #: with ``disk_faults=True`` every node's store is wrapped in a ``FaultyStore`` (here)
         self.disk_faults = disk_faults
         self.disks: dict[str, FaultyStore] = {}
+        #: (virtual ms, node, reason) of every halt of a node whose store failed (the node
+        #: is down from then on, as after a crash, until ``restart``)
+        self.halts: list[tuple[int, str, str]] = []
         #: each node's running process (replaced at every restart)
         self.processes: dict[str, SimProcess] = {}
         #: each machine's clock (kept across restarts); ideal (virtual time) unless
@@ -139,6 +145,7 @@ class Cluster:
                                rng=random.Random(self.rng.getrandbits(64)), state_machine=sm, store_io=store_io)
         self.incarnation[node_id] += 1
         inc = self.incarnation[node_id]
+        server.add_halt_handler(lambda reason, node_id=node_id, inc=inc: self._on_halt(node_id, inc, reason))
         server.startup()
         st = server.store
         server.driver.ready_listeners.append(
@@ -160,6 +167,13 @@ class Cluster:
         self.forced_leader, self.forced_term = leader, term
         for node_id in self.live():
             self._force(node_id)
+
+    def _on_halt(self, node_id: str, inc: int, reason: str) -> None:
+        """The node's server halted (its store failed): the process is gone, as after a crash."""
+        if self.incarnation[node_id] != inc or node_id in self.crashed:
+            return
+        self.halts.append((self.now_ms, node_id, reason))
+        self.crash(node_id)
 
     def crash(self, node_id: str) -> None:
         """Kill the node's process: in-flight client calls fail, nothing is sent or flushed."""
