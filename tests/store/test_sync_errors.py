@@ -278,40 +278,54 @@ def test_a_failed_store_closes_without_flushing_and_reopens_suspect(tmp_path):
 
 # -- term and checkpoint writes the disk refuses; msyncs inside a cut ----------------------
 
-def _refuse_term_writes(monkeypatch, err):
-    from dledger.store import term_file
-
-    def refused(path, items, **kw):
-        raise OSError(err, "injected", path)
-
-    monkeypatch.setattr(term_file, "write_properties_atomic", refused)
-
-
-def test_a_full_disk_at_a_term_write_is_disk_full_and_changes_nothing(tmp_path, monkeypatch):
-    store = _open(tmp_path, PowerLoss())
+def test_a_full_disk_at_a_term_write_is_disk_full_and_changes_nothing(tmp_path):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl)
+    pl.attach(store)                                               # term and checkpoint writes on this disk
     store.persist_term(3, "n1")
-    _refuse_term_writes(monkeypatch, errno.ENOSPC)
+    pl.no_space = True
     with pytest.raises(DLedgerError) as exc:
         store.persist_term(4, "n2")
     assert exc.value.code == DISK_FULL
     assert (store.current_term, store.vote_for) == (3, "n1")       # no vote was taken in memory
     assert store.failed is None                                    # a full disk is not a failed disk
-    monkeypatch.undo()
+    pl.no_space = False
     store.persist_term(4, "n2")                                    # space came back: retried
     assert (store.current_term, store.vote_for) == (4, "n2")
     store.close()
+    again = _open(tmp_path, pl)
+    assert (again.current_term, again.vote_for) == (4, "n2")
+    again.close()
 
 
-def test_an_eio_at_a_term_write_fails_the_store(tmp_path, monkeypatch):
-    store = _open(tmp_path, PowerLoss())
+def test_an_eio_at_a_term_write_fails_the_store(tmp_path):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl)
+    pl.attach(store)
     store.persist_term(3, None)
-    _refuse_term_writes(monkeypatch, errno.EIO)
+    pl.fail_syncs(1)                                               # the term file's fsync fails
     with pytest.raises(DLedgerError) as exc:
         store.persist_term(4, "n2")
     assert exc.value.code == DISK_ERROR and store.current_term == 3
     assert "term file write failed" in store.failed
-    monkeypatch.undo()
     _refuses_everything(store)
+    store.close()
+
+
+def test_a_full_disk_at_a_checkpoint_write_through_the_simulated_disk(tmp_path):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl)
+    pl.attach(store)
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    before = store._checkpoint                                     # the one the open wrote
+    pl.no_space = True
+    with pytest.raises(DLedgerError) as exc:
+        store.flush()
+    assert exc.value.code == DISK_FULL and store.failed is None and store._checkpoint == before
+    pl.no_space = False
+    store.flush()
+    assert store._checkpoint.end_index == 0
     store.close()
 
 

@@ -93,6 +93,8 @@ class TermFile:
         self.existed = False
         #: why the file was not used (it is damaged), or None
         self.damaged: str | None = None
+        #: how the file is written (a simulated disk wraps it: ``dledger.sim.disk.PowerLoss.attach``)
+        self.writer = write_properties_atomic
 
     def load(self) -> None:
         try:
@@ -126,7 +128,7 @@ class TermFile:
             raise ValueError(f"term must be >= 0, got {term}")
         if not self.read_only:
             try:
-                write_properties_atomic(self.path, [("voteLeader", vote_for or ""), ("currTerm", str(term))])
+                self.writer(self.path, [("voteLeader", vote_for or ""), ("currTerm", str(term))])
             except OSError as exc:
                 raise DLedgerError(f"term file {self.path} not written (term {term}, vote {vote_for}): {exc}; "
                                    f"term {self.term} and vote {self.vote_for} stay",
