@@ -410,3 +410,21 @@ def test_a_failed_msync_inside_a_truncation_fails_the_store_cleanly(tmp_path, wh
     again = _open(tmp_path, pl, durability="fsync")                # recovery: the old log or the cut one
     assert [e.body for e in again] in ([b"a", b"b", b"c", b"d"], [b"a", b"b"])
     again.close()
+
+
+def test_an_open_whose_recovery_msync_fails_is_refused_cleanly_and_holds_no_lock(tmp_path):
+    """Found by the swarm (seed 2113, 3 nodes, fsync, file stores): a restart whose recovery
+    msync failed raised a raw OSError out of the open."""
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="page_cache")
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b"])                     # in the page cache only
+    from dledger.sim.disk import crash_store
+    crash_store(store)
+    pl.fail_syncs(1)                                               # the fsync-mode open syncs the tail first
+    with pytest.raises(DLedgerError) as exc:
+        _open(tmp_path, pl, durability="fsync")
+    assert exc.value.code == DISK_ERROR and "cannot be opened, the disk failed" in str(exc.value)
+    again = _open(tmp_path, pl, durability="fsync")                # no lock left behind: it opens
+    assert [e.body for e in again] == [b"a", b"b"]
+    again.close()

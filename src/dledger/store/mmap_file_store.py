@@ -51,6 +51,7 @@ suspect state (``store/suspect.py``), decided in ``load`` before recovery change
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -269,10 +270,17 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             self._lock.acquire()
         try:
             return self._load()
-        except BaseException:
-            # a refused open (or a process dying inside it) holds no lock
+        except BaseException as exc:
+            # a refused open (or a process dying inside it) holds no lock and no mapping
+            self.data_list.close()
+            self.index_list.close()
             if not self.read_only:
                 self._lock.release(undo=True)
+            if isinstance(exc, OSError):
+                # the disk failed under recovery (an msync, a term or checkpoint write): the
+                # store refuses to open, as for damage; what it holds is read again next time
+                raise DLedgerError(f"store {self.store_dir} cannot be opened, the disk failed: {exc}",
+                                   DISK_FULL if exc.errno in (errno.ENOSPC, errno.EDQUOT) else DISK_ERROR) from exc
             raise
 
     def _load(self) -> "DLedgerMmapFileStore":
