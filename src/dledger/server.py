@@ -52,7 +52,7 @@ from dledger.config import FILE, DLedgerConfig
 from dledger.core import Node, Role, RoleChange
 from dledger.entry import MAGIC_NORMAL, DLedgerEntry
 from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
-from dledger.protocol import AppendEntryResponse, LeadershipTransferResponse, ReadMode
+from dledger.protocol import AppendEntryResponse, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
 from dledger.store.store_io import LOCAL_IO, StoreIO
@@ -254,10 +254,9 @@ class DLedgerServer:
 
     def _refused(self, op: Op) -> bool:
         """A halted node answers every operation with DISK_ERROR at once."""
-        reason = self.halted
-        if reason is None:
+        if self.halted is None:
             return False
-        op.finish(AppendEntryResponse(code=DISK_ERROR, leader_id=None), None)
+        self.driver.refuse(op)
         return True
 
     def _submit(self, item: tuple[Op, list, int]) -> None:
@@ -330,8 +329,7 @@ class DLedgerServer:
         """Hand leadership to ``target_id``; a future of ``LeadershipTransferResponse``."""
         f: Future = Future()
         op = Op(f, TRANSFER, self._now())
-        if self.halted is not None:
-            op.finish(LeadershipTransferResponse(code=DISK_ERROR), None)
+        if self._refused(op):
             return f
         self._check_started()
         self.runtime.call_soon_threadsafe(lambda: self.driver.transfer_leadership(op, target_id))

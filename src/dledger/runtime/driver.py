@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from dledger.core import Node, Ready, RoleChange
 from dledger.errors import DISK_ERROR
-from dledger.protocol import Envelope
+from dledger.protocol import AppendEntryResponse, Envelope, LeadershipTransferResponse
 
 log = logging.getLogger(__name__)
 
@@ -90,24 +90,37 @@ class Driver:
         self.node.tick(self.runtime.now_ms())
         self.process()
 
+    def refuse(self, op: Op) -> None:
+        """An operation that reached a node no longer running: DISK_ERROR after a halt, else
+        the error of a shut-down server."""
+        if self.halted is not None:
+            resp = LeadershipTransferResponse() if op.kind == TRANSFER else AppendEntryResponse()
+            resp.code = DISK_ERROR
+            op.finish(resp, None)
+        else:
+            try:
+                op.future.set_exception(RuntimeError("the server is shut down"))
+            except InvalidStateError:
+                pass
+
     def propose_many(self, items: list[tuple[Op, list, int]]) -> None:
         if self.stopped:
             for op, _b, _m in items:
-                op.future.set_exception(RuntimeError("the server is shut down"))
+                self.refuse(op)
             return
         self.node.propose_many(self.runtime.now_ms(), items)
         self.process()
 
     def read(self, op: Op, mode) -> None:
         if self.stopped:
-            op.future.set_exception(RuntimeError("the server is shut down"))
+            self.refuse(op)
             return
         self.node.read(self.runtime.now_ms(), op, mode)
         self.process()
 
     def transfer_leadership(self, op: Op, target: str) -> None:
         if self.stopped:
-            op.future.set_exception(RuntimeError("the server is shut down"))
+            self.refuse(op)
             return
         self.node.transfer_leadership(self.runtime.now_ms(), op, target)
         self.process()
