@@ -428,3 +428,31 @@ def test_an_open_whose_recovery_msync_fails_is_refused_cleanly_and_holds_no_lock
     again = _open(tmp_path, pl, durability="fsync")                # no lock left behind: it opens
     assert [e.body for e in again] == [b"a", b"b"]
     again.close()
+
+
+def test_a_checkpoint_after_a_cut_that_the_full_disk_refuses_is_only_logged(tmp_path):
+    """A reset announces its new begin in the checkpoint, changes the files, then writes the
+    checkpoint again: when only that last write finds the disk full, the reset stands (the
+    announced checkpoint keeps an open right) and a reopen sees the cut log."""
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="fsync")
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
+    store.committed_index = 3
+    store.flush()
+    real, calls = store._put_checkpoint, []
+
+    def second_write_full(cp):
+        calls.append(cp)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "injected", store.store_dir)
+        real(cp)
+
+    store._put_checkpoint = second_write_full
+    assert store.reset(1, 1) == 2                                  # no error: the cut happened
+    assert len(calls) == 2 and store.failed is None
+    assert store.ledger_before_begin_index == 1 and [e.body for e in store] == [b"c", b"d"]
+    store.close()
+    again = _open(tmp_path, pl, durability="fsync")
+    assert again.ledger_before_begin_index == 1 and [e.body for e in again] == [b"c", b"d"]
+    again.close()
