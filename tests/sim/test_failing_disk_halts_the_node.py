@@ -89,3 +89,29 @@ def test_a_failed_store_is_never_flushed_again_after_the_halt(tmp_path):
         c.run_for(2_000)
         assert c.power[victim].ops == ops                      # the halted node touches its disk no more
         c.check()
+
+
+def test_a_node_whose_disk_is_full_grants_no_vote_it_cannot_persist_and_keeps_serving(tmp_path):
+    """The term file write of a vote finds the disk full (a real ENOSPC through the simulated
+    disk): the vote is not granted (no ACCEPT leaves the node), the node does not halt, and
+    once space is back the election completes."""
+    from dledger.protocol import VoteResponse, VoteResult
+
+    with Cluster(n=3, seed=33, store="file", base_dir=tmp_path) as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        lead = c.leader()
+        full, other = [i for i in c.ids if i != lead]
+        sent = _spy_sends(c, full)
+        c.power[full].no_space = True
+        c.partition([lead], [full, other])                     # the other two must elect one of them
+        c.run_for(3_000)
+        votes = [env.msg for _failed, env in sent if isinstance(env.msg, VoteResponse)]
+        assert votes and all(v.vote_result != VoteResult.ACCEPT for v in votes)
+        assert c.leader() in (None, lead) and c.servers[full].halted is None
+        assert c.servers[full].store.failed is None            # a full disk is not a failed disk
+        c.power[full].no_space = False
+        assert c.run_until(lambda: c.leader() in (full, other), 3_000)
+        c.heal()
+        f = c.append(b"after")
+        assert c.run_until(f.done, 2_000) and f.result().ok
+        c.check()
