@@ -115,3 +115,23 @@ def test_a_node_whose_disk_is_full_grants_no_vote_it_cannot_persist_and_keeps_se
         f = c.append(b"after")
         assert c.run_until(f.done, 2_000) and f.result().ok
         c.check()
+
+
+@pytest.mark.parametrize("power", [False, True])
+def test_a_node_armed_to_die_inside_a_write_dies_there_and_recovers(tmp_path, power):
+    """``crash_inside``: the node dies at its n-th next mapping write or msync (inside an
+    append or a flush), the cluster takes it down there (a crash, or a power cut), and after a
+    restart every acknowledged append is still in the agreed log."""
+    with Cluster(n=3, seed=34, store="file", base_dir=tmp_path, durability="fsync") as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        victim = c.leader()
+        c.crash_inside(victim, 3, power=power, torn=True)
+        futures = [c.append(b"x%d" % i, via=victim) for i in range(5)]
+        assert c.run_until(lambda: victim in c.crashed, 2_000)
+        assert not c.power[victim].armed
+        c.restart(victim)
+        assert c.run_until(lambda: c.leader() is not None, 3_000)
+        final = c.append(b"final")
+        assert c.run_until(final.done, 3_000) and final.result().ok
+        assert all(f.done() for f in futures)
+        c.check()                                              # acknowledged appends all kept

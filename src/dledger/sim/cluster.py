@@ -439,6 +439,7 @@ class Cluster:
             raise InvariantViolation("\n".join([head] + [f"  - {p}" for p in problems[:30]]))
 
     def close(self) -> None:
+        self.disarm_all()
         for i in self.ids:
             if i not in self.crashed:
                 self.servers[i].shutdown()
