@@ -318,20 +318,20 @@ class DLedgerServer:
         anything else raises ``ValueError`` here, in the caller's thread."""
         mode = ReadMode.parse(mode)
         f: Future = Future()
-        op = Op(f, READ, self._now())
-        if self._refused(op):
+        if self._refused(Op(f, READ)):
             return f
         self._check_started()
+        op = Op(f, READ, self._now())
         self.runtime.call_soon_threadsafe(lambda: self.driver.read(op, mode))
         return f
 
     def transfer_leadership(self, target_id: str) -> Future:
         """Hand leadership to ``target_id``; a future of ``LeadershipTransferResponse``."""
         f: Future = Future()
-        op = Op(f, TRANSFER, self._now())
-        if self._refused(op):
+        if self._refused(Op(f, TRANSFER)):
             return f
         self._check_started()
+        op = Op(f, TRANSFER, self._now())
         self.runtime.call_soon_threadsafe(lambda: self.driver.transfer_leadership(op, target_id))
         return f
 
