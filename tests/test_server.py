@@ -290,3 +290,41 @@ def test_a_running_file_server_refuses_appends_while_the_disk_is_full_and_resume
         assert accepted.ok and server.get(accepted.index).body == b"after"
     finally:
         group.stop_all()
+
+
+def test_a_running_server_whose_disk_fails_halts_and_answers_disk_error(tmp_path):
+    """On the real runtime: a failed msync halts the node at once (fail-stop); every call ends
+    with DISK_ERROR, a halt handler hears it once, and a new server on the reopened store is
+    the way back."""
+    from dledger.sim.disk import PowerLoss
+
+    pl = PowerLoss()
+    runtime = AsyncioRuntime()
+    cfg = DLedgerConfig(group="t", self_id="n0", peers="n0-127.0.0.1:20911", store_base_dir=str(tmp_path),
+                        durability="fsync", mapped_file_size_for_entry_data=1 << 20,
+                        mapped_file_size_for_entry_index=32 * 8192)
+    server = DLedgerServer(cfg, runtime=runtime, hub=Hub(), store_io=pl.io)
+    halts = []
+    halted = threading.Event()
+    server.add_halt_handler(lambda reason: (halts.append(reason), halted.set()))
+    server.startup()
+    try:
+        assert server.wait_for_leader(timeout=10) == "n0"
+        assert server.append(b"before").result(timeout=10).ok
+        pl.fail_syncs(None)
+        failed = server.append(b"during").result(timeout=10)
+        assert failed.code == Code.DISK_ERROR
+        assert halted.wait(5) and len(halts) == 1 and "msync" in halts[0]
+        assert server.halted == halts[0]
+        assert server.append(b"after").result(timeout=10).code == Code.DISK_ERROR
+        assert server.read(ReadMode.UNSAFE_READ).result(timeout=10).code == Code.DISK_ERROR
+        assert server.transfer_leadership("n0").result(timeout=10).code == Code.DISK_ERROR
+        server.shutdown()                                     # harmless on a halted node
+        pl.heal_syncs()
+        again = DLedgerServer(cfg, runtime=runtime, hub=Hub(), store_io=pl.io).startup()
+        assert again.halted is None and again.wait_for_leader(timeout=10) == "n0"
+        resp = again.append(b"after restart").result(timeout=10)
+        assert resp.ok and again.get(0).body == b"before"
+        again.shutdown()
+    finally:
+        runtime.close()

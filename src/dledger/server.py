@@ -27,7 +27,15 @@ What it promises:
   leadership transfer was started in its term (docs/embedding.md);
 - role-change handlers receive ``RoleChange(term, role, leader_id)`` on the runtime's thread,
   each transition once, in order;
-- every blocking call has an ``*_async`` twin for hosts running their own asyncio loop.
+- every blocking call has an ``*_async`` twin for hosts running their own asyncio loop;
+- a failing disk: when the store fails (a failed msync, term or checkpoint write: the store's
+  ``failed``, see ``store/flusher.py``) the node halts at once, as a crashed process: nothing
+  more is sent, every pending and later operation ends with DISK_ERROR (reads included), its
+  timers stop, its store is closed without a flush, and one error line is logged; ``halted``
+  names the failure and ``add_halt_handler`` handlers hear it. Nothing is retried: a restart
+  (a new server on the reopened store, whose recovery reads what the disk really holds) is
+  the way back. A full disk (DISK_FULL) is not a failure: appends are refused with
+  DISK_FULL while it lasts, the node keeps heartbeating and serving reads.
 Local misuse (calling before ``startup()``, a body that is not bytes) raises at once.
 """
 
@@ -44,7 +52,7 @@ from typing import Any, Callable
 from dledger.config import FILE, DLedgerConfig
 from dledger.core import Node, Role, RoleChange
 from dledger.entry import MAGIC_NORMAL, DLedgerEntry
-from dledger.errors import DLedgerError
+from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
 from dledger.protocol import AppendEntryResponse, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
@@ -87,6 +95,7 @@ class DLedgerServer:
         self._rng = rng if rng is not None else random.Random()
         self._state_machine = state_machine
         self._role_handlers: list[Callable[[RoleChange], None]] = []
+        self._halt_handlers: list[Callable[[str], None]] = []
         self._append_hooks: list = []
         self._inbox: deque = deque()
         self._drain_scheduled = False
@@ -116,6 +125,34 @@ class DLedgerServer:
         self._role_handlers.append(handler)
         if self.driver is not None and handler not in self.driver.role_change_handlers:
             self.driver.role_change_handlers.append(handler)
+
+    def add_halt_handler(self, handler: Callable[[str], None]) -> None:
+        """``handler(reason)`` runs once, on the runtime's thread, when the node halts because
+        its disk failed (see the module docstring)."""
+        self._halt_handlers.append(handler)
+
+    @property
+    def halted(self) -> str | None:
+        """Why the node halted (its store failed), or None while it has not."""
+        return self.driver.halted if self.driver is not None else None
+
+    def _store_failure(self) -> str | None:
+        return getattr(self._store, "failed", None)
+
+    def _on_halt(self, reason: str) -> None:
+        """The driver halted the node (its store failed): stop like a crashed process."""
+        log.error("%s: the disk failed (%s); the node halted: it acknowledges, serves and sends "
+                  "nothing more until it is restarted on the reopened store", self.config.self_id, reason)
+        self.started = False
+        self._cancel_timers()
+        self._transport.close()
+        if self._own_store:
+            self._store.close()          # a failed store closes without a flush
+        for handler in self._halt_handlers:
+            try:
+                handler(reason)
+            except Exception:
+                log.exception("halt handler %r failed", handler)
 
     def add_append_hook(self, hook) -> None:
         """``hook(entry, record_view, body_offset)`` may rewrite body bytes on the leader
@@ -159,8 +196,9 @@ class DLedgerServer:
                 self._store.add_append_hook(hook)
             self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
                              now_ms=rt.now_ms())
-            self.driver = Driver(self.node, rt, self._transport)
+            self.driver = Driver(self.node, rt, self._transport, health=self._store_failure)
             self.driver.role_change_handlers.extend(self._role_handlers)
+            self.driver.halt_handlers.append(self._on_halt)
             self.started = True
             self.driver.start()
             # Both timers are armed whatever the store: every store (and a wrapper around one)
@@ -182,7 +220,13 @@ class DLedgerServer:
         try:
             self._store.flush_if_due(now)
         except DLedgerError as exc:
-            log.error("%s: flush failed: %s", self.config.self_id, exc)
+            if exc.code == DISK_FULL:    # a checkpoint the full disk refused: retried when due
+                log.warning("%s: %s", self.config.self_id, exc)
+            elif self._store_failure() is None:
+                log.error("%s: flush failed: %s", self.config.self_id, exc)
+        if self._store_failure() is not None:
+            self.driver.process()        # halts the node (the driver asks the store first)
+            return
         self._flush_timer = rt.call_at(now + self.config.flush_file_interval, self._flush_tick)
 
     def _clean_tick(self) -> None:
@@ -224,7 +268,16 @@ class DLedgerServer:
         if not self.started:
             raise RuntimeError(f"DLedgerServer {self.config.self_id} is not started")
 
+    def _refused(self, op: Op) -> bool:
+        """A halted node answers every operation with DISK_ERROR at once."""
+        if self.halted is None:
+            return False
+        self.driver.refuse(op)
+        return True
+
     def _submit(self, item: tuple[Op, list, int]) -> None:
+        if self._refused(item[0]):
+            return
         self._check_started()
         self._inbox.append(item)
         if not self._drain_scheduled:
@@ -280,22 +333,29 @@ class DLedgerServer:
         ``mode`` is a ``ReadMode``, its number or its name in any case (``"LEASE_READ"``);
         anything else raises ``ValueError`` here, in the caller's thread."""
         mode = ReadMode.parse(mode)
-        self._check_started()
         f: Future = Future()
+        if self._refused(Op(f, READ)):
+            return f
+        self._check_started()
         op = Op(f, READ, self._now())
         self.runtime.call_soon_threadsafe(lambda: self.driver.read(op, mode))
         return f
 
     def transfer_leadership(self, target_id: str) -> Future:
         """Hand leadership to ``target_id``; a future of ``LeadershipTransferResponse``."""
-        self._check_started()
         f: Future = Future()
+        if self._refused(Op(f, TRANSFER)):
+            return f
+        self._check_started()
         op = Op(f, TRANSFER, self._now())
         self.runtime.call_soon_threadsafe(lambda: self.driver.transfer_leadership(op, target_id))
         return f
 
     def get(self, index: int) -> DLedgerEntry:
-        """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index)."""
+        """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index,
+        DISK_ERROR once the node halted)."""
+        if self.halted is not None:
+            raise DLedgerError(f"{self.config.self_id} halted: {self.halted}", DISK_ERROR)
         self._check_started()
 
         def read_entry() -> DLedgerEntry:

@@ -3,6 +3,8 @@ gives the same run byte for byte, every seed mixes appends with reads of every m
 key-value operations, a failure names its seed, options and reproduction, and the swarm
 catches a real bug planted in the core (stale lease reads)."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -21,7 +23,19 @@ def test_options_are_drawn_from_the_seed_within_the_ranges(seed, nodes, durabili
     assert 0 <= o.loss <= 0.3 and 0 <= o.duplicate <= 0.5 and 1 <= o.min_delay_ms <= o.max_delay_ms <= 50
     assert 0 <= o.replay <= 0.5 and 0 <= o.corrupt <= 0.1 and 0 <= o.clog <= 0.3 and 0 <= o.pause <= 0.3
     assert 0 <= o.clock_drift <= 0.05                  # within the config's max_clock_drift
-    assert o.bit_flip == o.misdirect == o.enospc == o.eio == 0                  # not wired yet
+    storage = (o.bit_flip, o.misdirect, o.lost_write, o.enospc, o.eio, o.slow_sync_ms, o.crash_inside)
+    if store == "memory":
+        assert set(storage) == {0}                     # the storage faults need a file store
+    else:
+        assert 0 <= o.bit_flip <= 0.5 and 0 <= o.misdirect <= 0.01 and 0 <= o.lost_write <= 0.01
+        assert 0 <= o.enospc <= 0.3 and 0 <= o.eio <= 0.2 and o.slow_sync_ms in (0, 1, 5)
+        assert o.crash_inside in (0.0, 0.3, 1.0)
+    # drawn after every other field: without them, every other field keeps its value
+    off = SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store=store, storage_faults=False)
+    assert set((off.bit_flip, off.misdirect, off.lost_write, off.enospc, off.eio, off.slow_sync_ms,
+                off.crash_inside)) == {0}
+    assert dataclasses.replace(o, bit_flip=0.0, misdirect=0.0, lost_write=0.0, enospc=0.0, eio=0.0, slow_sync_ms=0,
+                               crash_inside=0.0, storage_faults=False) == off
     assert 2 <= o.clients <= 5 and 1 <= o.keys <= 4 and len(o.mix) == len(CLIENT_OPS)
     assert len(o.nemesis) == len(NEMESIS_ACTIONS) and sum(o.nemesis) > 0
     power = o.nemesis_weights()["power_loss"]

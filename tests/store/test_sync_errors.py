@@ -274,3 +274,185 @@ def test_a_failed_store_closes_without_flushing_and_reopens_suspect(tmp_path):
     assert again.failed is None
     assert again.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     again.close()
+
+
+# -- term and checkpoint writes the disk refuses; msyncs inside a cut ----------------------
+
+def test_a_full_disk_at_a_term_write_is_disk_full_and_changes_nothing(tmp_path):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl)
+    pl.attach(store)                                               # term and checkpoint writes on this disk
+    store.persist_term(3, "n1")
+    pl.no_space = True
+    with pytest.raises(DLedgerError) as exc:
+        store.persist_term(4, "n2")
+    assert exc.value.code == DISK_FULL
+    assert (store.current_term, store.vote_for) == (3, "n1")       # no vote was taken in memory
+    assert store.failed is None                                    # a full disk is not a failed disk
+    pl.no_space = False
+    store.persist_term(4, "n2")                                    # space came back: retried
+    assert (store.current_term, store.vote_for) == (4, "n2")
+    store.close()
+    again = _open(tmp_path, pl)
+    assert (again.current_term, again.vote_for) == (4, "n2")
+    again.close()
+
+
+def test_an_eio_at_a_term_write_fails_the_store(tmp_path):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl)
+    pl.attach(store)
+    store.persist_term(3, None)
+    pl.fail_syncs(1)                                               # the term file's fsync fails
+    with pytest.raises(DLedgerError) as exc:
+        store.persist_term(4, "n2")
+    assert exc.value.code == DISK_ERROR and store.current_term == 3
+    assert "term file write failed" in store.failed
+    _refuses_everything(store)
+    store.close()
+
+
+def test_a_full_disk_at_a_checkpoint_write_through_the_simulated_disk(tmp_path):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl)
+    pl.attach(store)
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    before = store._checkpoint                                     # the one the open wrote
+    pl.no_space = True
+    with pytest.raises(DLedgerError) as exc:
+        store.flush()
+    assert exc.value.code == DISK_FULL and store.failed is None and store._checkpoint == before
+    pl.no_space = False
+    store.flush()
+    assert store._checkpoint.end_index == 0
+    store.close()
+
+
+def test_a_checkpoint_the_full_disk_refuses_keeps_the_previous_one_and_is_retried(tmp_path):
+    store = FaultyStore(_open(tmp_path, PowerLoss()))
+    inner = store.inner
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    store.flush()
+    before = inner._checkpoint
+    store.batch_append_as_leader([b"b"])
+    store.fail_checkpoint(DISK_FULL)
+    with pytest.raises(DLedgerError) as exc:
+        store.flush()
+    assert exc.value.code == DISK_FULL and inner.failed is None
+    assert inner._checkpoint == before                             # what is on disk, not what was wanted
+    from dledger.store.checkpoint import read_checkpoint
+    assert read_checkpoint(inner.store_dir) == before
+    store.flush()                                                  # retried
+    assert inner._checkpoint.end_index == 1
+    store.close()
+
+
+def test_a_checkpoint_write_failing_with_eio_fails_the_store(tmp_path):
+    store = FaultyStore(_open(tmp_path, PowerLoss()))
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a"])
+    store.fail_checkpoint(DISK_ERROR)
+    with pytest.raises(DLedgerError) as exc:
+        store.flush()
+    assert exc.value.code == DISK_ERROR and "checkpoint write" in store.inner.failed
+    _refuses_everything(store.inner)
+    store.close()                                                  # a failed store still closes
+
+
+def test_a_truncation_whose_first_checkpoint_the_full_disk_refuses_changes_nothing(tmp_path):
+    store = FaultyStore(_open(tmp_path, PowerLoss()))
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
+    store.flush()                                                  # the checkpoint vouches for 0..3
+    store.fail_checkpoint(DISK_FULL)
+    with pytest.raises(DLedgerError) as exc:
+        store.truncate(2)
+    assert exc.value.code == DISK_FULL
+    assert [e.body for e in store.inner] == [b"a", b"b", b"c", b"d"]   # refused before any file changed
+    assert store.truncate(2) == 1                                  # space back: the cut goes through
+    assert [e.body for e in store.inner] == [b"a", b"b"]
+    store.close()
+
+
+def test_a_close_whose_checkpoint_the_full_disk_refuses_still_closes(tmp_path):
+    pl = PowerLoss()
+    store = FaultyStore(_open(tmp_path, pl))
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b"])
+    store.fail_checkpoint(DISK_FULL)
+    store.close()
+    assert store.inner.closed
+    again = _open(tmp_path, pl)
+    assert [e.body for e in again] == [b"a", b"b"]
+    again.close()
+
+
+@pytest.mark.parametrize("where", ["index erase", "header zeroing"])
+def test_a_failed_msync_inside_a_truncation_fails_the_store_cleanly(tmp_path, where):
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="fsync")
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
+    store.flush()
+    ops = pl.ops
+    pl.fail_syncs(1, after=0 if where == "index erase" else 1)     # the cut's first or second msync
+    store_msync_error = None
+    try:
+        store.truncate(2)
+    except DLedgerError as exc:
+        store_msync_error = exc
+    assert store_msync_error is not None and store_msync_error.code == DISK_ERROR
+    assert "msync inside the truncation at 2" in store.failed and pl.ops > ops
+    _refuses_everything(store)
+    pl.power_loss(store)
+    again = _open(tmp_path, pl, durability="fsync")                # recovery: the old log or the cut one
+    assert [e.body for e in again] in ([b"a", b"b", b"c", b"d"], [b"a", b"b"])
+    again.close()
+
+
+def test_an_open_whose_recovery_msync_fails_is_refused_cleanly_and_holds_no_lock(tmp_path):
+    """Found by the swarm (seed 2113, 3 nodes, fsync, file stores): a restart whose recovery
+    msync failed raised a raw OSError out of the open."""
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="page_cache")
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b"])                     # in the page cache only
+    from dledger.sim.disk import crash_store
+    crash_store(store)
+    pl.fail_syncs(1)                                               # the fsync-mode open syncs the tail first
+    with pytest.raises(DLedgerError) as exc:
+        _open(tmp_path, pl, durability="fsync")
+    assert exc.value.code == DISK_ERROR and "cannot be opened, the disk failed" in str(exc.value)
+    again = _open(tmp_path, pl, durability="fsync")                # no lock left behind: it opens
+    assert [e.body for e in again] == [b"a", b"b"]
+    again.close()
+
+
+def test_a_checkpoint_after_a_cut_that_the_full_disk_refuses_is_only_logged(tmp_path):
+    """A reset announces its new begin in the checkpoint, changes the files, then writes the
+    checkpoint again: when only that last write finds the disk full, the reset stands (the
+    announced checkpoint keeps an open right) and a reopen sees the cut log."""
+    pl = PowerLoss()
+    store = _open(tmp_path, pl, durability="fsync")
+    store.persist_term(1, None)
+    store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
+    store.committed_index = 3
+    store.flush()
+    real, calls = store._put_checkpoint, []
+
+    def second_write_full(cp):
+        calls.append(cp)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "injected", store.store_dir)
+        real(cp)
+
+    store._put_checkpoint = second_write_full
+    assert store.reset(1, 1) == 2                                  # no error: the cut happened
+    assert len(calls) == 2 and store.failed is None
+    assert store.ledger_before_begin_index == 1 and [e.body for e in store] == [b"c", b"d"]
+    store.close()
+    again = _open(tmp_path, pl, durability="fsync")
+    assert again.ledger_before_begin_index == 1 and [e.body for e in again] == [b"c", b"d"]
+    again.close()

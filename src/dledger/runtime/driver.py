@@ -11,10 +11,15 @@ What it does with each ``Ready`` (in this order, see docs/architecture.md):
 It never sleeps and never polls: it runs only when an envelope arrives, a timer fires or the
 host submits an operation. All of it runs on the runtime's thread.
 
-Two ways to end: ``stop()`` is a clean shutdown (pending operations fail, and what the node
+Three ways to end: ``stop()`` is a clean shutdown (pending operations fail, and what the node
 still has to say is sent); ``kill()`` is the process dying (pending operations fail, as a
-client whose connection broke sees them, but nothing more is sent). After either, inputs are
-ignored and no timer is armed. ``process()`` executes whatever the node has ready; a host that
+client whose connection broke sees them, but nothing more is sent); ``halt(reason)`` is the
+fail-stop of a node whose disk failed: as ``kill()``, and every operation the node still had
+(or completed in the crank that found the failure) ends with ``DISK_ERROR``, never SUCCESS.
+``health`` (optional) is asked before every crank sends anything: a reason (the store's
+``failed``) halts the node there, so nothing the node decided after its disk failed leaves it.
+After any of them, inputs are ignored and no timer is armed; ``halted`` names the reason of a
+halt and ``halt_handlers`` hear it once. ``process()`` executes whatever the node has ready; a host that
 changed the node directly (e.g. a test forcing roles) calls it.
 """
 
@@ -25,7 +30,8 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
 from dledger.core import Node, Ready, RoleChange
-from dledger.protocol import Envelope
+from dledger.errors import DISK_ERROR
+from dledger.protocol import AppendEntryResponse, Envelope, LeadershipTransferResponse
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +56,20 @@ class Op:
 
 
 class Driver:
-    def __init__(self, node: Node, runtime, transport) -> None:
+    def __init__(self, node: Node, runtime, transport,
+                 health: Callable[[], str | None] | None = None) -> None:
         self.node = node
         self.runtime = runtime
         self.transport = transport
+        self.health = health
         self.role_change_handlers: list[Callable[[RoleChange], None]] = []
         self.ready_listeners: list[Callable[[Ready], None]] = []
+        self.halt_handlers: list[Callable[[str], None]] = []
         self._timer = None
         self._timer_at: int | None = None
         self.stopped = False
+        #: why the node halted (its disk failed), or None
+        self.halted: str | None = None
         transport.set_receiver(self.on_envelope)
 
     # -- inputs ---------------------------------------------------------------------------
@@ -79,19 +90,38 @@ class Driver:
         self.node.tick(self.runtime.now_ms())
         self.process()
 
+    def refuse(self, op: Op) -> None:
+        """An operation that reached a node no longer running: DISK_ERROR after a halt, else
+        the error of a shut-down server."""
+        if self.halted is not None:
+            resp = LeadershipTransferResponse() if op.kind == TRANSFER else AppendEntryResponse()
+            resp.code = DISK_ERROR
+            op.finish(resp, None)
+        else:
+            try:
+                op.future.set_exception(RuntimeError("the server is shut down"))
+            except InvalidStateError:
+                pass
+
     def propose_many(self, items: list[tuple[Op, list, int]]) -> None:
         if self.stopped:
             for op, _b, _m in items:
-                op.future.set_exception(RuntimeError("the server is shut down"))
+                self.refuse(op)
             return
         self.node.propose_many(self.runtime.now_ms(), items)
         self.process()
 
     def read(self, op: Op, mode) -> None:
+        if self.stopped:
+            self.refuse(op)
+            return
         self.node.read(self.runtime.now_ms(), op, mode)
         self.process()
 
     def transfer_leadership(self, op: Op, target: str) -> None:
+        if self.stopped:
+            self.refuse(op)
+            return
         self.node.transfer_leadership(self.runtime.now_ms(), op, target)
         self.process()
 
@@ -114,6 +144,34 @@ class Driver:
         self.node.stop()
         self.process(send=False)
 
+    def halt(self, reason: str) -> None:
+        """Fail-stop (the disk failed): die as ``kill()`` does, and end every operation the
+        node had, or answered in this crank, with ``DISK_ERROR``; nothing more is sent."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.halted = reason
+        self._cancel_timer()
+        self.node.stop()
+        ready = self.node.take_ready()
+        for c in ready.completions:
+            resp = c.response
+            if hasattr(resp, "code"):
+                resp.code = DISK_ERROR
+            try:
+                c.token.finish(resp, None)
+            except Exception:  # a host callback on the future failed
+                log.exception("completing %r failed", c.token)
+        ready.messages = []
+        ready.completions = []
+        for listener in self.ready_listeners:
+            listener(ready)
+        for handler in self.halt_handlers:
+            try:
+                handler(reason)
+            except Exception:
+                log.exception("halt handler %r failed", handler)
+
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -122,7 +180,13 @@ class Driver:
 
     # -- the crank ------------------------------------------------------------------------
     def process(self, *, send: bool = True) -> None:
-        """Execute the node's ``Ready`` (``send=False``: drop its messages)."""
+        """Execute the node's ``Ready`` (``send=False``: drop its messages); halt instead
+        when ``health`` reports a failure."""
+        if self.health is not None and not self.stopped:
+            failure = self.health()
+            if failure is not None:
+                self.halt(failure)
+                return
         ready = self.node.take_ready()
         if send:
             transport_send = self.transport.send

@@ -6,6 +6,7 @@ examples:
   python -m dledger.sim swarm --seeds 1000                        # seeds 0..999, 3 nodes
   python -m dledger.sim swarm --seeds 500 --first-seed 10000 --nodes 5 --durability fsync
   python -m dledger.sim swarm --seeds 50 --store file             # real store directories, power loss
+                                                                  # and the other storage faults
   python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, same runs
   python -m dledger.sim --seed 17                                 # the same as "swarm --seed 17"
 """
@@ -34,6 +35,8 @@ def parser() -> argparse.ArgumentParser:
                    help="length of the safety phase (default: drawn from the seed)")
     p.add_argument("--no-codec", action="store_true",
                    help="pass envelopes by reference instead of through the wire codec (faster, same runs)")
+    p.add_argument("--no-storage-faults", action="store_true",
+                   help="file stores: draw no storage fault beyond crash and power loss")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
@@ -50,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     virtual = 0
     for k, seed in enumerate(seeds):
         opts = SwarmOptions.from_seed(seed, nodes=args.nodes, durability=args.durability, store=args.store,
-                                      codec=not args.no_codec, safety_ms=args.safety_ms)
+                                      codec=not args.no_codec, safety_ms=args.safety_ms,
+                                      storage_faults=not args.no_storage_faults)
         try:
             r = run_swarm(opts)
         except SwarmFailure as exc:
@@ -65,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"reads {dict(sorted(c.history.read_counts().items()))}; "
                       f"key-value ops {len(r.kv.ops())}: {r.verdict.describe()}; "
                       f"nemesis {r.nemesis}; committed {len(c.committed_log())} entries")
+                if opts.store == "file":
+                    print(f"storage faults {r.disk}; halts (failed store) {[(t, n) for t, n, _r in c.halts]}; "
+                          f"refused to open {[(t, n) for t, n, _r in c.refusals]}")
                 print(f"options:\n{opts.describe()}")
             r.close()
         if not args.quiet and args.seed is None:

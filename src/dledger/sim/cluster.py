@@ -13,6 +13,9 @@ cluster only plays the operating system:
   directory keeps only what was made durable (``torn=True``: a random subset of the unsynced
   sectors, drawn from the seed; see ``dledger.sim.disk``);
 - ``restart(node)``: a new process opens the store again;
+- a node whose store fails (a failed msync: ``PowerLoss.fail_syncs``) halts by itself
+  (``DLedgerServer``: fail-stop); the cluster then takes it for crashed (``halts`` lists
+  them) until ``restart``;
 - ``step()``: run one event (``run_for``/``run_until`` run many).
 Client calls (``append``, ``write``, ``read``) are recorded in ``history``; ``check()`` runs
 every checker over it and over the stores.
@@ -41,7 +44,8 @@ from dledger.core import Role
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.server import DLedgerServer, open_store_for
 from dledger.sim.clocks import SimClock
-from dledger.sim.disk import FaultyStore, PowerLoss, crash_store
+from dledger.errors import DLedgerError
+from dledger.sim.disk import FaultyStore, PowerLoss, SimulatedCrash, crash_store
 from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
 from dledger.sim.history import History, LogEntry, check_commit_log, check_reads
 from dledger.sim.network import NetworkOptions, SimNetwork
@@ -86,6 +90,14 @@ class Cluster:
         #: with ``disk_faults=True`` every node's store is wrapped in a ``FaultyStore`` (here)
         self.disk_faults = disk_faults
         self.disks: dict[str, FaultyStore] = {}
+        #: (virtual ms, node, reason) of every halt of a node whose store failed (the node
+        #: is down from then on, as after a crash, until ``restart``)
+        self.halts: list[tuple[int, str, str]] = []
+        #: (virtual ms, node, why) of every start whose store refused to open (the node stays
+        #: down; a later ``restart`` tries again)
+        self.refusals: list[tuple[int, str, str]] = []
+        #: nodes armed to die inside a write or msync: node -> (power loss?, torn?)
+        self._armed: dict[str, tuple[bool, bool]] = {}
         #: each node's running process (replaced at every restart)
         self.processes: dict[str, SimProcess] = {}
         #: each machine's clock (kept across restarts); ideal (virtual time) unless
@@ -139,8 +151,21 @@ class Cluster:
                                rng=random.Random(self.rng.getrandbits(64)), state_machine=sm, store_io=store_io)
         self.incarnation[node_id] += 1
         inc = self.incarnation[node_id]
-        server.startup()
+        server.add_halt_handler(lambda reason, node_id=node_id, inc=inc: self._on_halt(node_id, inc, reason))
+        try:
+            server.startup()
+        except DLedgerError as exc:
+            # the store refuses to open (damage it cannot recover from, a full disk): the
+            # node stays down, as a process that exits at startup
+            proc.kill()
+            self.network.endpoints[node_id].close()
+            self.crashed.add(node_id)
+            self.servers[node_id] = server
+            self.refusals.append((self.now_ms, node_id, str(exc)))
+            return None
         st = server.store
+        if node_id in self.power:
+            self.power[node_id].attach(st)
         server.driver.ready_listeners.append(
             lambda ready: self.invariants.observe(node_id, inc, self.scheduler.now, ready, st.ledger_end_index))
         self.servers[node_id] = server
@@ -161,10 +186,18 @@ class Cluster:
         for node_id in self.live():
             self._force(node_id)
 
+    def _on_halt(self, node_id: str, inc: int, reason: str) -> None:
+        """The node's server halted (its store failed): the process is gone, as after a crash."""
+        if self.incarnation[node_id] != inc or node_id in self.crashed:
+            return
+        self.halts.append((self.now_ms, node_id, reason))
+        self.crash(node_id)
+
     def crash(self, node_id: str) -> None:
         """Kill the node's process: in-flight client calls fail, nothing is sent or flushed."""
         if node_id in self.crashed:
             return
+        self._disarm(node_id)
         server = self.servers[node_id]
         self.processes[node_id].kill()         # every timer it armed is cancelled
         self.network.endpoints[node_id].close()
@@ -180,21 +213,60 @@ class Cluster:
             crash_store(server.store)          # unmap without msync or checkpoint
         self.crashed.add(node_id)
 
-    def power_loss(self, node_id: str, torn: bool = False) -> None:
+    def crash_inside(self, node_id: str, writes: int, *, power: bool = False, torn: bool = False) -> None:
+        """Arm the node (``store="file"``) to die at its ``writes``-th next mapping write or
+        msync from now, inside whatever append, flush or cut makes it: a crash there, or a
+        power cut (``power=True``, ``torn`` as for ``power_loss``). Until then it runs on."""
+        if node_id not in self.power:
+            raise ValueError("a crash inside a write needs store='file'")
+        if node_id in self.crashed:
+            return
+        self.power[node_id].arm(writes)
+        self._armed[node_id] = (power, torn)
+
+    def _disarm(self, node_id: str) -> None:
+        if self._armed.pop(node_id, None) is not None:
+            self.power[node_id].disarm()
+
+    def disarm_all(self) -> None:
+        for node_id in list(self._armed):
+            self._disarm(node_id)
+
+    def _died_inside(self) -> None:
+        """A ``SimulatedCrash`` came up from the scheduler: the armed node that fired died."""
+        fired = [i for i in self._armed if self.power[i].fired]
+        if not fired:
+            raise RuntimeError("a simulated crash from no armed node")
+        for node_id in fired:
+            power, torn = self._armed[node_id]
+            self._disarm(node_id)
+            if power:
+                self.power_loss(node_id, torn=torn)
+            else:
+                self.crash(node_id)
+
+    def power_loss(self, node_id: str, torn: bool = False, *, lose: float = 0.0, misdirect: float = 0.0,
+                   allow=None, damage_rng: random.Random | None = None) -> None:
         """Cut the node's power (``store="file"`` only): its process dies (if it still ran) and
         its store directory keeps only what was made durable; everything else written since the
         last power loss is lost. ``torn=True`` keeps a random subset of the unsynced 512-byte
-        sectors instead (torn, reordered write-back; drawn from the seed). The node stays down
-        until ``restart``."""
+        sectors instead (torn, reordered write-back; drawn from the seed). ``lose`` and
+        ``misdirect``: synced sectors whose write was lost or misdirected after all, where
+        ``allow(path, offset)`` permits (``PowerLoss.power_loss``; drawn from ``damage_rng``
+        unless torn). The node stays down until ``restart``."""
         if node_id not in self.power:
             raise ValueError("power loss needs store='file'")
         store = self.servers[node_id].store
         self.crash(node_id)
         rng = random.Random(self.rng.getrandbits(64)) if torn else None
-        self.power[node_id].power_loss(store, rng)
+        tear = rng is not None
+        if (lose or misdirect) and rng is None:
+            rng = damage_rng if damage_rng is not None else random.Random(self.rng.getrandbits(64))
+        self.power[node_id].power_loss(store, rng, lose=lose, misdirect=misdirect, allow=allow, tear=tear)
 
-    def restart(self, node_id: str) -> DLedgerServer:
-        """Crash the node if it runs, then start it again from its store."""
+    def restart(self, node_id: str) -> DLedgerServer | None:
+        """Crash the node if it runs, then start it again from its store (None: the store
+        refused to open; the node stays down, ``refusals`` says why)."""
         if node_id not in self.crashed:
             self.crash(node_id)
         return self._boot(node_id)
@@ -214,15 +286,28 @@ class Cluster:
 
     def step(self) -> bool:
         """Run the next event (time moves to it); False when nothing is scheduled."""
-        return self.scheduler.step()
+        try:
+            return self.scheduler.step()
+        except SimulatedCrash:
+            self._died_inside()
+            return True
 
     def run_for(self, ms: int) -> None:
-        self.scheduler.run_until(self.scheduler.now + ms)
+        self._run(self.scheduler.now + ms, None)
 
     def run_until(self, predicate: Callable[[], bool], timeout_ms: int = 10_000) -> bool:
         if predicate():
             return True
-        return self.scheduler.run_until(self.scheduler.now + timeout_ms, stop=predicate)
+        return self._run(self.scheduler.now + timeout_ms, predicate)
+
+    def _run(self, until: int, stop) -> bool:
+        while True:
+            try:
+                return self.scheduler.run_until(until, stop=stop)
+            except SimulatedCrash:          # an armed node died inside a write (crash_inside)
+                self._died_inside()
+                if stop is not None and stop():
+                    return True
 
     # =====================================================================================
     # clients
@@ -304,8 +389,11 @@ class Cluster:
                 committed[i] = min(self._memory[i].committed_index, self._memory[i].ledger_end_index)
             else:
                 cfg = self.config_for(i)
-                st = DLedgerMmapFileStore.open(cfg.default_path, data_file_size=cfg.mapped_file_size_for_entry_data,
-                                               index_file_size=cfg.mapped_file_size_for_entry_index, read_only=True)
+                try:
+                    st = DLedgerMmapFileStore.open(cfg.default_path, data_file_size=cfg.mapped_file_size_for_entry_data,
+                                                   index_file_size=cfg.mapped_file_size_for_entry_index, read_only=True)
+                except DLedgerError:
+                    continue            # a store that refuses to open (damage): nothing to compare
                 opened.append(st)
                 stores[i], committed[i] = st, min(st.committed_index, st.ledger_end_index)
         return stores, committed, opened
@@ -314,7 +402,7 @@ class Cluster:
         """The longest committed prefix any replica holds (the agreed log)."""
         stores, committed, opened = self._stores()
         try:
-            ref = max(self.ids, key=lambda i: committed[i])
+            ref = max(stores, key=lambda i: committed[i])
             st = stores[ref]
             return [LogEntry(e.index, e.term, e.pos, e.magic, bytes(e.body))
                     for e in st.iter_entries(st.ledger_before_begin_index + 1, committed[ref])]
@@ -351,6 +439,7 @@ class Cluster:
             raise InvariantViolation("\n".join([head] + [f"  - {p}" for p in problems[:30]]))
 
     def close(self) -> None:
+        self.disarm_all()
         for i in self.ids:
             if i not in self.crashed:
                 self.servers[i].shutdown()

@@ -20,11 +20,14 @@ Two kinds of crash for file stores:
 The same ``PowerLoss`` is the node's disk, and can be told to misbehave:
 - ``no_space = True``: a new segment cannot get its space (``StoreIO.allocate`` raises
   ``ENOSPC``; the store reports ``DISK_FULL``) until cleared;
-- ``fail_syncs(times=1)`` / ``fail_syncs(None)``: the next msync, or every msync from now on,
+- ``fail_syncs(times=1, after=0)`` / ``fail_syncs(None)``: the next msync (after ``after``
+  more that succeed), or every msync from now on,
   raises ``OSError(EIO)`` and makes nothing durable (the bytes stay in the page cache: a
   process crash keeps them, a power loss loses them); ``heal_syncs()`` ends it;
 - ``on_sync``: called with the byte count after every msync that succeeded (slow I/O: the
   cluster makes it pause the node's process; ``SlowSync`` computes how long);
+- ``attach(store)``: the store's term file and checkpoint writes go through this disk too
+  (``no_space``: ENOSPC; ``fail_syncs``: EIO);
 - ``power_loss(store, rng, lose=p, misdirect=p, allow=...)``: besides the torn write-back,
   each sector an msync made durable since the last power loss is, with probability ``lose``,
   not on the disk after all (it holds its earlier bytes: a lost write) or, with probability
@@ -144,6 +147,7 @@ class PowerLoss:
         self.no_space = False
         #: msyncs still to fail with EIO (-1: every one)
         self._sync_errors = 0
+        self._sync_skip = 0
         #: faults raised so far (ENOSPC and EIO)
         self.injected = 0
         #: called with the byte count after each successful msync (slow I/O)
@@ -156,6 +160,8 @@ class PowerLoss:
         #: mutating operations on mappings seen so far (slice writes and msyncs)
         self.ops = 0
         self._budget: int | None = None
+        #: True once an armed crash point was reached (``SimulatedCrash`` raised)
+        self.fired = False
         #: the ``StoreIO`` to hand to stores: recording mappings, deletions forgotten
         self.io = _RecordingIO(self)
 
@@ -168,29 +174,74 @@ class PowerLoss:
 
     def disarm(self) -> None:
         self._budget = None
+        self.fired = False
 
     def _tick(self) -> None:
         self.ops += 1
         if self._budget is not None:
             if self._budget <= 0:
+                self.fired = True
                 raise SimulatedCrash()
             self._budget -= 1
 
+    @property
+    def armed(self) -> bool:
+        return self._budget is not None
+
     # -- the disk's faults ------------------------------------------------------------------
-    def fail_syncs(self, times: int | None = 1) -> None:
-        """Make the next ``times`` msyncs (None: every msync from now on) raise EIO."""
+    def fail_syncs(self, times: int | None = 1, *, after: int = 0) -> None:
+        """Make the next ``times`` msyncs (None: every msync from now on) raise EIO, once
+        ``after`` more msyncs have succeeded."""
         self._sync_errors = -1 if times is None else times
+        self._sync_skip = after
 
     def heal_syncs(self) -> None:
         self._sync_errors = 0
+        self._sync_skip = 0
 
     def _sync_error(self, path: str) -> OSError | None:
         if self._sync_errors == 0:
+            return None
+        if self._sync_skip > 0:
+            self._sync_skip -= 1
             return None
         if self._sync_errors > 0:
             self._sync_errors -= 1
         self.injected += 1
         return OSError(errno.EIO, "injected: msync failed", path)
+
+    def _file_write_error(self, path: str) -> OSError | None:
+        """The error of a small-file write (term file, checkpoint: tmp, fsync, rename) now:
+        ENOSPC while the disk is full, EIO when a sync is to fail."""
+        if self.no_space:
+            self.injected += 1
+            return OSError(errno.ENOSPC, "injected: no space left on device", path)
+        return self._sync_error(path)
+
+    def attach(self, store) -> None:
+        """Route ``store``'s term file and checkpoint writes through this disk (a full disk
+        refuses them with ENOSPC, a failing one with EIO), as its segments already are
+        (``io``). Call it once the store is open (the writes of its recovery are not seen)."""
+        inner = getattr(store, "inner", store)
+        term_file = getattr(inner, "term_file", None)
+        if term_file is None:
+            return
+        write_term, put_checkpoint, error = term_file.writer, inner._put_checkpoint, self._file_write_error
+
+        def term_writer(path, items, **kw):
+            exc = error(path)
+            if exc is not None:
+                raise exc
+            write_term(path, items, **kw)
+
+        def checkpoint_writer(cp):
+            exc = error(os.path.join(inner.store_dir, "checkpoint"))
+            if exc is not None:
+                raise exc
+            put_checkpoint(cp)
+
+        term_file.writer = term_writer
+        inner._put_checkpoint = checkpoint_writer
 
     def _allocate_error(self, fd: int) -> OSError | None:
         if not self.no_space:
@@ -276,7 +327,7 @@ class PowerLoss:
         self.mappings.clear()
 
     def power_loss(self, store, rng=None, *, lose: float = 0.0, misdirect: float = 0.0,
-                   allow: Callable[[str, int], bool] | None = None) -> list[WriteDamage]:
+                   allow: Callable[[str, int], bool] | None = None, tear: bool = True) -> list[WriteDamage]:
         """Crash ``store`` (None: whatever the process had mapped, e.g. a store dying inside
         ``open``) and leave its segments holding only their durable bytes.
 
@@ -289,7 +340,8 @@ class PowerLoss:
         power loss is then, with those probabilities, a lost write (it holds its earlier bytes)
         or a misdirected one (its earlier bytes, and its new bytes over another sector of the
         file), wherever ``allow(path, offset)`` permits (for a misdirected write, at both
-        places). Returns that damage (also appended to ``damage``).
+        places). Returns that damage (also appended to ``damage``). ``tear=False``: every
+        unsynced byte is lost even with ``rng`` (which then only draws the write damage).
         """
         if store is not None:
             crash_store(store)
@@ -307,7 +359,7 @@ class PowerLoss:
                     image = bytearray(shadow)
                     for lo in range(0, len(image), SECTOR):
                         hi = lo + SECTOR
-                        if current[lo:hi] != shadow[lo:hi] and rng.random() < 0.5:
+                        if tear and current[lo:hi] != shadow[lo:hi] and rng.random() < 0.5:
                             image[lo:hi] = current[lo:hi]
                     if lose or misdirect:
                         done.extend(self._damage_synced(path, image, shadow, rng, lose, misdirect, allow))

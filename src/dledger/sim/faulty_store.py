@@ -7,8 +7,10 @@ a test asks for it:
   ``get_raw_range``, ``flush``, ...) raise ``DLedgerError(code)`` without touching the store;
   ``fail("persist_term", DISK_FULL)`` is a term file write that found the disk full;
 - ``fail_checkpoint(code=DISK_FULL, times=1)`` (file stores): the next ``times`` checkpoint
-  writes of the wrapped store raise ``DLedgerError(code)`` before touching the file, from
-  inside whichever call writes it (``flush``, ``flush_if_due``, ``truncate``, ...);
+  file writes of the wrapped store fail as the disk would fail them (``OSError``: ``ENOSPC``
+  for DISK_FULL, ``EIO`` otherwise) before touching the file, from inside whichever call
+  writes it (``flush``, ``flush_if_due``, ``truncate``, ...); the store's own handling turns
+  that into ``DLedgerError(code)`` (``store/flusher.py``);
 - ``full = True``: every append raises DISK_FULL until cleared.
 ``injected`` counts the faults raised so far.
 
@@ -17,6 +19,8 @@ loss, damage at rest) are the simulated disk's: ``dledger.sim.disk``.
 """
 
 from __future__ import annotations
+
+import errno
 
 from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
 
@@ -38,19 +42,21 @@ class FaultyStore:
     def fail_checkpoint(self, code: int = DISK_FULL, times: int = 1) -> None:
         """Make the next ``times`` checkpoint writes of the wrapped file store raise."""
         inner = self.inner
-        write = getattr(type(inner), "_write_checkpoint", None)
+        write = getattr(type(inner), "_put_checkpoint", None)
         if write is None:
             raise ValueError("the store writes no checkpoint")
         left = [times]
+        err = errno.ENOSPC if code == DISK_FULL else errno.EIO
 
-        def failing(end_index: int) -> None:
+        def failing(cp) -> None:
             left[0] -= 1
             if left[0] <= 0:
-                del inner._write_checkpoint        # back to the class's writer
+                del inner._put_checkpoint          # back to the class's writer
             object.__setattr__(self, "injected", self.injected + 1)
-            raise DLedgerError(f"injected fault in the checkpoint write (endIndex {end_index})", code)
+            raise OSError(err, f"injected fault in the checkpoint write (endIndex {cp.end_index})",
+                          inner.store_dir)
 
-        inner._write_checkpoint = failing
+        inner._put_checkpoint = failing
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)

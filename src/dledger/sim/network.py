@@ -23,7 +23,8 @@ at its default draws nothing, so a seed replays the same with or without the new
   releases them in order (``unclog`` releases them at once); a clogged link loses nothing;
 - paused processes: an endpoint bound to a ``SimProcess`` (``endpoint(id, process=...)`` or
   ``bind``) hands what arrives while the process is paused to the process, which delivers it
-  in order when it resumes;
+  in order when it resumes; what a process sends while paused (it paused itself inside the
+  crank that sends: a slow sync) leaves when it resumes, or never if it is killed first;
 - a crashed node's endpoint is closed: messages to it are dropped on delivery, and
   messages it had in flight still arrive (as on a real network).
 ``heal()`` ends every partition and clog.
@@ -97,7 +98,12 @@ class SimEndpoint:
 
     def send(self, envelope: Envelope) -> None:
         if not self.closed:
-            self.network._send(envelope)
+            proc = self.process
+            if proc is not None and proc.paused:
+                # paused inside the crank that sends (a slow sync): it leaves when the pause ends
+                proc.hold(self.network._send, envelope)
+            else:
+                self.network._send(envelope)
 
     def close(self) -> None:
         self.closed = True

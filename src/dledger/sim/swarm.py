@@ -12,9 +12,17 @@ A run has two phases:
   node, the isolated leader, a bridge, a one-way cut), heal, crash (any number of nodes),
   restart, and power loss on file stores (only of ``power_victims``: a fixed minority in
   ``page_cache`` durability, any node in ``fsync``);
-- liveness phase (budget ``liveness_ms``): message loss stops, every partition heals and
-  every node restarts; a leader must appear, a new append must commit, every node must apply
-  it (convergence), and every client call must end (answered or failed).
+  On file stores, the storage faults drawn for the seed strike too (``swarm_options``): bit
+  flips at rest before a down node restarts and lost or misdirected writes at power loss,
+  both where the fault atlas allows (``sim/atlas.py``; in ``page_cache`` durability only on
+  the ``power_victims``), a full disk for a while, a failing msync (the node halts: fail-stop,
+  and the cluster takes it for crashed), slow syncs (the node's process pauses for the sync's
+  virtual time) and crashes or power cuts inside a write or msync (``Cluster.crash_inside``);
+- liveness phase (budget ``liveness_ms``): message loss and the disk's faults stop, every
+  partition heals and every node restarts. A node whose store refuses to open (damage it
+  cannot recover from without a repair) stays down and does not fail the seed, as long as a
+  majority is up: a leader must appear, a new append must commit, every node that is up must
+  apply it (convergence), and every client call must end (answered or failed).
 
 Invariants watched on every step (``InvariantChecker`` sees every ``Ready``) are looked at
 after every tick, so a violation stops the run where it happened. At the end: every checker of
@@ -33,8 +41,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from dledger.protocol import DLedgerResponseCode as Code, ReadMode
+from dledger.sim.atlas import ClusterFaultAtlas
 from dledger.sim.checkers import InvariantViolation
 from dledger.sim.cluster import Cluster
+from dledger.sim.corruption import corrupt_store
+from dledger.sim.disk import SlowSync
 from dledger.sim.kv import KVRecorder, KVStateMachine, encode_cas, encode_put
 from dledger.sim.linearizability import CheckResult, Verdict
 from dledger.sim.network import NetworkOptions
@@ -56,6 +67,9 @@ class SwarmResult:
     kv: KVRecorder
     verdict: Verdict
     nemesis: dict[str, int] = field(default_factory=dict)
+    #: how often each storage fault struck (bit flips, full disks, failing msyncs, crashes
+    #: inside a write), besides the cluster's ``halts`` and ``refusals``
+    disk: dict[str, int] = field(default_factory=dict)
 
     @property
     def now_ms(self) -> int:
@@ -117,6 +131,83 @@ class _Swarm:
         self.ops, self.op_weights = zip(*[(k, w) for k, w in opts.mix_weights().items() if w > 0])
         actions = [(a, w) for a, w in opts.nemesis_weights().items() if w > 0]
         self.actions, self.action_weights = zip(*actions) if actions else ((), ())
+        self.setup_disks()
+
+    # -- the disk's faults ----------------------------------------------------------------
+    def setup_disks(self) -> None:
+        """The storage faults' own random source (so that a seed without them keeps its run),
+        the fault atlas and the slow syncs."""
+        opts, c = self.opts, self.c
+        self.disk_rng = random.Random(f"swarm-disk/{opts.seed}/{opts.nodes}/{opts.durability}")
+        # page_cache: damage only on the power victims, a fixed minority (anywhere on them);
+        # fsync: on any node, each region of the store on a fixed minority (the atlas)
+        self.atlas = ClusterFaultAtlas(c.ids, random.Random(f"atlas/{opts.seed}")) if opts.durability == "fsync" else None
+        #: node -> virtual time its full disk ends
+        self.full_until: dict[str, int] = {}
+        self.disk_counts: dict[str, int] = {k: 0 for k in ("bit_flip", "enospc", "eio", "crash_inside")}
+        if opts.slow_sync_ms and c.power:
+            for node_id, pl in c.power.items():
+                pl.on_sync = SlowSync(lambda ms, n=node_id: c.processes[n].pause(ms), base_ms=opts.slow_sync_ms,
+                                      per_mib_ms=5.0, rng=self.disk_rng, spike=0.01, spike_ms=100.0)
+
+    def allow(self, node_id: str):
+        """Where ``node_id``'s disk may be damaged (None: nowhere)."""
+        if self.atlas is not None:
+            return self.atlas.allow_for(node_id)
+        return (lambda path, offset: True) if node_id in self.opts.power_victims else None
+
+    def flip_at_rest(self, node_id: str) -> None:
+        """Before a down node restarts: maybe one bit of its store flips (where allowed)."""
+        opts, c = self.opts, self.c
+        if not opts.bit_flip or node_id not in c.power or self.disk_rng.random() >= opts.bit_flip:
+            return
+        allow = self.allow(node_id)
+        if allow is not None and corrupt_store(c.config_for(node_id).default_path, self.disk_rng, allow=allow):
+            self.disk_counts["bit_flip"] += 1
+
+    def disk_strike(self) -> None:
+        """After a nemesis strike: maybe a full disk for a while, maybe a failing msync."""
+        opts, c, drng = self.opts, self.c, self.disk_rng
+        if not c.power:
+            return
+        if opts.enospc and drng.random() < opts.enospc:
+            node_id = drng.choice(c.ids)
+            until = c.now_ms + drng.randint(100, 2_000)
+            self.full_until[node_id] = max(until, self.full_until.get(node_id, 0))
+            c.power[node_id].no_space = True
+            c.scheduler.call_at(until, self.space_back, node_id)
+            self.disk_counts["enospc"] += 1
+        if opts.eio and drng.random() < opts.eio:
+            live = c.live()
+            if live:
+                c.power[drng.choice(live)].fail_syncs(1)
+                self.disk_counts["eio"] += 1
+
+    def space_back(self, node_id: str) -> None:
+        if self.c.now_ms >= self.full_until.get(node_id, 0):
+            self.c.power[node_id].no_space = False
+
+    def heal_disks(self) -> None:
+        """The liveness phase: the disk's faults stop (slow syncs stay: they only take time)."""
+        c = self.c
+        c.disarm_all()
+        for pl in c.power.values():
+            pl.no_space = False
+            pl.heal_syncs()
+        self.full_until.clear()
+
+    def power_cut(self, victim: str, torn: bool) -> None:
+        opts = self.opts
+        if opts.crash_inside and self.disk_rng.random() < opts.crash_inside and victim in self.c.live():
+            self.c.crash_inside(victim, self.disk_rng.randint(0, 40), power=True, torn=torn)
+            self.disk_counts["crash_inside"] += 1
+            return
+        allow = self.allow(victim)
+        if allow is not None and (opts.lost_write or opts.misdirect):
+            self.c.power_loss(victim, torn=torn, lose=opts.lost_write, misdirect=opts.misdirect, allow=allow,
+                              damage_rng=self.disk_rng)
+        else:
+            self.c.power_loss(victim, torn=torn)
 
     # -- invariants after every step ------------------------------------------------------
     def watch(self) -> None:
@@ -262,15 +353,22 @@ class _Swarm:
         elif action == "crash":
             live = c.live()
             if live:
-                c.crash(rng.choice(live))
+                victim = rng.choice(live)
+                if self.opts.crash_inside and c.power and self.disk_rng.random() < self.opts.crash_inside:
+                    c.crash_inside(victim, self.disk_rng.randint(0, 40))
+                    self.disk_counts["crash_inside"] += 1
+                else:
+                    c.crash(victim)
         elif action == "restart":
             if c.crashed:
-                c.restart(rng.choice(sorted(c.crashed)))
+                victim = rng.choice(sorted(c.crashed))
+                self.flip_at_rest(victim)
+                c.restart(victim)
             elif rng.random() < 0.3:
                 c.restart(rng.choice(ids))
         elif action == "power_loss":
             victim = rng.choice(self.opts.power_victims)
-            c.power_loss(victim, torn=rng.random() < self.opts.torn)
+            self.power_cut(victim, rng.random() < self.opts.torn)
         if self.opts.clog and rng.random() < self.opts.clog:
             a, b = rng.sample(ids, 2)
             c.network.clog(a, b, rng.randint(50, 2_000))
@@ -279,6 +377,7 @@ class _Swarm:
             if live:
                 timeout = c.config_for(ids[0]).max_heart_beat_leak * c.config_for(ids[0]).heart_beat_time_interval_ms
                 c.processes[rng.choice(live)].pause(rng.randint(10, 3 * timeout))
+        self.disk_strike()
 
     # -- phases ---------------------------------------------------------------------------
     def safety_phase(self) -> None:
@@ -298,8 +397,13 @@ class _Swarm:
         c, opts = self.c, self.opts
         c.network.options = dataclasses.replace(c.network.options, loss=0.0)
         c.heal()
+        self.heal_disks()
         for node_id in c.ids:
             c.restart(node_id)
+        up = c.live()
+        if len(up) <= c.n // 2:
+            why = "; ".join(f"{n}: {r}" for _t, n, r in c.refusals[-c.n:])
+            raise InvariantViolation(f"L1: only {len(up)} of {c.n} nodes could reopen after healing ({why})")
         deadline = c.now_ms + opts.liveness_ms
 
         def left() -> int:
@@ -317,8 +421,8 @@ class _Swarm:
         if final is None or not final.done() or not final.result().ok:
             raise InvariantViolation(f"L1: no append committed within {opts.liveness_ms} ms after healing")
         index = final.result().index
-        if not c.run_until(lambda: all(c.servers[i].node.applied_index >= index for i in c.ids), left()):
-            behind = {i: c.servers[i].node.applied_index for i in c.ids}
+        if not c.run_until(lambda: all(c.servers[i].node.applied_index >= index for i in c.live()), left()):
+            behind = {i: c.servers[i].node.applied_index for i in c.live()}
             raise InvariantViolation(f"L1: replicas did not converge on index {index} within "
                                      f"{opts.liveness_ms} ms after healing: applied {behind}")
         if not c.run_until(lambda: all(f.done() for f in self.calls), left()):
@@ -342,7 +446,7 @@ def run_swarm(opts: SwarmOptions, base_dir=None) -> SwarmResult:
         raise SwarmFailure(failure_report(opts, str(exc), swarm)) from None
     except Exception as exc:
         raise SwarmFailure(failure_report(opts, f"the simulation crashed: {exc!r}", swarm)) from exc
-    return SwarmResult(opts, swarm.c, swarm.kv, verdict, swarm.nemesis_counts)
+    return SwarmResult(opts, swarm.c, swarm.kv, verdict, swarm.nemesis_counts, swarm.disk_counts)
 
 
 def failure_report(opts: SwarmOptions, what: str, swarm: "_Swarm | None") -> str:

@@ -21,9 +21,17 @@ fields, one per line, for a failure report. The ranges:
   transit 0-10 % (refused by the frame CRC), clogged links and paused processes now and then,
   clock drift up to 5 % (each often 0).
 
-Storage faults whose swarm wiring is not done yet (bit flips at rest, lost and misdirected
-writes, ENOSPC, EIO) are present, documented and off (0): a seed draws nothing for them, so
-wiring one in later changes no existing seed's run until it is given a range here.
+- storage faults beyond crash and power loss (file stores, unless ``storage_faults=False``):
+  bit flips at rest on a node that is down (per restart, 0-50 %), lost and misdirected
+  writes at power loss (per synced sector, 0-1 % each), both only where the cluster's fault
+  atlas allows them (``sim/atlas.py``: every region keeps an intact copy on a majority; in
+  ``page_cache`` durability only on the ``power_victims``); a full disk now and then (per
+  strike, 0-30 %: 0.1-2 s of ENOSPC at segment creation and at term and checkpoint writes,
+  then space comes back); a failing msync (per strike, 0-20 %: EIO, the node fail-stops);
+  slow syncs (each msync takes 0, 1 or 5 ms of virtual time plus rare 100 ms spikes); a
+  crash or power cut inside a write or an msync instead of between events (0, 30 or 100 %
+  of those strikes). They are drawn after every other field, so a seed's other fields keep
+  their values; ``storage_faults=False`` draws none of them (the runs of before they existed).
 """
 
 from __future__ import annotations
@@ -71,14 +79,25 @@ class SwarmOptions:
     torn: float = 0.0
     #: nodes power loss may hit (page_cache: a fixed minority; fsync: every node)
     power_victims: tuple[str, ...] = ()
-    #: per-write probability of a bit flip in a segment; to be driven by ``sim.disk``
+    #: probability, per restart of a node that is down, that one bit of its store flips at
+    #: rest first (``corrupt_store``, where the fault atlas allows)
     bit_flip: float = 0.0
-    #: per-write probability of a misdirected or lost write; to be driven by ``sim.disk``
+    #: per synced sector at a power loss: probability that its write was misdirected
     misdirect: float = 0.0
-    #: per-append probability of ENOSPC; to be driven by ``sim.disk``
+    #: probability per nemesis strike that a node's disk is full for 0.1-2 s (ENOSPC at segment
+    #: creation and at term and checkpoint writes)
     enospc: float = 0.0
-    #: per-call probability of EIO from a read, write or msync; to be driven by ``sim.disk``
+    #: probability per nemesis strike that a node's next msync fails with EIO (fail-stop)
     eio: float = 0.0
+
+    #: per synced sector at a power loss: probability that its write was lost
+    lost_write: float = 0.0
+    #: virtual ms each msync costs (0: syncs take no time); a 100 ms spike 1 % of the time
+    slow_sync_ms: int = 0
+    #: share of crash and power-loss strikes that hit inside a write or msync of the node
+    crash_inside: float = 0.0
+    #: False: none of the storage faults above is drawn (the runs of before they existed)
+    storage_faults: bool = True
 
     # -- nemesis ---------------------------------------------------------------------------
     #: mean virtual time between two nemesis strikes
@@ -107,7 +126,7 @@ class SwarmOptions:
 
     @classmethod
     def from_seed(cls, seed: int, *, nodes: int = 3, durability: str = "page_cache", store: str = "memory",
-                  codec: bool = True, safety_ms: int | None = None) -> "SwarmOptions":
+                  codec: bool = True, safety_ms: int | None = None, storage_faults: bool = True) -> "SwarmOptions":
         """Every field not given drawn from ``seed`` (the draw order is fixed: append new
         draws at the end so existing seeds keep their runs)."""
         if store not in ("memory", "file"):
@@ -131,7 +150,7 @@ class SwarmOptions:
         victims = tuple(ids) if durability == "fsync" else tuple(sorted(rng.sample(ids, rng.randint(1, minority))))
         mix = (rng.choice([1, 2, 4]), rng.choice([1, 2, 3]), rng.choice([1, 2, 3]), rng.choice([0, 1, 2]),
                rng.choice([1, 2, 3]))
-        return cls(
+        drawn = cls(
             seed=seed, nodes=nodes, store=store, durability=durability, codec=codec,
             min_delay_ms=1, max_delay_ms=max_delay, loss=loss, duplicate=duplicate,
             torn=rng.choice([0.0, 0.5, 1.0]) if power_w else 0.0,
@@ -144,13 +163,22 @@ class SwarmOptions:
             # drawn last, so that every field above keeps the value it had before these existed
             replay=often_zero(0.50), corrupt=often_zero(0.10), clog=rng.choice([0.0, 0.0, 0.1, 0.3]),
             pause=rng.choice([0.0, 0.0, 0.1, 0.3]), clock_drift=rng.choice([0.0, 0.0, 0.01, 0.05]),
+            storage_faults=storage_faults,
         )
+        if store != "file" or not storage_faults:
+            return drawn
+        # the storage faults, drawn after everything above (file stores only)
+        return dataclasses.replace(
+            drawn, bit_flip=often_zero(0.5), misdirect=often_zero(0.01), lost_write=often_zero(0.01),
+            enospc=often_zero(0.3), eio=often_zero(0.2), slow_sync_ms=rng.choice([0, 0, 1, 5]),
+            crash_inside=rng.choice([0.0, 0.0, 0.3, 1.0]))
 
     def reproduce(self) -> str:
         """The one command line that runs this seed again."""
         return (f"python -m dledger.sim swarm --seed {self.seed} --nodes {self.nodes} "
                 f"--durability {self.durability} --store {self.store} --safety-ms {self.safety_ms}"
-                + ("" if self.codec else " --no-codec"))
+                + ("" if self.codec else " --no-codec")
+                + ("" if self.storage_faults else " --no-storage-faults"))
 
     def describe(self) -> str:
         """Every field, one per line (the failure report)."""

@@ -17,6 +17,10 @@ validates only what comes after, so restart time does not grow with the log.
 A torn, empty, garbage or damaged (checksum, unknown key, a value out of bounds) checkpoint is
 ignored with a warning (recovery then scans from the last segments, as Java DLedger does); it
 never stops startup. A file without ``crc`` (Java's) is accepted unchecked.
+
+``write_checkpoint`` replaces the file atomically (tmp, fsync, rename, directory fsync): a
+write the disk refuses leaves the previous checkpoint in place and raises ``OSError``; what the
+store makes of it is in ``flusher.py``.
 """
 
 from __future__ import annotations

@@ -14,13 +14,21 @@ log or the cut one):
   header at the cut is zeroed and synced;
 - ``reset``: the checkpoint announces the new begin before any file changes; an open after a
   crash in the middle finishes the reset (``load``);
-- committed entries are never truncated.
+- committed entries are never truncated;
+- every msync of a cut (the index units erased, the zeroed data header) that fails fails the
+  store (``DISK_ERROR``, as in ``flusher.py``): what the disk holds is unknown from then on,
+  and the next open recovers it. A checkpoint the cut must write *before* it changes a file
+  and that the full disk refuses refuses the cut (``DISK_FULL``, nothing changed); one
+  written *after* the change is only logged (the checkpoint written before already keeps an
+  open after a crash right), and the next flush retries it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry
-from dledger.errors import INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, ReadOnlyStoreError
+from dledger.errors import DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, ReadOnlyStoreError
 from dledger.store.mmap_file_list import zero_header_at
 
 
@@ -41,6 +49,22 @@ class Cut:
             self.index_list.flush(0)
         except OSError as exc:
             raise self._sync_failed("msync before a cut", exc) from exc
+
+    @contextmanager
+    def _cut_syncs(self, what: str):
+        """An msync inside a cut that fails fails the store (never a raw ``OSError``)."""
+        try:
+            yield
+        except OSError as exc:
+            raise self._sync_failed(f"msync inside {what}", exc) from exc
+
+    def _checkpoint_after_cut(self, end_index: int) -> None:
+        """The checkpoint after a cut's files changed: a full disk is only logged there."""
+        try:
+            self._write_checkpoint(end_index)
+        except DLedgerError as exc:
+            if exc.code != DISK_FULL:
+                raise
 
     def truncate(self, truncate_index: int) -> int:
         """Remove ``truncate_index`` and every later entry; returns the new end index.
@@ -63,11 +87,12 @@ class Cut:
         self._sync_before_cut()
         if self._checkpoint is not None and self._checkpoint.end_index >= truncate_index:
             self._write_checkpoint(truncate_index - 1)
-        self._truncate_index_to(truncate_index)
-        zero_header_at(self.data_list, unit.pos)
-        self.data_list.truncate_offset(unit.pos)
-        if self.data_list.max_wrote_position() != unit.pos:
-            self.data_list.rebuild_with_pos(unit.pos)
+        with self._cut_syncs(f"the truncation at {truncate_index}"):
+            self._truncate_index_to(truncate_index)
+            zero_header_at(self.data_list, unit.pos)
+            self.data_list.truncate_offset(unit.pos)
+            if self.data_list.max_wrote_position() != unit.pos:
+                self.data_list.rebuild_with_pos(unit.pos)
         if truncate_index - 1 == self.ledger_before_begin_index:
             self.ledger_end_index, self.ledger_end_term = truncate_index - 1, self.ledger_before_begin_term
         else:
@@ -121,15 +146,16 @@ class Cut:
         else:
             self._sync_before_cut()
             self._announce_begin(entry.index - 1, -1, self.committed_index)
-            zero_header_at(self.data_list, entry.pos)
-            data.rebuild_with_pos(entry.pos)
-            self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
+            with self._cut_syncs(f"the rebuild at entry {entry.index}"):
+                zero_header_at(self.data_list, entry.pos)
+                data.rebuild_with_pos(entry.pos)
+                self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
             self.ledger_before_begin_index = entry.index - 1
             self.ledger_before_begin_term = -1
             self.ledger_end_index, self.ledger_end_term = entry.index - 1, -1
         self.append_as_follower(entry, leader_term, leader_id)
-        self._write_checkpoint(min(self._checkpoint.end_index if self._checkpoint else -1,
-                                   self.ledger_end_index))
+        self._checkpoint_after_cut(min(self._checkpoint.end_index if self._checkpoint else -1,
+                                       self.ledger_end_index))
         return self.ledger_end_index
 
     def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
@@ -165,8 +191,8 @@ class Cut:
         self.ledger_before_begin_index = before_begin_index
         self.ledger_before_begin_term = before_begin_term
         self.committed_index = max(self.committed_index, min(before_begin_index, self.ledger_end_index))
-        self._write_checkpoint(self.ledger_end_index if self._checkpoint is None
-                               else min(max(self._checkpoint.end_index, before_begin_index),
-                                        self.ledger_end_index))
+        self._checkpoint_after_cut(self.ledger_end_index if self._checkpoint is None
+                                   else min(max(self._checkpoint.end_index, before_begin_index),
+                                            self.ledger_end_index))
         return before_begin_index + 1
 

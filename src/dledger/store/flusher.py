@@ -21,7 +21,18 @@ later msync that succeeds proves nothing. The store is then *failed*: ``failed``
 first failure, and every later append, ``flush`` and ``flush_if_due`` raises
 ``DLedgerError(DISK_ERROR)`` naming it; no checkpoint is written any more. Reads go on. Only
 a new store object (the process restarts; recovery reads what the disk really holds) clears
-it. A sync is never retried into a false success.
+it. A sync is never retried into a false success. Every msync of a cut (the index erase, the
+zeroed header) follows the same rule (``cut.py``).
+
+A checkpoint write the disk refuses (``write_checkpoint`` raised ``OSError``; the previous
+checkpoint file is still in place, since the write is tmp + fsync + rename):
+- a full disk (``ENOSPC``/``EDQUOT``) is harmless: the checkpoint on disk names fewer
+  entries than it could, which recovery validates from there. The in-memory ``_checkpoint``
+  stays the one on disk, so the next due write retries it, and the caller gets
+  ``DLedgerError(DISK_FULL)``. A cut whose crash safety needs the checkpoint written first
+  (``truncate``: stop vouching for the doomed entries; ``_announce_begin``: a new begin) is
+  then refused before it touches any file;
+- anything else (``EIO``) fails the store like a failed msync (``DISK_ERROR``).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from dledger.errors import DISK_ERROR, DLedgerError
 from dledger.store import background_flush as bg_flush
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
 from dledger.store.mmap_file_list import read_index_unit
+from dledger.store.term_file import disk_error_code
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +74,27 @@ class Flusher:
         """Write the checkpoint with a new begin before any file changes: an open after a crash
         in the middle of the prefix removal finishes it (see ``load``)."""
         cp = self._checkpoint
-        self._checkpoint = Checkpoint(cp.end_index if cp is not None else -1,
-                                      min(committed, self.ledger_end_index),
-                                      before_begin_index, before_begin_term)
-        write_checkpoint(self.store_dir, self._checkpoint)
+        self._store_checkpoint(Checkpoint(cp.end_index if cp is not None else -1,
+                                          min(committed, self.ledger_end_index),
+                                          before_begin_index, before_begin_term))
+
+    def _put_checkpoint(self, cp: Checkpoint) -> None:
+        """Write ``cp`` to the checkpoint file (the one place that does; raises ``OSError``)."""
+        write_checkpoint(self.store_dir, cp)
+
+    def _store_checkpoint(self, cp: Checkpoint) -> None:
+        """Write ``cp`` and make it the store's checkpoint; a refused write raises
+        ``DLedgerError`` (see the module docstring) and leaves ``_checkpoint`` as it was."""
+        try:
+            self._put_checkpoint(cp)
+        except OSError as exc:
+            code = disk_error_code(exc)
+            if code == DISK_ERROR:
+                raise self._sync_failed("checkpoint write", exc) from exc
+            log.warning("store %s: checkpoint (endIndex %d) not written, the previous one stays: %s",
+                        self.store_dir, cp.end_index, exc)
+            raise DLedgerError(f"store {self.store_dir}: checkpoint not written: {exc}", code) from exc
+        self._checkpoint = cp
 
     def flush(self, *, checkpoint: bool = True) -> None:
         """Make every appended entry durable (msync data, then index), then write the checkpoint."""
@@ -154,9 +183,7 @@ class Flusher:
             unit = self._index_overrides.get(end_index) or read_index_unit(self.index_list, end_index)
             if unit is not None and unit.index == end_index:
                 end_term, end_pos = unit.term, unit.pos
-        cp = Checkpoint(end_index, min(self.committed_index, end_index),
-                        self.ledger_before_begin_index, self.ledger_before_begin_term,
-                        end_term, end_pos)
-        write_checkpoint(self.store_dir, cp)
-        self._checkpoint = cp
+        self._store_checkpoint(Checkpoint(end_index, min(self.committed_index, end_index),
+                                          self.ledger_before_begin_index, self.ledger_before_begin_term,
+                                          end_term, end_pos))
 

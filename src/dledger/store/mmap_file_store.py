@@ -51,6 +51,7 @@ suspect state (``store/suspect.py``), decided in ``load`` before recovery change
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -58,7 +59,8 @@ from collections.abc import Callable
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAX_RECORD_SIZE, MAX_TERM,
                            MIN_BLANK_LEN, IndexUnit)
-from dledger.errors import INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, StoreClosedError
+from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, \
+    StoreClosedError
 from dledger.store import background_flush as bg_flush
 from dledger.store.base import StoreBase
 from dledger.store.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
@@ -175,7 +177,12 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         if term < self.term_file.term:
             raise DLedgerError(f"term may not go backwards ({self.term_file.term} -> {term})",
                                INCONSISTENT_TERM)
-        self.term_file.save(term, vote_for)
+        try:
+            self.term_file.save(term, vote_for)
+        except DLedgerError as exc:
+            if exc.code == DISK_ERROR:          # not a full disk: what it holds is unknown
+                self._fail(f"term file write failed: {exc}")
+            raise
 
     # =====================================================================================
     # suspect state (see suspect.py)
@@ -230,8 +237,15 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             # a failed store (a sync failed) can prove nothing durable: it closes without a
             # flush and without the clean-shutdown marker, so its next open is suspect
             if self.loaded and not self.read_only and self.failed is None:
-                self.flush()
-                write_clean_marker(self.store_dir)
+                try:
+                    self.flush()
+                except DLedgerError as exc:
+                    # a checkpoint the full disk refused (the data is synced, the previous
+                    # checkpoint stays) or a failed msync (the store failed): close anyway
+                    if exc.code != DISK_FULL and self.failed is None:
+                        raise
+                if self.failed is None:
+                    write_clean_marker(self.store_dir)
             self.data_list.close()
             self.index_list.close()
             self.closed = True
@@ -256,10 +270,17 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
             self._lock.acquire()
         try:
             return self._load()
-        except BaseException:
-            # a refused open (or a process dying inside it) holds no lock
+        except BaseException as exc:
+            # a refused open (or a process dying inside it) holds no lock and no mapping
+            self.data_list.close()
+            self.index_list.close()
             if not self.read_only:
                 self._lock.release(undo=True)
+            if isinstance(exc, OSError):
+                # the disk failed under recovery (an msync, a term or checkpoint write): the
+                # store refuses to open, as for damage; what it holds is read again next time
+                raise DLedgerError(f"store {self.store_dir} cannot be opened, the disk failed: {exc}",
+                                   DISK_FULL if exc.errno in (errno.ENOSPC, errno.EDQUOT) else DISK_ERROR) from exc
             raise
 
     def _load(self) -> "DLedgerMmapFileStore":

@@ -19,21 +19,33 @@ Rules:
   (``SuspectReason.TERM_LOST``) instead of starting from it or from term 0. A file without a
   ``crc`` line (written by Java DLedger) is accepted unchecked. A term beyond ``MAX_TERM``
   (near the int64 limit) is refused with ``TermFileError``.
+- A ``save`` the disk refuses (the ``OSError`` of the tmp file's creation, write, fsync, the
+  rename or the directory fsync) raises ``DLedgerError``: ``DISK_FULL`` for ``ENOSPC``/
+  ``EDQUOT``, ``DISK_ERROR`` for anything else (``EIO``). The in-memory term and vote stay as
+  they were, so nothing that depends on the new ones (a vote granted, a term acted on) happens.
+  The store fails on a ``DISK_ERROR`` (``mmap_file_store.persist_term``); a full disk is
+  retried by the next ``save``, which writes a new tmp file from scratch.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
 from dledger.entry import MAX_TERM
-from dledger.errors import TermFileError
+from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError, TermFileError
 from dledger.store.properties import read_checked, write_properties_atomic
 
 log = logging.getLogger(__name__)
 
 TERM_FILE_NAME = "currterm"
 _KEYS = frozenset(("currTerm", "voteLeader"))
+
+
+def disk_error_code(exc: OSError) -> int:
+    """The response code of a refused write: DISK_FULL for a full disk, else DISK_ERROR."""
+    return DISK_FULL if exc.errno in (errno.ENOSPC, errno.EDQUOT) else DISK_ERROR
 
 
 class DamagedTermFile(Exception):
@@ -81,6 +93,8 @@ class TermFile:
         self.existed = False
         #: why the file was not used (it is damaged), or None
         self.damaged: str | None = None
+        #: how the file is written (a simulated disk wraps it: ``dledger.sim.disk.PowerLoss.attach``)
+        self.writer = write_properties_atomic
 
     def load(self) -> None:
         try:
@@ -113,6 +127,11 @@ class TermFile:
         if term < 0:
             raise ValueError(f"term must be >= 0, got {term}")
         if not self.read_only:
-            write_properties_atomic(self.path, [("voteLeader", vote_for or ""), ("currTerm", str(term))])
+            try:
+                self.writer(self.path, [("voteLeader", vote_for or ""), ("currTerm", str(term))])
+            except OSError as exc:
+                raise DLedgerError(f"term file {self.path} not written (term {term}, vote {vote_for}): {exc}; "
+                                   f"term {self.term} and vote {self.vote_for} stay",
+                                   disk_error_code(exc)) from exc
         self.term, self.vote_for = term, vote_for
         self.existed = True
