@@ -15,7 +15,9 @@ import pytest
 
 from dledger.config import DLedgerConfig
 from dledger.core import Node, Role, RoleChange
+from dledger.core.quorum import Majority
 from dledger.core.recovery import NO_MEMBER
+from dledger.core.vote import ParseResult, VoteTally, parse_vote_tally
 from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, MetadataRequest,
                               MetadataResponse, PushEntryRequest, PushEntryType, VoteRequest, VoteResponse,
                               VoteResult as R)
@@ -125,6 +127,27 @@ def test_a_sound_candidate_asks_for_a_unanimous_round_after_more_than_a_minority
 def _vote_answer(m, result):
     return VoteResponse(group="g", local_id=m.dst, remote_id="n0", leader_id="n0", term=m.msg.term,
                         vote_result=result)
+
+
+def test_a_unanimous_round_that_a_more_up_to_date_member_refused_backs_off_in_its_term():
+    """One member is ahead of this candidate: it cannot win a unanimous round, so it keeps
+    its term and waits longer, letting that member win (else two candidates outbid each
+    other's terms forever: swarm seeds 2049, 2099)."""
+    majority = Majority(["n0", "n1", "n2"])
+    tally = VoteTally(4, unanimous=True)
+    tally.add("n0", _vote_answer_of(R.ACCEPT))
+    tally.add("n1", _vote_answer_of(R.ACCEPT))
+    tally.add("n2", _vote_answer_of(R.REJECT_EXPIRED_LEDGER_TERM))
+    assert parse_vote_tally(tally, majority) is ParseResult.WAIT_TO_REVOTE
+    plain = VoteTally(4)
+    for voter, result in (("n0", R.ACCEPT), ("n1", R.ACCEPT), ("n2", R.REJECT_EXPIRED_LEDGER_TERM)):
+        plain.add(voter, _vote_answer_of(result))
+    assert parse_vote_tally(plain, majority) is ParseResult.PASSED
+
+
+def _vote_answer_of(result):
+    return VoteResponse(group="g", local_id="n1", remote_id="n0", leader_id="n0", term=4, vote_result=result,
+                        recovering=True)
 
 
 # -- relearning a lost term -----------------------------------------------------------------

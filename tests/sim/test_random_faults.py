@@ -44,6 +44,10 @@ FIXED: dict[tuple, str] = {
     (2088, 3, "page_cache", "file"): "acknowledged entry overwritten after power loss of one node",
     (2134, 3, "page_cache", "file"): "acknowledged appends gone after power loss of one node",
     (2143, 3, "page_cache", "file"): "acknowledged log replaced from index 0 after power loss of one node",
+    # found by the sweep while recovery was built: every node recovering, the less up to date
+    # candidate kept asking first and unanimous rounds never passed (no leader after healing)
+    (2049, 3, "page_cache", "file"): "unanimous rounds livelocked after every node restarted recovering",
+    (2099, 3, "page_cache", "file"): "unanimous rounds livelocked after every node restarted recovering",
 }
 
 PASSING = [k for k in CI_SEEDS if k not in KNOWN_FAILURES]

@@ -107,8 +107,8 @@ def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
         return ParseResult.WAIT_TO_REVOTE
     if not is_quorum(t.valid):
         return ParseResult.WAIT_TO_REVOTE
-    if not is_quorum(t.valid - t.bigger_ledger):
-        return ParseResult.WAIT_TO_REVOTE
+    if not is_quorum(t.valid - t.bigger_ledger) or t.unanimous and t.bigger_ledger:
+        return ParseResult.WAIT_TO_REVOTE       # (a unanimous round: one member is ahead of it)
     if enough(t.accepted):
         return ParseResult.PASSED
     if enough(t.accepted + t.not_ready):
@@ -269,8 +269,9 @@ class Voting:
             # someone still hears a leader: probe again soon (a same-term round moves nothing)
             half = c.heart_beat_time_interval_ms // 2
             delay = half + self.rng.randrange(half + 1)
-        elif majority.is_quorum(tally.valid) and not majority.is_quorum(tally.valid - tally.bigger_ledger):
-            delay += c.max_vote_interval_ms
+        elif majority.is_quorum(tally.valid) and not majority.is_quorum(tally.valid - tally.bigger_ledger) \
+                or tally.unanimous and tally.bigger_ledger:
+            delay += c.max_vote_interval_ms     # a more up to date member should win: let it
         self.next_time_to_request_vote = now + delay
 
     # -- the voter --------------------------------------------------------------------------
