@@ -13,13 +13,15 @@ import random
 
 import pytest
 
+from core.wiring import Wired
 from dledger.config import DLedgerConfig
 from dledger.core import Node, Role, RoleChange
 from dledger.core.quorum import Majority
 from dledger.core.recovery import NO_MEMBER
 from dledger.core.vote import ParseResult, VoteTally, parse_vote_tally
-from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, MetadataRequest,
-                              MetadataResponse, PushEntryRequest, PushEntryType, VoteRequest, VoteResponse,
+from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, HeartBeatResponse,
+                              MetadataRequest, MetadataResponse, PushEntryRequest, PushEntryResponse, PushEntryType,
+                              VoteRequest, VoteResponse,
                               VoteResult as R)
 from dledger.store import DLedgerMemoryStore
 from dledger.store.suspect import SuspectReason
@@ -258,3 +260,32 @@ def test_a_voter_that_joins_a_higher_term_is_told_as_candidate_of_that_term():
     node.receive(10_001, Envelope("n1", "n0", 8, False, HeartBeatRequest(
         group="g", local_id="n1", remote_id="n0", leader_id="n1", term=9)))
     assert node.take_ready().role_changes == [RoleChange(9, Role.CANDIDATE, None)]
+
+
+# -- the leader's side ---------------------------------------------------------------------
+def test_a_leader_counts_no_water_mark_of_a_follower_that_says_it_is_recovering():
+    """The only follower in reach acknowledges an append but says it is recovering: nothing
+    commits. Once its answers come without the flag, its water mark counts again."""
+    w = Wired(3, seed=1)
+    assert w.run_until(lambda: w.leader() is not None)
+    lead = w.leader()
+    f, other = [i for i in w.ids if i != lead]
+    w.run(200)
+    w.cut.add(other)
+    before = w.nodes[lead].committed_index
+
+    def recovering(env) -> bool:
+        if env.src == f and isinstance(env.msg, (PushEntryResponse, HeartBeatResponse)):
+            env.msg.recovering = True
+        return False
+
+    w.drop = recovering
+    w.propose(lead, "t1", [b"x"])
+    w.run(300)
+    progress = w.nodes[lead].pusher.progress[f]
+    assert progress.recovering and progress.match == w.nodes[lead].store.ledger_end_index
+    assert w.nodes[lead].committed_index == before and "t1" not in w.completions
+    w.drop = None
+    w.run(w.nodes[lead].config.max_push_timeout_ms + 100)      # the next push (idle: a keepalive)
+    assert not progress.recovering and w.nodes[lead].committed_index > before
+    assert w.completions["t1"].response.code == Code.SUCCESS

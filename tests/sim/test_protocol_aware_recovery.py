@@ -72,6 +72,7 @@ def test_power_loss_of_one_node_and_a_partition_lose_no_acknowledged_append(tmp_
         c.power_loss(f)                        # its page cache (the 5 appends) is gone
         c.restart(f)
         assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+        c.heal()                               # (partitions add up: start from a whole network)
         c.partition([lead], [f, s])
         _no_leader_among(c, [f, s], 2_000)
         assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
@@ -97,6 +98,7 @@ def test_a_wiped_store_with_the_same_id_does_not_vote_until_caught_up(tmp_path):
         shutil.rmtree(c.config_for(w).default_path)
         c.restart(w)
         assert c.servers[w].store.suspect is SuspectReason.FRESH
+        c.heal()
         c.partition([lead], [w, s])
         _no_leader_among(c, [w, s], 2_000)
         assert c.servers[w].store.suspect is SuspectReason.FRESH
