@@ -150,12 +150,18 @@ def pos(term: int, index: int) -> str:
 
 def format_msg(msg) -> str:
     name = type(msg).__name__
+    flag = " recovering" if getattr(msg, "recovering", False) else ""
     if isinstance(msg, protocol.VoteRequest):
         s = f"{name} term={msg.term} last={pos(msg.ledger_end_term, msg.ledger_end_index)}"
-        return s + " transfer" if msg.leadership_transfer else s
+        s = s + " transfer" if msg.leadership_transfer else s
+        return s + " unanimous" if msg.unanimous else s
     if isinstance(msg, protocol.VoteResponse):
         s = f"{name} term={msg.term} {VoteResult(msg.vote_result).name}"
-        return s if msg.code == Code.SUCCESS else f"{s} {code_name(msg.code)}"
+        return (s if msg.code == Code.SUCCESS else f"{s} {code_name(msg.code)}") + flag
+    if isinstance(msg, protocol.MetadataRequest):
+        return name
+    if isinstance(msg, protocol.MetadataResponse):
+        return f"{name} term={msg.term} end={msg.ledger_end_index} vote={msg.vote_for or '-'}"
     if isinstance(msg, protocol.HeartBeatRequest):
         return f"{name} term={msg.term} commit={msg.commit_index}"
     if isinstance(msg, protocol.PushEntryRequest):
@@ -176,12 +182,12 @@ def format_msg(msg) -> str:
         elif kind is not PushEntryType.COMMIT:
             s += f" index={msg.index}"
         s += f" end={msg.end_index}"
-        return s + f" x={pos(msg.x_term, msg.x_index)}" if msg.x_term != -1 else s
+        return (s + f" x={pos(msg.x_term, msg.x_index)}" if msg.x_term != -1 else s) + flag
     if isinstance(msg, protocol.LeadershipTransferRequest):
         return (f"{name} term={msg.term} transferee={msg.transferee_id} "
                 f"take_index={msg.take_leadership_ledger_index}")
     s = f"{name} {code_name(msg.code)}"
-    return s + f" term={msg.term}" if msg.term >= 0 else s
+    return (s + f" term={msg.term}" if msg.term >= 0 else s) + flag
 
 
 def format_envelope(env: Envelope) -> str:
