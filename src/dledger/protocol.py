@@ -23,8 +23,9 @@ Wire format: an ``Envelope`` (source, destination, request id, response flag, me
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
 the CRC-32 of those bytes (4 bytes, big-endian). Decoding checks the checksum first (a frame
 damaged in transit is refused, never read as a different message), then the version, the tag,
-the field count (fields added later may be missing, see above), every field's type and the items of list and dict fields. Any bytes either
-decode to a valid envelope or raise ``FrameError`` (a ``ValueError``); it never trusts a length.
+the field count (fields added later may be missing, see above), every field's type and the
+items of list and dict fields. Any bytes either decode to a valid envelope or raise
+``FrameError`` (a ``ValueError``); it never trusts a length.
 """
 
 from __future__ import annotations

@@ -289,3 +289,54 @@ def test_a_leader_counts_no_water_mark_of_a_follower_that_says_it_is_recovering(
     w.run(w.nodes[lead].config.max_push_timeout_ms + 100)      # the next push (idle: a keepalive)
     assert not progress.recovering and w.nodes[lead].committed_index > before
     assert w.completions["t1"].response.code == Code.SUCCESS
+
+
+def test_a_new_five_node_cluster_with_a_member_down_still_starts_after_the_wait():
+    """Three late answers (n - q + 1) all saying term 0, no vote, an empty log: no leader was
+    ever elected (its quorum would meet them), so the new node clears and keeps term 0."""
+    node = node_with(SuspectReason.FRESH, term=0, peers=PEERS5)
+    metadata_queries(node)
+    node.tick(300)
+    late = metadata_queries(node)
+    for peer in ("n1", "n2", "n3"):
+        answer_metadata(node, late[peer], term=0, now=300)
+    assert (node.store.current_term, node.store.vote_for, node.store.suspect) == (0, None, None)
+
+
+def test_a_member_that_voted_is_no_new_cluster():
+    node = node_with(SuspectReason.FRESH, term=0, peers=PEERS5)
+    metadata_queries(node)
+    node.tick(300)
+    late = metadata_queries(node)
+    for peer, vote_for in (("n1", None), ("n2", "n4"), ("n3", None)):
+        answer_metadata(node, late[peer], term=0, vote_for=vote_for, now=300)
+    assert (node.store.current_term, node.store.vote_for) == (0, NO_MEMBER)
+    assert node.store.suspect is SuspectReason.FRESH
+
+
+# -- the wire --------------------------------------------------------------------------------
+@pytest.mark.parametrize("msg", [
+    VoteRequest(group="g", local_id="n1", remote_id="n0", term=3, unanimous=True),
+    VoteResponse(group="g", local_id="n1", remote_id="n0", term=3, vote_result=R.REJECT_RECOVERING, recovering=True),
+    HeartBeatResponse(group="g", local_id="n1", remote_id="n0", term=3, recovering=True),
+    PushEntryResponse(group="g", local_id="n1", remote_id="n0", term=3, recovering=True),
+    MetadataResponse(group="g", local_id="n1", remote_id="n0", term=3, ledger_end_index=7, vote_for="n2"),
+])
+def test_the_recovery_fields_travel_and_a_frame_without_them_decodes_with_defaults(msg):
+    import zlib
+
+    import msgpack
+
+    from dledger import protocol
+    env = Envelope("n1", "n0", 5, True, msg)
+    assert protocol.decode_envelope(protocol.encode_envelope(env)).msg == msg
+    added = protocol._ADDED_FIELDS[type(msg)]
+    values = [getattr(msg, name) for name, _check in protocol._SCHEMA[type(msg)]][:-len(added)]
+    body = msgpack.packb([protocol.WIRE_VERSION, "n1", "n0", 5, True, protocol._TAG_OF[type(msg)], values],
+                         use_bin_type=True)
+    old = protocol.decode_envelope(body + zlib.crc32(body).to_bytes(protocol.CRC_BYTES, "big")).msg
+    assert all(getattr(old, name) == getattr(type(msg)(), name) for name in added)
+    shorter = msgpack.packb([protocol.WIRE_VERSION, "n1", "n0", 5, True, protocol._TAG_OF[type(msg)], values[:-1]],
+                           use_bin_type=True)
+    with pytest.raises(protocol.FrameError):
+        protocol.decode_envelope(shorter + zlib.crc32(shorter).to_bytes(protocol.CRC_BYTES, "big"))

@@ -25,8 +25,10 @@ fail at once with LEADER_PENDING_FULL. The commit index follows the commit rule 
 
 A follower that answers ``recovering`` (protocol-aware recovery, ``core.recovery``) has its
 dispatcher reset (``FollowerProgress.start_recovery``) and its water mark left out of the
-commit rule until an answer without the flag; if this leader's log holds no entry of its
-term yet, a no-op is appended, since the follower clears its flag only after verifying one.
+commit rule until an answer without the flag; when such a follower answers SUCCESS (it
+follows) and this leader's log holds no entry of its term yet, a no-op is appended, since the
+follower clears its flag only after verifying one (a new cluster's empty log never needs it:
+its new members clear by themselves).
 
 Seams: the pusher is handed the member state, the store, the config and four callables:
 ``send(peer, msg, on_response)``, ``complete(token, response, result)``,
@@ -371,15 +373,17 @@ class EntryPusher:
         return max(1, interval // 10) if code == Code.NOT_FOLLOWER else interval
 
     # -- a recovering follower (core.recovery) ---------------------------------------------
-    def peer_recovering(self, now: int, peer: str) -> None:
-        """``peer`` answered ``recovering`` (a heartbeat or a push)."""
+    def peer_recovering(self, now: int, peer: str, following: bool) -> None:
+        """``peer`` answered ``recovering`` (a heartbeat or a push; ``following``: with
+        SUCCESS, not while it still relearns its term)."""
         pr = self.progress.get(peer)
-        if pr is None or pr.recovering or self.member_state.role is not Role.LEADER:
+        if pr is None or self.member_state.role is not Role.LEADER:
             return
-        log.info("%s: %s is recovering: its water mark %d is forgotten; comparing again",
-                 self.member_state.self_id, peer, pr.match)
-        pr.start_recovery(self.store.ledger_end_index)
-        if self.store.ledger_end_term != self.term:
+        if not pr.recovering:
+            log.info("%s: %s is recovering: its water mark %d is forgotten; comparing again",
+                     self.member_state.self_id, peer, pr.match)
+            pr.start_recovery(self.store.ledger_end_index)
+        if following and self.store.ledger_end_term != self.term:
             # the follower clears its flag only after verifying an entry of this term
             self.propose(now, [(None, [], MAGIC_NOOP)])
 
@@ -387,9 +391,11 @@ class EntryPusher:
         """Whether to act on this answer: a recovering follower starts its recovery here;
         answers to pushes sent before it began are ignored; the first answer without the flag
         ends it (its water mark counts again)."""
-        if resp.recovering and not pr.recovering:
-            self.peer_recovering(now, pr.peer)
-            return False
+        if resp.recovering:
+            started = not pr.recovering
+            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS)
+            if started:
+                return False
         if epoch != pr.epoch:
             return False
         if pr.recovering and not resp.recovering:
@@ -413,7 +419,7 @@ class EntryPusher:
         if not self._current(now, pr, term, resp):
             return
         if resp is not None and resp.recovering and not pr.recovering:
-            self.peer_recovering(now, pr.peer)
+            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS)
             return
         if seq != pr.control_seq:
             return

@@ -29,7 +29,7 @@ relearns its term it answers TERM_NOT_READY (``may_follow``), which confirms not
 Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
 ``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term)``,
 ``follow(term, leader_id)``, ``catch_up_term(now, term)``), ``commit_hint(term, index)`` and
-recovery (``may_follow()``, ``recovering()``, ``peer_recovering(now, peer)``).
+recovery (``may_follow()``, ``recovering()``, ``peer_recovering(now, peer, following)``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Heartbeats:
                  follow: Callable[[int, str], None], catch_up_term: Callable[[int, int], None],
                  commit_hint: Callable[[int, int], None], may_follow: Callable[[], bool] = lambda: True,
                  recovering: Callable[[], bool] = lambda: False,
-                 peer_recovering: Callable[[int, str], None] = lambda now, peer: None) -> None:
+                 peer_recovering: Callable[[int, str, bool], None] = lambda now, peer, following: None) -> None:
         self.member_state = member_state
         self.cfg = config
         self.election_timeout_ms = election_timeout_ms(config)
@@ -192,7 +192,7 @@ class Heartbeats:
         code = Code.NETWORK_ERROR if resp is None else resp.code
         member.peers_live[peer] = code != Code.NETWORK_ERROR
         if resp is not None and resp.recovering:
-            self._peer_recovering(now, peer)
+            self._peer_recovering(now, peer, code == Code.SUCCESS)
         if code == Code.SUCCESS:
             rnd.succ += 1
         elif code == Code.EXPIRED_TERM:

@@ -51,7 +51,7 @@ class LeaderElector:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], complete_read: Callable[[Any, int, int], None],
                  commit_hint: Callable[[int, int], None], match_index: Callable[[str], int],
-                 recovery: Recovery, peer_recovering: Callable[[int, str], None]) -> None:
+                 recovery: Recovery, peer_recovering: Callable[[int, str, bool], None]) -> None:
         self.member_state = member_state
         self.cfg = config
         self.recovery = recovery

@@ -130,7 +130,8 @@ class Node:
                                      complete_read=self.complete_read,
                                      commit_hint=lambda term, index: self.handler.commit_hint(term, index),
                                      match_index=lambda peer: self.pusher.match_index(peer), recovery=recovery,
-                                     peer_recovering=lambda now, peer: self.pusher.peer_recovering(now, peer))
+                                     peer_recovering=lambda now, peer, following:
+                                     self.pusher.peer_recovering(now, peer, following))
         self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
                                   step_down=self.elector.become_candidate)
         self.handler = EntryHandler(member, store, config, reply=self.reply,

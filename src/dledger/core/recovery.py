@@ -25,8 +25,9 @@ recovery"):
    helped elect someone was reached by a quorum, which those answers intersect, so the
    largest term answered, M, is at least that term; it persists M with a vote for no member
    (``NO_MEMBER``) before anything else, and can vote again only above M. Its own log's last
-   term counts too. A new cluster (every other member answered term 0, no vote, an empty log,
-   and so does this node) persists nothing: its first election stays in term 0;
+   term counts too. A new cluster (every answer judged says term 0, no vote, an empty log, and
+   so does this node: no leader was ever elected, since its quorum would meet the answerers)
+   persists nothing and a ``FRESH`` node clears at once: the first election stays in term 0;
 5. it clears the flag, durably and before any answer without ``recovering``, when
    (``on_push_success``) as the follower of the leader of its current term it has verified
    that leader's log up to the commit index the leader sent *and* up to an entry of the
@@ -165,9 +166,13 @@ class Recovery:
         member, store = self.member_state, self.store
         answers = [r for r, _late in self.answers.values()]
         everyone = len(answers) >= len(member.remote_peer_ids)
+        # with some member silent, judge by the answers given after the wait only
+        judged = answers if everyone else [r for r, late in self.answers.values() if late]
         empty = everyone and all(r.ledger_end_index < 0 for r in answers)
-        pristine = (empty and store.ledger_end_index < 0 and member.curr_term == 0 and member.curr_vote_for is None
-                    and all(r.term == 0 and r.vote_for is None for r in answers))
+        # a new cluster: no answerer ever voted or wrote, so no leader was ever elected (its
+        # quorum would meet the answerers) and no vote of this node can count anywhere
+        pristine = (store.ledger_end_index < 0 and member.curr_term == 0 and member.curr_vote_for is None
+                    and all(r.term == 0 and r.vote_for is None and r.ledger_end_index < 0 for r in judged))
         top = max([r.term for r in answers] + [store.ledger_end_term, 0])
         try:
             if not pristine and member.curr_term <= top:
@@ -179,8 +184,8 @@ class Recovery:
         self.term_known = True
         log.info("%s: relearnt its term from %d member(s): term %d%s", member.self_id, len(answers),
                  member.curr_term, " (a new cluster)" if pristine else "")
-        if self.reason is SuspectReason.FRESH and empty:
-            self._clear("every other member's log is empty")
+        if self.reason is SuspectReason.FRESH and (empty or pristine):
+            self._clear("a new cluster" if pristine else "every other member's log is empty")
 
     # =====================================================================================
     # clearing
