@@ -13,13 +13,19 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
   marks the vote of a transferee (see ``core.vote``).
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
+- Protocol-aware recovery (docs/architecture.md) adds ``VoteResult.REJECT_RECOVERING``,
+  ``VoteRequest.unanimous``, ``VoteResponse.recovering``, ``PushEntryResponse.recovering``,
+  ``HeartBeatResponse.recovering``
+  and ``MetadataResponse.ledger_end_index``/``vote_for``, each at the end of its message with a
+  default: a frame from a peer that does not send them yet decodes with the defaults.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
 the CRC-32 of those bytes (4 bytes, big-endian). Decoding checks the checksum first (a frame
 damaged in transit is refused, never read as a different message), then the version, the tag,
-the field count, every field's type and the items of list and dict fields. Any bytes either
-decode to a valid envelope or raise ``FrameError`` (a ``ValueError``); it never trusts a length.
+the field count (fields added later may be missing, see above), every field's type and the
+items of list and dict fields. Any bytes either decode to a valid envelope or raise
+``FrameError`` (a ``ValueError``); it never trusts a length.
 """
 
 from __future__ import annotations
@@ -130,6 +136,9 @@ class VoteResult(IntEnum):
     REJECT_EXPIRED_LEDGER_TERM = 9
     REJECT_SMALL_LEDGER_END_INDEX = 10
     REJECT_TAKING_LEADERSHIP = 11
+    #: the voter may have lost what it acknowledged or a vote it cast (protocol-aware
+    #: recovery, docs/architecture.md): it votes in no round but a ``unanimous`` one
+    REJECT_RECOVERING = 12
 
 
 class ReadMode(IntEnum):
@@ -190,11 +199,17 @@ class VoteRequest(RequestOrResponse):
     ledger_end_index: int = -1
     ledger_end_term: int = -1
     leadership_transfer: bool = False
+    #: a round that passes only with the votes of every member; a recovering voter (whose
+    #: term is known) may grant it (docs/architecture.md, protocol-aware recovery)
+    unanimous: bool = False
 
 
 @_dc
 class VoteResponse(RequestOrResponse):
     vote_result: int = VoteResult.UNKNOWN
+    #: the voter is recovering (also when it answers a unanimous round): a candidate that
+    #: hears more than a minority recovering asks for a unanimous round next
+    recovering: bool = False
 
 
 @_dc
@@ -204,7 +219,8 @@ class HeartBeatRequest(RequestOrResponse):
 
 @_dc
 class HeartBeatResponse(RequestOrResponse):
-    pass
+    #: the follower is recovering: its answers confirm the leader but count toward no commit
+    recovering: bool = False
 
 
 @_dc
@@ -236,6 +252,8 @@ class PushEntryResponse(RequestOrResponse):
     count: int = 0
     x_term: int = -1
     x_index: int = -1
+    #: the follower is recovering: its water mark counts toward no commit (see HeartBeatResponse)
+    recovering: bool = False
 
 
 @_dc
@@ -279,6 +297,9 @@ class MetadataRequest(RequestOrResponse):
 @_dc
 class MetadataResponse(RequestOrResponse):
     peers: dict = field(default_factory=dict)
+    #: the answering node's log end and vote (a recovering node relearns its term from them)
+    ledger_end_index: int = -1
+    vote_for: str | None = None
 
 
 @_dc
@@ -373,6 +394,12 @@ def _check_for(f) -> Any:
 
 
 _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
+#: fields added at the end of a message after the first wire version: a frame from an older
+#: peer may end before them, and they take their defaults
+_ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",), HeartBeatResponse: ("recovering",),
+                 PushEntryResponse: ("recovering",), MetadataResponse: ("ledger_end_index", "vote_for")}
+_MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
+assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
 
 
 def _ranged_fields(cls) -> tuple[str, ...]:
@@ -449,7 +476,7 @@ def decode_envelope(data: bytes) -> Envelope:
         raise FrameError(f"unknown message tag {tag!r}")
     cls = MESSAGE_TYPES[tag][0]
     schema = _SCHEMA[cls]
-    if not isinstance(values, list) or len(values) != len(schema):
+    if not isinstance(values, list) or not _MIN_FIELDS[cls] <= len(values) <= len(schema):
         raise FrameError(f"{cls.__name__} needs {len(schema)} fields")
     kwargs = {}
     for (name, check), value in zip(schema, values):

@@ -16,10 +16,10 @@ PEERS = "n0-h:1;n1-h:2;n2-h:3"
 
 def follower_with_log(entries=3):
     """n0 following n1 in term 2, holding ``entries`` entries written by n1."""
-    leader_store = DLedgerMemoryStore(data_file_size=1 << 16)
+    leader_store = DLedgerMemoryStore(data_file_size=1 << 16, suspect=None)
     leader_store.persist_term(2, "n1")
     leader_store.batch_append_as_leader([b"e%d" % i for i in range(entries)])
-    store = DLedgerMemoryStore(data_file_size=1 << 16)
+    store = DLedgerMemoryStore(data_file_size=1 << 16, suspect=None)
     store.persist_term(2, None)
     raw, _n = leader_store.get_raw_range(0, 1 << 20)
     store.batch_append_as_follower(raw, 2, "n1")

@@ -19,8 +19,9 @@ PEERS = "n0-h:1;n1-h:2;n2-h:3"
 
 
 def lone(term=5, vote=None, leader=None, entries=0, entry_term=None, now=0, store_cls=DLedgerMemoryStore):
-    """n0 of a 3-node group, stepped by hand; optionally a follower of ``leader``."""
-    store = store_cls(data_file_size=1 << 20)
+    """n0 of a 3-node group (an established member: its store is not suspect), stepped by
+    hand; optionally a follower of ``leader``."""
+    store = store_cls(data_file_size=1 << 20, suspect=None)
     if entries:
         store.persist_term(entry_term if entry_term is not None else term, None)
         store.batch_append_as_leader([b"x"] * entries)

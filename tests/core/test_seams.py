@@ -22,7 +22,7 @@ COMPONENTS = (LeaderElector, EntryPusher, EntryHandler, Voting, Heartbeats, Read
 
 def node() -> Node:
     cfg = DLedgerConfig(self_id="n0", peers="n0-h:1;n1-h:2;n2-h:3", group="g").validate()
-    return Node(cfg, DLedgerMemoryStore(data_file_size=1 << 16), random.Random(1))
+    return Node(cfg, DLedgerMemoryStore(data_file_size=1 << 16, suspect=None), random.Random(1))
 
 
 def held(obj) -> list:

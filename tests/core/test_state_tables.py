@@ -41,7 +41,7 @@ ROLES = (Role.CANDIDATE, Role.FOLLOWER, Role.LEADER)
 
 def member_in(role: Role) -> MemberState:
     """n0 of a 3-node group in ``role`` (reached along legal transitions), term 1."""
-    store = DLedgerMemoryStore(data_file_size=1 << 16)
+    store = DLedgerMemoryStore(data_file_size=1 << 16, suspect=None)
     store.persist_term(1, None)
     member = MemberState(DLedgerConfig(self_id="n0", peers="n0-h:1;n1-h:2;n2-h:3").validate(), store)
     member.tell_initial_role()

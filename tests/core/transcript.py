@@ -15,7 +15,9 @@ from the cluster's seed, so a transcript replays byte for byte.
 Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class such as
 ``VoteRequest`` or a push type such as ``COMPARE``; ``count=k`` only the first k matches)::
 
-    cluster n=3 seed=1 [config_field=value ...]   a fresh cluster; every node starts
+    cluster n=3 seed=1 [fresh=true] [config_field=value ...]   a cluster; every node starts
+                                 (its store is not suspect; ``fresh=true``: every store is new,
+                                 ``FRESH``, and each member first relearns its term)
     advance ms=N                 move time by N ms, ticking every running node at its deadlines
                                  (a deadline at the current time fires first: ms=0 fires only those)
     tick n1 [n2] ms=N            the same, but only the named nodes tick (the others are
@@ -32,8 +34,11 @@ Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class 
     propose n0 body [body ...]   one append of these bodies (token append#k)
     read n0 MODE                 a read (READ_INDEX_READ, LEASE_READ, ...; token read#k)
     transfer n0 -> n2            a leadership transfer asked of n0 (token transfer#k)
-    crash n2 / restart n2 [wiped]       stop a node (its store survives) / start it again
-                                 (``wiped``: with an empty store, as after a lost disk)
+    crash n2 / restart n2 [wiped] [suspect=REASON [lose=K]]   stop a node (its store survives)
+                                 / start it again (``wiped``: with an empty, FRESH store, as
+                                 after a lost disk; ``suspect=UNCLEAN_SHUTDOWN lose=2``: its
+                                 store marked suspect and without its last 2 entries, as after
+                                 a power loss in page_cache mode; ``suspect=NONE``: not suspect)
     partition n0 | n1 n2         messages between the groups are lost when delivered; nodes
                                  not named reach everyone
     heal                         no partition
@@ -61,6 +66,7 @@ from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.protocol import (DLedgerResponseCode as Code, Envelope, PushEntryType, ReadMode,
                               VoteResult)
 from dledger.store import DLedgerMemoryStore
+from dledger.store.suspect import SuspectReason
 
 SEPARATOR = "----"
 MAX_DELIVERIES = 100_000
@@ -144,12 +150,18 @@ def pos(term: int, index: int) -> str:
 
 def format_msg(msg) -> str:
     name = type(msg).__name__
+    flag = " recovering" if getattr(msg, "recovering", False) else ""
     if isinstance(msg, protocol.VoteRequest):
         s = f"{name} term={msg.term} last={pos(msg.ledger_end_term, msg.ledger_end_index)}"
-        return s + " transfer" if msg.leadership_transfer else s
+        s = s + " transfer" if msg.leadership_transfer else s
+        return s + " unanimous" if msg.unanimous else s
     if isinstance(msg, protocol.VoteResponse):
         s = f"{name} term={msg.term} {VoteResult(msg.vote_result).name}"
-        return s if msg.code == Code.SUCCESS else f"{s} {code_name(msg.code)}"
+        return (s if msg.code == Code.SUCCESS else f"{s} {code_name(msg.code)}") + flag
+    if isinstance(msg, protocol.MetadataRequest):
+        return name
+    if isinstance(msg, protocol.MetadataResponse):
+        return f"{name} term={msg.term} end={msg.ledger_end_index} vote={msg.vote_for or '-'}"
     if isinstance(msg, protocol.HeartBeatRequest):
         return f"{name} term={msg.term} commit={msg.commit_index}"
     if isinstance(msg, protocol.PushEntryRequest):
@@ -170,12 +182,12 @@ def format_msg(msg) -> str:
         elif kind is not PushEntryType.COMMIT:
             s += f" index={msg.index}"
         s += f" end={msg.end_index}"
-        return s + f" x={pos(msg.x_term, msg.x_index)}" if msg.x_term != -1 else s
+        return (s + f" x={pos(msg.x_term, msg.x_index)}" if msg.x_term != -1 else s) + flag
     if isinstance(msg, protocol.LeadershipTransferRequest):
         return (f"{name} term={msg.term} transferee={msg.transferee_id} "
                 f"take_index={msg.take_leadership_ledger_index}")
     s = f"{name} {code_name(msg.code)}"
-    return s + f" term={msg.term}" if msg.term >= 0 else s
+    return (s + f" term={msg.term}" if msg.term >= 0 else s) + flag
 
 
 def format_envelope(env: Envelope) -> str:
@@ -526,14 +538,20 @@ class Interpreter:
             self.c.stop(self.node_id(word))
 
     def cmd_restart(self, args):
-        plain, _opts = self.options(args)
-        if not plain or plain[1:] not in ([], ["wiped"]):
-            raise TranscriptError("restart n2 [wiped]")
+        plain, opts = self.options(args)
+        if not plain or plain[1:] not in ([], ["wiped"]) or set(opts) - {"suspect", "lose"}:
+            raise TranscriptError("restart n2 [wiped] [suspect=REASON [lose=K]]")
         node_id = self.node_id(plain[0], running=False)
         if node_id in self.c.nodes:
             raise TranscriptError(f"{node_id} is running")
         if plain[1:] == ["wiped"]:
             self.c.stores[node_id] = DLedgerMemoryStore(data_file_size=1 << 20)
+        if "suspect" in opts:
+            store = self.c.stores[node_id]
+            lose = int(opts.get("lose", 0))         # the last K entries never reached the disk
+            if lose:
+                store.truncate(store.ledger_end_index - lose + 1)
+            store.suspect = None if opts["suspect"] == "NONE" else SuspectReason[opts["suspect"]]
         self.c.start(node_id)
 
     def cmd_partition(self, args):

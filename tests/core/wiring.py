@@ -1,7 +1,8 @@
 """Nodes wired back to back for core unit tests: explicit time, no simulator, no sleeps.
 
 Messages are delivered instantly (in send order) unless a node is cut off or a filter drops
-them; time only moves when a test calls ``run``/``step``.
+them; time only moves when a test calls ``run``/``step``. The members' memory stores are not
+suspect unless ``fresh=True`` (then every store is ``FRESH``, as in a new cluster).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from collections import deque
 from dledger.config import DLedgerConfig
 from dledger.core import Node, Role
 from dledger.store import DLedgerMemoryStore
+from dledger.store.suspect import SuspectReason
 
 
 class Wired:
-    def __init__(self, n: int = 3, seed: int = 1, *, stores=None, start: bool = True, **cfg) -> None:
+    def __init__(self, n: int = 3, seed: int = 1, *, stores=None, start: bool = True, fresh: bool = False,
+                 **cfg) -> None:
         self.ids = [f"n{i}" for i in range(n)]
         self.peers = ";".join(f"{pid}-127.0.0.1:{20911 + k}" for k, pid in enumerate(self.ids))
         self.cfg = dict(group="g", **cfg)
@@ -26,7 +29,10 @@ class Wired:
         self.drop = None              # optional filter(env) -> True to drop
         self.completions: dict = {}
         self.role_changes: dict[str, list] = {i: [] for i in self.ids}
-        self.stores = stores or {i: DLedgerMemoryStore(data_file_size=1 << 20) for i in self.ids}
+        # the members' stores: established ones (not suspect) unless ``fresh``: new stores, as
+        # a new cluster has (each relearns its term first: protocol-aware recovery)
+        suspect = SuspectReason.FRESH if fresh else None
+        self.stores = stores or {i: DLedgerMemoryStore(data_file_size=1 << 20, suspect=suspect) for i in self.ids}
         self.nodes: dict[str, Node] = {}
         if start:
             for i in self.ids:

@@ -121,8 +121,8 @@ def test_help_shows_examples(capsys):
 
 def test_the_swarm_catches_a_follower_serving_linearizable_reads(monkeypatch):
     """A planted bug: followers answer READ_INDEX_READ with their own commit index instead of
-    NOT_LEADER. Seed 18 (3 nodes) reads from a cut-off follower and the read checker calls it stale
-    (14 of seeds 0-59 catch it)."""
+    NOT_LEADER. Seed 3 (3 nodes) reads from a cut-off follower and the read checker calls it stale
+    (13 of seeds 0-59 catch it)."""
     from dledger.core import node as node_module
     real_read = node_module.Node.read
 
@@ -134,7 +134,7 @@ def test_the_swarm_catches_a_follower_serving_linearizable_reads(monkeypatch):
 
     monkeypatch.setattr(node_module.Node, "read", read)
     with pytest.raises(SwarmFailure, match="stale read"):
-        run_swarm(SwarmOptions.from_seed(18, nodes=3))
+        run_swarm(SwarmOptions.from_seed(3, nodes=3))
 
 
 def test_the_swarm_catches_a_state_machine_that_loses_acknowledged_puts(monkeypatch):

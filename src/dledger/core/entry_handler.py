@@ -22,11 +22,15 @@ Rules:
 - the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
   highest index verified against the current leader in its term: a follower never commits
   an entry it has not checked against the leader;
-- an accepted push proves the leader alive, as a heartbeat does (``heard_leader``).
+- an accepted push proves the leader alive, as a heartbeat does (``heard_leader``);
+- a recovering follower (``core.recovery``) marks every answer ``recovering``; before each
+  SUCCESS it asks recovery whether it has now caught up (``on_push_success``, which may clear
+  the flag durably first).
 
-Seams: the handler is handed the member state, the store, the config and two callables:
-``reply(dst, request_id, msg)`` for answers it sends later (parked pushes) and
-``heard_leader(now)``.
+Seams: the handler is handed the member state, the store, the config and callables:
+``reply(dst, request_id, msg)`` for answers it sends later (parked pushes),
+``heard_leader(now)``, and recovery's ``may_follow()`` and ``on_push_success(term,
+commit_index, matched_term, matched_index)``.
 """
 
 from __future__ import annotations
@@ -59,12 +63,16 @@ class WaitingPush(NamedTuple):
 
 class EntryHandler:
     def __init__(self, member_state: MemberState, store: "LogStore", config, *,
-                 reply: Callable[[str, int, Any], None], heard_leader: Callable[[int], None]) -> None:
+                 reply: Callable[[str, int, Any], None], heard_leader: Callable[[int], None],
+                 may_follow: Callable[[], bool] = lambda: True,
+                 on_push_success: Callable[[int, int, int, int], None] = lambda *a: None) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
         self._reply = reply
         self._heard_leader = heard_leader
+        self._may_follow = may_follow
+        self._on_push_success = on_push_success
         #: parked APPENDs by first index
         self.waiting: dict[int, WaitingPush] = {}
         self.matched_term = -1
@@ -76,10 +84,15 @@ class EntryHandler:
         if req.type != PushEntryType.COMMIT and "index" not in kw:
             kw["index"] = req.first_entry_index
             kw["count"] = req.count
+        store = self.store
+        if code == Code.SUCCESS and store.suspect is not None:
+            # recovering: caught up far enough? (clears the flag durably before this answer)
+            self._on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index)
         return PushEntryResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                  leader_id=member.leader_id, code=code,
                                  term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
-                                 type=req.type, end_index=self.store.ledger_end_index, **kw)
+                                 type=req.type, end_index=store.ledger_end_index,
+                                 recovering=store.suspect is not None, **kw)
 
     def _verified(self, term: int, index: int) -> None:
         if self.matched_term != term:
@@ -112,6 +125,8 @@ class EntryHandler:
             return self._answer(req, Code.NOT_FOLLOWER)
         if req.leader_id != member.leader_id:
             return self._answer(req, Code.INCONSISTENT_LEADER)
+        if not self._may_follow():
+            return self._answer(req, Code.TERM_NOT_READY)     # relearning its term (core.recovery)
         if self.matched_term != req.term:
             self.matched_term, self.matched_index = req.term, -1
         self._heard_leader(now)                 # a push proves the leader alive too

@@ -23,6 +23,13 @@ fail at once with LEADER_PENDING_FULL. The commit index follows the commit rule 
 ``quorum`` over the water marks (the leader's own log end included), asked of the voters'
 ``Majority``.
 
+A follower that answers ``recovering`` (protocol-aware recovery, ``core.recovery``) has its
+dispatcher reset (``FollowerProgress.start_recovery``) and its water mark left out of the
+commit rule until an answer without the flag; when such a follower answers SUCCESS (it
+follows) and this leader's log holds no entry of its term yet, a no-op is appended, since the
+follower clears its flag only after verifying one (a new cluster's empty log never needs it:
+its new members clear by themselves).
+
 Seams: the pusher is handed the member state, the store, the config and four callables:
 ``send(peer, msg, on_response)``, ``complete(token, response, result)``,
 ``fail(token, code)`` and ``step_down(now, term)`` (a follower reported a higher term).
@@ -38,7 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.follower_progress import DispatchState, FollowerProgress
 from dledger.core.member_state import MemberState, Role
-from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
+from dledger.entry import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest, PushEntryType
 
@@ -210,7 +217,8 @@ class EntryPusher:
         end = self.store.ledger_end_index
         if end <= member.committed_index:
             return          # no water mark exceeds the leader's own log end: nothing to commit
-        acked = {p: pr.match for p, pr in self.progress.items()}
+        # a recovering follower's water mark counts toward no commit (core.recovery)
+        acked = {p: pr.match for p, pr in self.progress.items() if not pr.recovering}
         acked[member.self_id] = end
         new = member.majority.next_commit_index(acked, member.committed_index, member.curr_term,
                                                 self.store.get_entry_term)
@@ -316,8 +324,8 @@ class EntryPusher:
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)
             pr.append_sent(first, count, now, self.member_state.committed_index)
-            self._send(pr.peer, req, lambda now_, src, resp, f=first, c=count:
-                       self._on_append_response(now_, pr, term, f, c, resp))
+            self._send(pr.peer, req, lambda now_, src, resp, f=first, c=count, e=pr.epoch:
+                       self._on_append_response(now_, pr, term, f, c, resp, e))
         committed = self.member_state.committed_index
         if not pr.inflights and pr.next > end and not pr.commit_outstanding \
                 and (pr.commit_sent < committed or now - pr.last_push_ms >= cfg.max_push_timeout_ms):
@@ -325,7 +333,8 @@ class EntryPusher:
             # follower's end index (a follower that lost its log is found this way)
             pr.commit_push_sent(now, committed)
             self._send(pr.peer, self._request(pr, PushEntryType.COMMIT),
-                       lambda now_, src, resp, m=pr.match: self._on_commit_response(now_, pr, term, m, resp))
+                       lambda now_, src, resp, m=pr.match, e=pr.epoch: self._on_commit_response(now_, pr, term, m,
+                                                                                               resp, e))
 
     def _read_range(self, first: int) -> _Range:
         """The records to push from ``first`` (cached). When the store refuses the range (a
@@ -363,9 +372,40 @@ class EntryPusher:
         interval = self.cfg.heart_beat_time_interval_ms
         return max(1, interval // 10) if code == Code.NOT_FOLLOWER else interval
 
-    def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp) -> None:
+    # -- a recovering follower (core.recovery) ---------------------------------------------
+    def peer_recovering(self, now: int, peer: str, following: bool) -> None:
+        """``peer`` answered ``recovering`` (a heartbeat or a push; ``following``: with
+        SUCCESS, not while it still relearns its term)."""
+        pr = self.progress.get(peer)
+        if pr is None or self.member_state.role is not Role.LEADER:
+            return
+        if not pr.recovering:
+            log.info("%s: %s is recovering: its water mark %d is forgotten; comparing again",
+                     self.member_state.self_id, peer, pr.match)
+            pr.start_recovery(self.store.ledger_end_index)
+        if following and self.store.ledger_end_term != self.term:
+            # the follower clears its flag only after verifying an entry of this term
+            self.propose(now, [(None, [], MAGIC_NOOP)])
+
+    def _sound(self, now: int, pr: FollowerProgress, resp, epoch: int) -> bool:
+        """Whether to act on this answer: a recovering follower starts its recovery here;
+        answers to pushes sent before it began are ignored; the first answer without the flag
+        ends it (its water mark counts again)."""
+        if resp.recovering:
+            started = not pr.recovering
+            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS)
+            if started:
+                return False
+        if epoch != pr.epoch:
+            return False
+        if pr.recovering and not resp.recovering:
+            pr.recovering = False
+        return True
+
+    def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp,
+                            epoch: int) -> None:
         pr.commit_outstanding = False
-        if resp is None or not self._current(now, pr, term, resp):
+        if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch):
             return
         if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= pr.match \
                 and pr.state is DispatchState.APPEND:
@@ -376,11 +416,16 @@ class EntryPusher:
 
     def _on_control_response(self, now: int, pr: FollowerProgress, seq: int, term: int, compared: int,
                              resp) -> None:
-        if not self._current(now, pr, term, resp) or seq != pr.control_seq:
+        if not self._current(now, pr, term, resp):
+            return
+        if resp is not None and resp.recovering and not pr.recovering:
+            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS)
+            return
+        if seq != pr.control_seq:
             return
         pr.control_answered()
         end = self.store.ledger_end_index
-        if resp is None:
+        if resp is None or not self._sound(now, pr, resp, pr.epoch):
             return
         if pr.state is DispatchState.COMPARE:
             if resp.code == Code.SUCCESS:
@@ -399,8 +444,9 @@ class EntryPusher:
                 pr.retry_at = now + self._retry_delay(resp.code)
 
     def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
-                            resp) -> None:
-        if resp is None or not self._current(now, pr, term, resp) or pr.state is not DispatchState.APPEND:
+                            resp, epoch: int) -> None:
+        if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch) \
+                or pr.state is not DispatchState.APPEND:
             return
         code = resp.code
         if code == Code.SUCCESS:

@@ -25,7 +25,11 @@ Fields and the rules they keep:
 - ``commit_sent`` / ``commit_outstanding``: the commit index last forwarded, and whether an
   idle COMMIT push is unanswered;
 - ``quota_second`` / ``quota_bytes``: bytes pushed in the current second to a lagging follower;
-- ``last_push_ms``: when the last APPEND or COMMIT push left.
+- ``last_push_ms``: when the last APPEND or COMMIT push left;
+- ``recovering``: the follower said it is recovering (protocol-aware recovery,
+  ``core.recovery``): its water mark counts toward no commit until an answer without the flag;
+  ``epoch`` moves on when that starts, and answers to pushes sent before are ignored (they may
+  come from its earlier incarnation).
 """
 
 from __future__ import annotations
@@ -97,7 +101,8 @@ class Inflights(dict):
 
 class FollowerProgress:
     __slots__ = ("peer", "state", "next", "match", "inflights", "control_sent_ms", "control_seq",
-                 "retry_at", "commit_sent", "commit_outstanding", "quota_second", "quota_bytes", "last_push_ms")
+                 "retry_at", "commit_sent", "commit_outstanding", "quota_second", "quota_bytes", "last_push_ms",
+                 "recovering", "epoch")
 
     def __init__(self, peer: str, next_index: int, max_inflight: int) -> None:
         self.peer = peer
@@ -113,6 +118,8 @@ class FollowerProgress:
         self.quota_second = -1
         self.quota_bytes = 0
         self.last_push_ms = 0
+        self.recovering = False
+        self.epoch = 0
 
     def __repr__(self) -> str:
         return (f"FollowerProgress({self.peer} {self.state.value} match={self.match} next={self.next} "
@@ -158,6 +165,15 @@ class FollowerProgress:
         """The follower now ends at ``end_index``, below what it acknowledged: its store was
         lost or replaced. Lower the water mark and compare again."""
         self.match = end_index
+        self.become_compare(leader_end + 1)
+
+    def start_recovery(self, leader_end: int) -> None:
+        """The follower answered ``recovering``: what it acknowledged in an earlier life is
+        forgotten (water mark -1), answers to earlier pushes are ignored, and the dispatcher
+        compares again from the leader's end."""
+        self.recovering = True
+        self.epoch += 1
+        self.match = -1
         self.become_compare(leader_end + 1)
 
     # -- the outstanding COMPARE / TRUNCATE -----------------------------------------------------

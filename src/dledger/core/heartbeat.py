@@ -21,9 +21,15 @@ leader stickiness: a follower that heard its leader within the election timeout,
 confirmed within it and a node that started less than one election timeout ago all refuse
 to join a higher term.
 
+A recovering follower (protocol-aware recovery, ``core.recovery``) marks its answers
+``recovering`` (its SUCCESS still confirms the leader: a node that votes for no one cannot
+help elect another leader), and the leader tells the pusher (``peer_recovering``); while it
+relearns its term it answers TERM_NOT_READY (``may_follow``), which confirms nothing.
+
 Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
 ``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term)``,
-``follow(term, leader_id)``, ``catch_up_term(now, term)``) and ``commit_hint(term, index)``.
+``follow(term, leader_id)``, ``catch_up_term(now, term)``), ``commit_hint(term, index)`` and
+recovery (``may_follow()``, ``recovering()``, ``peer_recovering(now, peer, following)``).
 """
 
 from __future__ import annotations
@@ -62,7 +68,9 @@ class Heartbeats:
                  send: Callable[[str, Any, Callable], int], confirmed: Callable[[int], None],
                  fail_reads: Callable[[int], None], step_down: Callable[[int, int], None],
                  follow: Callable[[int, str], None], catch_up_term: Callable[[int, int], None],
-                 commit_hint: Callable[[int, int], None]) -> None:
+                 commit_hint: Callable[[int, int], None], may_follow: Callable[[], bool] = lambda: True,
+                 recovering: Callable[[], bool] = lambda: False,
+                 peer_recovering: Callable[[int, str, bool], None] = lambda now, peer, following: None) -> None:
         self.member_state = member_state
         self.cfg = config
         self.election_timeout_ms = election_timeout_ms(config)
@@ -73,6 +81,9 @@ class Heartbeats:
         self._follow = follow
         self._catch_up_term = catch_up_term
         self._commit_hint = commit_hint
+        self._may_follow = may_follow
+        self._recovering = recovering
+        self._peer_recovering = peer_recovering
         self.started_ms = now_ms
         #: follower: when the leader was last heard (heartbeat or push)
         self.last_leader_heartbeat_ms = now_ms
@@ -180,6 +191,8 @@ class Heartbeats:
         rnd.responded.add(peer)
         code = Code.NETWORK_ERROR if resp is None else resp.code
         member.peers_live[peer] = code != Code.NETWORK_ERROR
+        if resp is not None and resp.recovering:
+            self._peer_recovering(now, peer, code == Code.SUCCESS)
         if code == Code.SUCCESS:
             rnd.succ += 1
         elif code == Code.EXPIRED_TERM:
@@ -218,12 +231,14 @@ class Heartbeats:
 
         def answer(code: int, term: int = -1) -> HeartBeatResponse:
             return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                     leader_id=member.leader_id, code=code, term=term)
+                                     leader_id=member.leader_id, code=code, term=term, recovering=self._recovering())
 
         if not member.is_peer_member(req.leader_id):
             return answer(Code.UNKNOWN_MEMBER, member.curr_term)
         if req.leader_id == member.self_id:
             return answer(Code.UNEXPECTED_MEMBER, member.curr_term)
+        if not self._may_follow():
+            return answer(Code.TERM_NOT_READY)          # relearning its term: no answer counts yet
         if req.term < member.curr_term:
             return answer(Code.EXPIRED_TERM, member.curr_term)
         if req.term == member.curr_term:

@@ -6,7 +6,9 @@ It composes one part per concept and runs the state maintainer over them:
 - ``heartbeat.Heartbeats``: the leader's rounds, check-quorum and lease, the follower's
   view of its leader;
 - ``read_index.ReadIndex``: reads waiting for a confirmation of leadership;
-- ``leadership_transfer.LeadershipTransfer``: transfers and the preferred leader.
+- ``leadership_transfer.LeadershipTransfer``: transfers and the preferred leader;
+- ``recovery.Recovery`` (built by the node, shared with the replication side): whether this
+  member may stand, vote and answer a leader while it recovers.
 
 Each part gets the member state, the config and the narrow callables it needs, never the
 node nor another part; the wiring below is the only place that knows them all.
@@ -18,6 +20,8 @@ Rules kept here:
   term; candidate: vote rounds);
 - a store error in a step (the term file could not be written) answers nothing on the unsaved
   state and retries the step after one heartbeat interval;
+- a leader whose store failed a sync (``store.failed``) steps down; recovery
+  (``core.recovery``) says who may stand and vote;
 - with ``enable_leader_elector`` off (the test harness's forced roles) nobody stands for
   election and nobody steps down, but a higher term seen is still caught up.
 """
@@ -32,6 +36,7 @@ from dledger.core.heartbeat import Heartbeats
 from dledger.core.leadership_transfer import LeadershipTransfer, Reply
 from dledger.core.member_state import MemberState, Role
 from dledger.core.read_index import ReadIndex
+from dledger.core.recovery import Recovery
 from dledger.core.vote import ParseResult, VoteTally, Voting, parse_vote_tally
 from dledger.errors import DLedgerError
 from dledger.protocol import (DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse,
@@ -45,17 +50,20 @@ log = logging.getLogger(__name__)
 class LeaderElector:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], complete_read: Callable[[Any, int, int], None],
-                 commit_hint: Callable[[int, int], None], match_index: Callable[[str], int]) -> None:
+                 commit_hint: Callable[[int, int], None], match_index: Callable[[str], int],
+                 recovery: Recovery, peer_recovering: Callable[[int, str, bool], None]) -> None:
         self.member_state = member_state
         self.cfg = config
+        self.recovery = recovery
         self.reads = ReadIndex(complete_read)
         self.voting = Voting(member_state, config, rng, now_ms=now_ms, send=send, become_leader=self.become_leader,
                              has_live_leader=lambda now: self.heartbeats.has_live_leader(now),
-                             fail_reads=self.reads.fail)
+                             fail_reads=self.reads.fail, recovery=recovery)
         self.heartbeats = Heartbeats(member_state, config, now_ms=now_ms, send=send, confirmed=self.reads.confirmed,
                                      fail_reads=self.reads.fail, step_down=self.voting.become_candidate,
                                      follow=self.voting.follow, catch_up_term=self.voting.catch_up_term,
-                                     commit_hint=commit_hint)
+                                     commit_hint=commit_hint, may_follow=recovery.may_follow,
+                                     recovering=lambda: recovery.recovering, peer_recovering=peer_recovering)
         self.transfer = LeadershipTransfer(member_state, config, now_ms=now_ms, send=send, match_index=match_index,
                                            catch_up_term=self.voting.catch_up_term)
         #: after a store error (the term file could not be written) wait before retrying
@@ -70,6 +78,7 @@ class LeaderElector:
 
     def become_leader(self, now: int, term: int, *, forced: bool = False) -> None:
         """Lead ``term``: a passed vote (or, ``forced``, the test harness's roles)."""
+        self.recovery.on_won_election()          # a recovering winner won a unanimous round
         self.member_state.change_to_leader(term, forced=forced)
         self.transfer.leading(now)
         self.heartbeats.start_leading(now)
@@ -131,7 +140,11 @@ class LeaderElector:
             return
         member = self.member_state
         role = member.role
-        if role is Role.LEADER:
+        if role is Role.LEADER and self.recovery.failed:
+            # the store failed a sync: nothing this leader writes is durable any more
+            log.error("%s: the store failed (%s): stepping down", member.self_id, self.member_state.store.failed)
+            self.voting.become_candidate(now, member.curr_term)
+        elif role is Role.LEADER:
             if self.heartbeats.maintain(now) and self.cfg.preferred_leader_ids:
                 self.transfer.maybe_check_preferred(now)
         elif role is Role.FOLLOWER:

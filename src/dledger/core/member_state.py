@@ -87,6 +87,8 @@ class MemberState:
         self.started_in = (store.current_term, store.vote_for)
         self.changes: list[RoleChange] = []
         self._last_told: tuple[int, Role] | None = None
+        #: a higher term this node joined as candidate and has not campaigned in yet
+        self._joined_term = -1
 
     # -- persistent state ---------------------------------------------------------------------
     @property
@@ -103,6 +105,10 @@ class MemberState:
     def next_term(self) -> int:
         if self.role is not Role.CANDIDATE:
             raise DLedgerError(f"{self.self_id} is {self.role.value}, not CANDIDATE", Code.ILLEGAL_MEMBER_STATE)
+        if self._joined_term == self.curr_term and self.curr_vote_for is None:
+            # the higher term seen was joined (durably) when it was seen: campaign in it
+            self._joined_term = -1
+            return self.curr_term
         term = self.known_max_term_in_group if self.known_max_term_in_group > self.curr_term \
             else self.curr_term + 1
         if term > MAX_TERM:
@@ -185,8 +191,14 @@ class MemberState:
         self._told()
 
     def change_to_candidate(self, term: int) -> None:
+        """Stand (or stay) as candidate knowing ``term``. A higher term is joined at once,
+        durably and with no vote, so that the role change is told with the term it is in
+        (``next_term`` then campaigns in it rather than above it)."""
         assert term >= self.curr_term, (term, self.curr_term)
         self._check(Role.CANDIDATE, None, False)
+        if term > self.curr_term:
+            self.store.persist_term(term, None)
+            self._joined_term = term
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
         self.role = Role.CANDIDATE
         self.leader_id = None

@@ -25,6 +25,9 @@ same ``Ready`` unless a component parks them
 (out-of-order pushes, leadership transfers); responses to this node's own requests are
 matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
 
+A member whose store is suspect recovers first (``core.recovery``: it relearns its term from
+the others, votes and counts toward commits only once caught up from a leader).
+
 The node is also the wiring: it builds the member state and the components and hands each
 the narrow callables it needs (``send``, ``reply``, ``complete``, ``fail``,
 ``complete_read``, and the few calls one component makes on another); no component holds
@@ -43,6 +46,7 @@ from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.recovery import Recovery
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
@@ -120,15 +124,19 @@ class Node:
         self.now_ms = now_ms
         self.member_state = member = MemberState(config, store)
         self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
+        self.recovery = recovery = Recovery(member, store, config, now_ms=now_ms, send=self.send)
         # the elector draws its first vote delay from rng here, before the request ids below
         self.elector = LeaderElector(member, config, rng, now_ms=now_ms, send=self.send,
                                      complete_read=self.complete_read,
                                      commit_hint=lambda term, index: self.handler.commit_hint(term, index),
-                                     match_index=lambda peer: self.pusher.match_index(peer))
+                                     match_index=lambda peer: self.pusher.match_index(peer), recovery=recovery,
+                                     peer_recovering=lambda now, peer, following:
+                                     self.pusher.peer_recovering(now, peer, following))
         self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
                                   step_down=self.elector.become_candidate)
         self.handler = EntryHandler(member, store, config, reply=self.reply,
-                                    heard_leader=self.elector.heartbeats.heard_leader)
+                                    heard_leader=self.elector.heartbeats.heard_leader,
+                                    may_follow=recovery.may_follow, on_push_success=recovery.on_push_success)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -278,6 +286,7 @@ class Node:
         else a follower of ``leader_id``. The term is persisted first."""
         now = self._clock(now_ms)
         member = self.member_state
+        self.recovery.force_clear()
         if term is not None:
             member.adopt_term(term)
         if leader_id == member.self_id:
@@ -305,7 +314,8 @@ class Node:
 
     def next_deadline(self) -> int | None:
         now = self.now_ms
-        cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline()]
+        cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline(),
+                 self.recovery.next_deadline()]
         if self._rpcs:
             cands.append(self._first_rpc_deadline())
         cands = [c for c in cands if c is not None]
@@ -391,6 +401,7 @@ class Node:
         """Run after every entry point: role reactions, elector, pusher, applying."""
         for _ in range(8):
             self._react_to_role_changes(now)
+            self.recovery.maintain(now)
             self.elector.maintain(now)
             self._react_to_role_changes(now)
             self.pusher.pump(now)
@@ -434,7 +445,8 @@ class Node:
             return None
         if isinstance(req, MetadataRequest):
             return MetadataResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                    leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map))
+                                    leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map),
+                                    ledger_end_index=self.store.ledger_end_index, vote_for=member.curr_vote_for)
         if req.remote_id != member.self_id:
             return self._error(req, Code.UNKNOWN_MEMBER)
         if isinstance(req, HeartBeatRequest):

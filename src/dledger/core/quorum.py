@@ -15,7 +15,8 @@ Rules:
   current term (entries of older terms commit only through a later current-term entry, as
   the Raft paper's Figure 8 shows), and the commit index never goes backwards;
 - a vote is WON once a quorum said yes, LOST once a quorum can no longer say yes even if
-  every voter still missing did, and PENDING otherwise.
+  every voter still missing did, and PENDING otherwise; a unanimous vote (protocol-aware
+  recovery) is WON only when every voter said yes, and LOST once every voter answered.
 """
 
 from __future__ import annotations
@@ -106,6 +107,21 @@ class Majority:
         """The commit rule (``next_commit_index``) over the voters' water marks in ``acked``."""
         get = acked.get
         return next_commit_index([get(v, -1) for v in self.voters], committed, current_term, term_of)
+
+    def unanimous_result(self, votes: Mapping[str, bool | None]) -> VoteOutcome:
+        """A round that needs every voter's yes: WON when all said yes, LOST when all answered
+        and one said no (the round waits for every answer: they tell the candidate which term
+        to try next), PENDING otherwise."""
+        yes = no = 0
+        for v in self.voters:
+            answer = votes.get(v)
+            if answer is True:
+                yes += 1
+            elif answer is False:
+                no += 1
+        if yes == len(self.voters):
+            return VoteOutcome.WON
+        return VoteOutcome.LOST if yes + no == len(self.voters) else VoteOutcome.PENDING
 
     def vote_result(self, votes: Mapping[str, bool | None]) -> VoteOutcome:
         """``votes`` maps a voter to yes (True), no (False) or not yet (None or missing)."""

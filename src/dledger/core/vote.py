@@ -32,6 +32,7 @@ from typing import Any
 
 from dledger.core.member_state import MemberState, Role
 from dledger.core.quorum import Majority, VoteOutcome
+from dledger.core.recovery import NO_MEMBER, Recovery
 from dledger.errors import DLedgerError
 from dledger.protocol import DLedgerResponseCode as Code, VoteRequest, VoteResponse, VoteResult
 
@@ -54,9 +55,14 @@ class VoteTally:
     """Answers to one vote round, counted as DLedger counts them."""
 
     term: int
+    #: the round passes only with every member's vote (``VoteRequest.unanimous``)
+    unanimous: bool = False
     #: voter -> whether its answer lets the round go on (ACCEPT or REJECT_TERM_NOT_READY)
     responded: dict[str, bool] = field(default_factory=dict)
     valid: int = 0
+    #: voters that said they are recovering (those that answered REJECT_RECOVERING take no
+    #: part: they are not counted as valid)
+    recovering: int = 0
     accepted: int = 0
     not_ready: int = 0
     bigger_ledger: int = 0
@@ -68,7 +74,9 @@ class VoteTally:
             return          # a duplicated answer counts once
         result = VoteResult.UNKNOWN if resp is None else resp.vote_result
         self.responded[voter] = result in _FAVOURABLE
-        if result != VoteResult.UNKNOWN:
+        if result == VoteResult.REJECT_RECOVERING or resp is not None and resp.recovering:
+            self.recovering += 1
+        if result not in (VoteResult.UNKNOWN, VoteResult.REJECT_RECOVERING):
             self.valid += 1
         if result == VoteResult.ACCEPT:
             self.accepted += 1
@@ -84,23 +92,26 @@ class VoteTally:
     def decided(self, majority: Majority) -> bool:
         """Someone still hears a leader, or the round has passed, or it could not pass even
         if every voter still missing agreed."""
-        return self.already_has_leader or majority.vote_result(self.responded) is not VoteOutcome.PENDING
+        outcome = majority.unanimous_result(self.responded) if self.unanimous else majority.vote_result(self.responded)
+        return self.already_has_leader or outcome is not VoteOutcome.PENDING
 
 
 def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
-    """DLedger's parse of a finished round as a pure function (first matching rule wins)."""
+    """DLedger's parse of a finished round as a pure function (first matching rule wins).
+    A unanimous round passes (or is revoted at once) only with every member."""
     is_quorum = majority.is_quorum
+    enough = (lambda count: count >= len(majority)) if t.unanimous else is_quorum
     if t.known_max_term > t.term:
         return ParseResult.WAIT_TO_VOTE_NEXT
     if t.already_has_leader:
         return ParseResult.WAIT_TO_REVOTE
     if not is_quorum(t.valid):
         return ParseResult.WAIT_TO_REVOTE
-    if not is_quorum(t.valid - t.bigger_ledger):
-        return ParseResult.WAIT_TO_REVOTE
-    if is_quorum(t.accepted):
+    if not is_quorum(t.valid - t.bigger_ledger) or t.unanimous and t.bigger_ledger:
+        return ParseResult.WAIT_TO_REVOTE       # (a unanimous round: one member is ahead of it)
+    if enough(t.accepted):
         return ParseResult.PASSED
-    if is_quorum(t.accepted + t.not_ready):
+    if enough(t.accepted + t.not_ready):
         return ParseResult.REVOTE_IMMEDIATELY
     return ParseResult.WAIT_TO_VOTE_NEXT
 
@@ -110,8 +121,10 @@ class Voting:
 
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], become_leader: Callable[[int, int], None],
-                 has_live_leader: Callable[[int], bool], fail_reads: Callable[[int], None]) -> None:
+                 has_live_leader: Callable[[int], bool], fail_reads: Callable[[int], None],
+                 recovery: Recovery) -> None:
         self.member_state = member_state
+        self.recovery = recovery
         self.cfg = config
         self.rng = rng                          # the injected random.Random
         self._send = send
@@ -124,6 +137,8 @@ class Voting:
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         self.round: VoteTally | None = None
         self.round_deadline = 0
+        #: the last round found more than a minority recovering: ask for a unanimous vote
+        self.unanimous_next = False
 
     # -- timing ----------------------------------------------------------------------------
     def vote_delay(self) -> int:
@@ -180,23 +195,36 @@ class Voting:
             return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
-        if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
+        if self.need_increase_term_immediately:
+            member.next_term()                  # the term seen was joined already: no increment
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+            self.need_increase_term_immediately = False
+            self.next_time_to_request_vote = now + self.vote_delay()
+            return
+        recovery = self.recovery
+        if not recovery.may_stand():
+            # recovering with its term unknown, or a failed store: no candidacy
+            self.next_time_to_request_vote = now + self.vote_delay()
+            return
+        if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER:
+            # (a relearnt term carries a vote for no member: campaign above it)
             term = member.next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:
             term = member.curr_term
-        if self.need_increase_term_immediately:
-            self.need_increase_term_immediately = False
-            self.next_time_to_request_vote = now + self.vote_delay()
-            return
-        tally = VoteTally(term)
+        # a round is unanimous when the last one found more than a minority recovering (a
+        # recovering candidate's own vote counts only in such a round; in a plain round it
+        # can still win with a quorum of the others' votes)
+        unanimous = self.unanimous_next
+        tally = VoteTally(term, unanimous=unanimous)
         self.round = tally
         self.round_deadline = now + self.cfg.heart_beat_time_interval_ms
         transfer = member.is_taking_leadership()
         for peer in member.peer_ids:
             req = VoteRequest(group=member.group, local_id=member.self_id, remote_id=peer, leader_id=member.self_id,
                               term=term, ledger_end_index=member.ledger_end_index,
-                              ledger_end_term=member.ledger_end_term, leadership_transfer=transfer)
+                              ledger_end_term=member.ledger_end_term, leadership_transfer=transfer,
+                              unanimous=unanimous)
             if peer == member.self_id:
                 tally.add(peer, self.handle_vote(now, req, self_vote=True))
             else:
@@ -206,6 +234,11 @@ class Voting:
 
     def _on_response(self, now: int, voter: str, resp: VoteResponse | None, tally: VoteTally) -> None:
         if self.round is not tally:
+            return
+        if now > self.round_deadline:
+            # a round counts only the answers that came within it (a process paused past its
+            # deadline must not count an old vote: a voter that lost its term file relies on it)
+            self._finish_round(now)
             return
         tally.add(voter, resp)
         if tally.decided(self.member_state.majority):
@@ -219,6 +252,9 @@ class Voting:
         majority = member.majority
         result = parse_vote_tally(tally, majority)
         self.last_parse_result = result
+        # more than a minority answered that they are recovering: no quorum of sound votes can
+        # form, so the next round asks for every member's vote (docs/architecture.md)
+        self.unanimous_next = tally.recovering > 0 and not majority.is_quorum(len(majority) - tally.recovering)
         c = self.cfg
         if result is ParseResult.PASSED:
             self._become_leader(now, tally.term)
@@ -233,8 +269,9 @@ class Voting:
             # someone still hears a leader: probe again soon (a same-term round moves nothing)
             half = c.heart_beat_time_interval_ms // 2
             delay = half + self.rng.randrange(half + 1)
-        elif majority.is_quorum(tally.valid) and not majority.is_quorum(tally.valid - tally.bigger_ledger):
-            delay += c.max_vote_interval_ms
+        elif majority.is_quorum(tally.valid) and not majority.is_quorum(tally.valid - tally.bigger_ledger) \
+                or tally.unanimous and tally.bigger_ledger:
+            delay += c.max_vote_interval_ms     # a more up to date member should win: let it
         self.next_time_to_request_vote = now + delay
 
     # -- the voter --------------------------------------------------------------------------
@@ -245,12 +282,19 @@ class Voting:
         def answer(result: VoteResult, term: int | None = None) -> VoteResponse:
             return VoteResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                 leader_id=candidate, term=member.curr_term if term is None else term,
-                                vote_result=result)
+                                vote_result=result, recovering=self.recovery.recovering)
 
         if not member.is_peer_member(candidate):
             return answer(VoteResult.REJECT_UNKNOWN_LEADER)
         if not self_vote and candidate == member.self_id:
             return answer(VoteResult.REJECT_UNEXPECTED_LEADER)
+        recovery = self.recovery
+        if recovery.failed:
+            resp = answer(VoteResult.UNKNOWN)             # a failed store promises nothing
+            resp.code = Code.DISK_ERROR
+            return resp
+        if not recovery.may_vote(req.unanimous):
+            return answer(VoteResult.REJECT_RECOVERING)     # persists nothing, joins no term
         if req.ledger_end_term < member.ledger_end_term:
             return answer(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
         if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
@@ -266,8 +310,9 @@ class Voting:
             if not self_vote and not req.leadership_transfer and self._has_live_leader(now):
                 return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
             self._fail_reads(Code.NOT_LEADER)
+            term_before = member.curr_term
             self.catch_up_term(now, req.term)
-            return answer(VoteResult.REJECT_TERM_NOT_READY)
+            return answer(VoteResult.REJECT_TERM_NOT_READY, term_before)   # as DLedger: the term it had
         if req.term < member.ledger_end_term:
             return answer(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, member.ledger_end_term)
         if not self_vote and member.is_taking_leadership() and req.ledger_end_term == member.ledger_end_term \

@@ -1,0 +1,188 @@
+"""Protocol-aware recovery in the simulator (docs/architecture.md, "Protocol-aware recovery").
+
+A node whose store is suspect (it may have lost acknowledged entries or its vote: an unclean
+shutdown in page_cache mode, a wiped store, a lost term file) neither votes nor counts toward a
+commit until it has caught up from a leader of the current term. These scenarios stage the
+faults the swarm found (seeds 2069, 2088, 2134, 2143) and the catalogue's MB-02, EL-07/ST-09 by
+hand, each with one fault more than the suspect node, and check every invariant
+(``Cluster.check``: no acknowledged append lost, committed prefixes equal, one leader a term).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from dledger.core import Role
+from dledger.core.recovery import NO_MEMBER
+from dledger.sim import Cluster
+from dledger.store.suspect import SuspectReason
+
+
+def _leader(c: Cluster, timeout_ms: int = 3_000) -> str:
+    assert c.run_until(lambda: c.leader() is not None, timeout_ms)
+    return c.leader()
+
+
+def _acked(c: Cluster, tag: bytes, k: int, timeout_ms: int = 2_000) -> list:
+    futures = [c.append(b"%s-%d" % (tag, i)) for i in range(k)]
+    assert c.run_until(lambda: all(f.done() for f in futures), timeout_ms)
+    assert all(f.result().ok for f in futures)
+    return futures
+
+
+def _no_leader_among(c: Cluster, nodes: list[str], ms: int) -> None:
+    for _ in range(ms // 50):
+        c.run_for(50)
+        for i in nodes:
+            assert c.servers[i].role is not Role.LEADER, f"{i} led while the only sound copy was cut off"
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_a_new_cluster_still_elects_at_once(n):
+    """Every store of a new cluster is FRESH: each relearns that nothing was ever written
+    (every other member answers term 0, no vote, an empty log) and the first election runs
+    in term 0 as before, within the usual vote delay."""
+    with Cluster(n=n, seed=5) as c:
+        lead = _leader(c, 600)
+        assert c.servers[lead].node.term == 0
+        assert c.now_ms < 400
+        _acked(c, b"x", 3)
+        assert all(c.servers[i].store.suspect is None for i in c.ids)
+        c.check()
+
+
+def test_power_loss_of_one_node_and_a_partition_lose_no_acknowledged_append(tmp_path):
+    """page_cache mode, 3 nodes: appends are acknowledged by the leader and one follower F
+    only (the third, S, is cut off). F loses power before its flush: it comes back without
+    them, UNCLEAN_SHUTDOWN. Then the leader is cut off (the one more fault). Without recovery
+    F would vote for S, whose log is no shorter than F's, and S would overwrite what was
+    acknowledged. F votes for no one until it has caught up from a leader, so nobody leads
+    until the leader is back, and then every acknowledged append is still there."""
+    with Cluster(n=3, seed=21, store="file", base_dir=tmp_path, durability="page_cache",
+                 flush_file_interval=60_000) as c:
+        lead = _leader(c)
+        _acked(c, b"before", 3)
+        c.run_for(200)
+        f, s = [i for i in c.ids if i != lead]
+        c.partition([lead, f], [s])
+        _acked(c, b"acked", 5)
+        c.power_loss(f)                        # its page cache (the 5 appends) is gone
+        c.restart(f)
+        assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+        c.heal()                               # (partitions add up: start from a whole network)
+        c.partition([lead], [f, s])
+        _no_leader_among(c, [f, s], 2_000)
+        assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+        c.heal()
+        _leader(c)
+        _acked(c, b"after", 2)
+        assert c.run_until(lambda: c.servers[f].store.suspect is None, 2_000)
+        c.run_for(500)
+        c.check()
+
+
+def test_a_wiped_store_with_the_same_id_does_not_vote_until_caught_up(tmp_path):
+    """MB-02: a node's data directory is replaced by an empty one (same id). Its store is
+    FRESH: it relearns its term from the others and votes for no one until it has caught up
+    from the leader. With the leader cut off, it does not help the node that lacks the
+    acknowledged appends to win; after the heal it is refilled and recovers."""
+    with Cluster(n=3, seed=22, store="file", base_dir=tmp_path, durability="fsync") as c:
+        lead = _leader(c)
+        w, s = [i for i in c.ids if i != lead]
+        c.partition([lead, w], [s])
+        _acked(c, b"acked", 5)
+        c.crash(w)
+        shutil.rmtree(c.config_for(w).default_path)
+        c.restart(w)
+        assert c.servers[w].store.suspect is SuspectReason.FRESH
+        c.heal()
+        c.partition([lead], [w, s])
+        _no_leader_among(c, [w, s], 2_000)
+        assert c.servers[w].store.suspect is SuspectReason.FRESH
+        c.heal()
+        _leader(c)
+        _acked(c, b"after", 2)
+        assert c.run_until(lambda: c.servers[w].store.suspect is None, 2_000)
+        assert c.servers[w].store.ledger_end_index >= 6
+        c.run_for(500)
+        c.check()
+
+
+def test_a_lost_term_file_makes_the_node_relearn_its_term_and_never_vote_twice(tmp_path):
+    """EL-07/ST-09: a node's term file is lost while its log survives (TERM_LOST). It may
+    have voted in its current term; it relearns the largest term a majority of the others
+    knows, records it with a vote for no member, and votes only in a later term."""
+    with Cluster(n=3, seed=23, store="file", base_dir=tmp_path, durability="fsync") as c:
+        lead = _leader(c)
+        _acked(c, b"a", 3)
+        x = next(i for i in c.ids if i != lead)
+        term = c.servers[x].node.term
+        c.crash(x)
+        os.remove(os.path.join(c.config_for(x).default_path, "currterm"))
+        c.restart(x)
+        store = c.servers[x].store
+        assert store.suspect is SuspectReason.TERM_LOST and store.current_term == 0
+        recovery = c.servers[x].node.recovery
+        assert c.run_until(lambda: recovery.term_known, 1_000)
+        # it may have voted in ``term``: it records that term with a vote for no member
+        assert (store.current_term, store.vote_for) == (term, NO_MEMBER) or store.current_term > term
+        assert c.run_until(lambda: store.suspect is None, 2_000)
+        c.crash(lead)                          # the others elect in a later term
+        new = _leader(c)
+        assert c.servers[new].node.term > term
+        _acked(c, b"b", 2)
+        c.check()
+
+
+def test_every_node_killed_in_page_cache_mode_still_elects_in_a_unanimous_round(tmp_path):
+    """Every process of a page_cache cluster dies: each comes back UNCLEAN_SHUTDOWN, so no
+    quorum of sound votes exists. A unanimous round (every member's vote) elects the node
+    whose log is the most up to date; every acknowledged append survives (the page caches
+    did), and every node recovers."""
+    with Cluster(n=3, seed=24, store="file", base_dir=tmp_path, durability="page_cache") as c:
+        _leader(c)
+        _acked(c, b"a", 5)
+        for i in c.ids:
+            c.crash(i)
+        for i in c.ids:
+            c.restart(i)
+        assert all(c.servers[i].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN for i in c.ids)
+        _leader(c, 3_000)
+        _acked(c, b"b", 2)
+        assert c.run_until(lambda: all(c.servers[i].store.suspect is None for i in c.ids), 2_000)
+        c.check()
+
+
+def test_two_nodes_killed_in_page_cache_mode_wait_for_the_third(tmp_path):
+    """Two of three page_cache nodes crash and restart recovering while the third is down:
+    one of them may have lost what the third alone still holds, so no leader is elected
+    until the third is back (then a unanimous round elects)."""
+    with Cluster(n=3, seed=25, store="file", base_dir=tmp_path, durability="page_cache") as c:
+        lead = _leader(c)
+        _acked(c, b"a", 5)
+        a, b = [i for i in c.ids if i != lead]
+        for i in c.ids:
+            c.crash(i)
+        c.restart(a)
+        c.restart(b)
+        _no_leader_among(c, [a, b], 2_000)
+        c.restart(lead)
+        _leader(c, 3_000)
+        _acked(c, b"b", 2)
+        c.check()
+
+
+def test_a_failed_store_stands_down_and_gives_no_vote():
+    """A store whose sync failed (``store.failed``) proves nothing durable: its node steps
+    down if it leads, stands for no election and grants no vote; the others elect."""
+    with Cluster(n=3, seed=26) as c:
+        lead = _leader(c)
+        c.servers[lead].store.failed = "injected: msync failed"
+        assert c.run_until(lambda: c.leader() not in (None, lead), 3_000)
+        c.run_for(2_000)
+        assert c.servers[lead].role is not Role.LEADER
+        _acked(c, b"a", 2)
+        c.check()
