@@ -43,6 +43,7 @@ from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.repair import Repairer
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
@@ -129,6 +130,7 @@ class Node:
                                   step_down=self.elector.become_candidate)
         self.handler = EntryHandler(member, store, config, reply=self.reply,
                                     heard_leader=self.elector.heartbeats.heard_leader)
+        self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -206,7 +208,7 @@ class Node:
                 del self._rpcs[env.request_id]
                 member = self.member_state
                 if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
-                        and member.role is Role.LEADER:
+                        and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
                     self.elector.note_contact(now, env.src, rpc.sent_ms)
                 try:
                     rpc.on_response(now, env.src, env.msg)
@@ -305,7 +307,8 @@ class Node:
 
     def next_deadline(self) -> int | None:
         now = self.now_ms
-        cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline()]
+        cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline(),
+                 self.repairer.next_deadline(now)]
         if self._rpcs:
             cands.append(self._first_rpc_deadline())
         cands = [c for c in cands if c is not None]
@@ -399,6 +402,7 @@ class Node:
                 self.pusher.complete_applied(self.caller.applied_index, results)
             if len(self.member_state.changes) == self._reacted:
                 break
+        self._repair(now)
 
     def _react_to_role_changes(self, now: int) -> None:
         changes = self.member_state.changes
@@ -411,6 +415,18 @@ class Node:
             if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
                     and self.member_state.committed_index < self.store.ledger_end_index:
                 self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
+
+    # -- repair of damaged entries (core/repair.py) ---------------------------------------
+    def _repair(self, now: int) -> None:
+        """Scrub and repair damaged entries of the store from peers (never changes roles)."""
+        if not self.stopped:
+            self.repairer.pump(now)
+
+    @staticmethod
+    def _confirms_nothing(msg: Any) -> bool:
+        """A peer answers a repair pull whatever its term and leader: its answer says nothing
+        about this node's leadership (no lease, no read index from it)."""
+        return isinstance(msg, PullEntriesResponse)
 
     def _error(self, req: Any, code: int) -> Any:
         cls = RESPONSE_OF.get(type(req), AppendEntryResponse)
@@ -447,6 +463,8 @@ class Node:
         if isinstance(req, LeadershipTransferRequest):
             src, rid = env.src, env.request_id
             return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))
+        if isinstance(req, PullEntriesRequest):
+            return self.repairer.handle_pull(req)
         if isinstance(req, GetEntriesRequest):
             if member.role is not Role.LEADER:
                 return self._error(req, Code.NOT_LEADER)
