@@ -540,7 +540,20 @@ class _Planner:
         if f.file_from_offset <= data_end < f.file_from_offset + f.file_size:
             end = data_end - f.file_from_offset
         for item in iter_segment_records(f.mm, f.start_position, end):
-            return item.header.index if item.header is not None else None
+            h = item.header
+            if h is None:
+                return None
+            pos = f.file_from_offset + item.offset
+            unit = self.unit_at(h.index)
+            if unit is None or unit.index != h.index or unit.pos != pos:
+                # the record's index field may be damaged (its CRC does not cover it): the
+                # index unit that names this position tells the begin instead
+                k = self.index.min_offset() // INDEX_UNIT_SIZE if self.index.files else -1
+                for j in range(k, k + 2) if k >= 0 else ():
+                    u = self.unit_at(j)
+                    if u is not None and u.index == j and u.pos == pos:
+                        return j
+            return h.index
         return None
 
     def before_begin_term(self, before_begin: int, cp: Checkpoint | None) -> int:
