@@ -270,3 +270,35 @@ def test_a_flipped_index_field_in_the_first_record_does_not_move_the_logs_begin(
         assert s.get_raw(0) == copies[0]
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("durability", ["page_cache", "fsync"])
+@pytest.mark.parametrize("bit", [0, 6])
+def test_a_flipped_term_over_an_index_unit_of_term_0_never_raises_the_logs_term(tmp_path, durability,
+                                                                               bit):
+    """Bug (found by the five-node repair scenario, seed 3): a record's term field flipped high
+    over an index unit of term 0 passed for a unit torn by a crash (its zero term bytes looked
+    unwritten); the open rebuilt the unit from the record, raised the term file to 2**46 and
+    the replica, missing committed entries after it, won the next election. A term above the
+    term file's or above the next entry's is damage, not a torn unit."""
+    d = str(tmp_path / "s")
+    s = open_small(d, durability)
+    append_bodies(s, [body(i, BODY) for i in range(10)])          # term 0
+    s.update_committed_index(9)
+    s.flush()
+    append_bodies(s, [body(i, BODY) for i in range(10, 16)])      # scanned on the next open
+    if durability == "fsync":
+        s.flush(checkpoint=False)
+    crash_store(s)
+    loc = record_location(d, 12, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    flip_bit(loc.path, loc.offset + 16 + 1, bit)                  # a high byte of entry 12's term
+    s = open_small(d, durability)
+    try:
+        assert s.ledger_end_term == 0 and s.current_term == 0
+        assert all(e.term == 0 for e in s.iter_entries(0, 11))
+        if durability == "fsync":                                 # kept, refused until repaired
+            assert s.ledger_end_index == 15 and list(s.damaged()) == [12]
+        else:                                                     # the unsynced tail ends there
+            assert s.ledger_end_index == 11
+    finally:
+        s.close()

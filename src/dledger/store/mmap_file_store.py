@@ -279,8 +279,10 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         had_data = bool(self.data_list.files)
         if not self.read_only:
             self.data_list.check_first_file_all_blank()
+        tf = self.term_file
         found = recover(self.data_list, self.index_list, store_dir=d, data_path=self.data_path,
-                        durability=self.durability, read_only=self.read_only)
+                        durability=self.durability, read_only=self.read_only,
+                        current_term=tf.term if tf.existed and not tf.damaged else None)
         if self._suspect is None:
             self._suspect = self._detect_suspect(found, had_clean=had_clean, had_data=had_data,
                                                  had_checkpoint=had_checkpoint)

@@ -187,6 +187,8 @@ class _Planner:
         self.rebuilt: list[IndexUnit] = []
         self.warnings: list[str] = []
         self.damaged: list[tuple[int, CorruptStoreError]] = []
+        #: the term file's term, when read intact: no entry was written above it
+        self.current_term: int | None = None
         self.cp_rejected: str | None = None
         #: entries that may have been acknowledged were cut (or a flushed one is missing)
         self.lost_tail = False
@@ -323,6 +325,17 @@ class _Planner:
         first = files[0]
         return first.file_from_offset + first.start_position, None, -1, True
 
+    def term_implausible(self, k: int, term: int, end: int) -> bool:
+        """Is ``term`` (of the record of entry ``k`` ending at ``end``) above what the log
+        allows: above the term file's term, or above the term of entry ``k + 1`` whose unit
+        follows it? Then a record that disagrees with a unit looking torn (its term's low bytes
+        zero: term 0 in particular) has a damaged term field, and the unit is right."""
+        if self.current_term is not None and term > self.current_term:
+            return True
+        nxt = self.unit_at(k + 1)
+        return (nxt is not None and nxt.index == k + 1 and nxt.term < term
+                and (nxt.pos == end or (nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)))
+
     # -- damaged records kept in the log ------------------------------------------------
     def note_damaged(self, k: int, exc: CorruptStoreError) -> None:
         self.warn("store %s: %s; kept, refused until repaired from a peer", self.store_dir, exc)
@@ -440,7 +453,8 @@ class _Planner:
                         unit = self.unit_at(k)
                         agrees = unit is not None and _unit_matches(unit, h, pos)
                         if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
-                                and not agrees and not _torn_unit(unit, h, pos)):
+                                and not agrees and not (_torn_unit(unit, h, pos)
+                                                        and not self.term_implausible(k, term, pos + h.size))):
                             # Same entry, same place, but another term or type, and not a unit torn
                             # by a crash: a header field (not covered by the CRC) or the unit is
                             # damaged. Stale units are erased on truncation, so this is not a leftover.
@@ -602,7 +616,10 @@ class _Planner:
 
 
 def recover(data: MmapFileList, index: MmapFileList, *, store_dir: str, data_path: str,
-            durability: Durability, read_only: bool) -> RecoveredLog:
-    """Plan the recovery of a store whose lists are loaded (see the module docstring)."""
-    return _Planner(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
-                    read_only=read_only).run()
+            durability: Durability, read_only: bool, current_term: int | None = None) -> RecoveredLog:
+    """Plan the recovery of a store whose lists are loaded (see the module docstring).
+    ``current_term``: the term file's term when it was read intact (no entry is above it)."""
+    planner = _Planner(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
+                       read_only=read_only)
+    planner.current_term = current_term
+    return planner.run()
