@@ -187,21 +187,38 @@ def test_a_flipped_bit_in_the_checkpoint_or_term_file_never_loses_a_committed_en
 
 
 # -- ST-12: a majority damaged, at different places -------------------------------------------------
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_st12_five_nodes_with_a_majority_damaged_at_different_places_repair_every_entry(seed):
-    c = Cluster(n=5, seed=seed, store="file")
+DATA = ("data_body", "data_header")
+DATA_AND_INDEX = ("data_body", "data_header", "index", "checkpoint")
+
+
+@pytest.mark.parametrize("seed,durability,kinds", [
+    (1, "page_cache", DATA), (2, "page_cache", DATA), (3, "page_cache", DATA),
+    (3, "fsync", DATA_AND_INDEX), (4, "fsync", DATA_AND_INDEX), (5, "fsync", DATA_AND_INDEX),
+    (7, "fsync", DATA_AND_INDEX), (10, "fsync", DATA_AND_INDEX), (11, "fsync", DATA_AND_INDEX),
+])
+def test_st12_five_nodes_with_a_majority_damaged_at_different_places_repair_every_entry(seed, durability,
+                                                                                      kinds):
+    """Three of five nodes (in fsync mode the leader among them in even seeds) get three flips each, where the
+    atlas allows (at most two damaged copies of any 256-byte region). With index units among
+    the targets, an index unit with a flipped term or magic over an intact record is rebuilt
+    from the record (seeds 3, 4, 5, 7, 10 and 11 refused to open before that)."""
+    c = Cluster(n=5, seed=seed, store="file", durability=durability)
     try:
         _commit(c, count=40)
         # small regions: the atlas spreads damage over the log, at most two copies per region
         atlas = ClusterFaultAtlas(c.ids, random.Random(seed), region_bytes=256)
         rng = random.Random(seed)
-        victims = [i for i in c.ids if i != c.leader()][:3]
+        others = [i for i in c.ids if i != c.leader()]
+        # page_cache mode cuts a damaged record after the last checkpoint (never promised
+        # durable) and relies on protocol-aware recovery to keep such replicas from electing a
+        # leader without the entries they lost: the leader is damaged in fsync mode only here
+        victims = others[:3] if seed % 2 or durability == "page_cache" else [c.leader()] + others[:2]
         hits = []
         for node in victims:
             c.crash(node)
         for node in victims:
             for _ in range(3):
-                hit = corrupt_store(c.config_for(node).default_path, rng, kinds=("data_body", "data_header"),
+                hit = corrupt_store(c.config_for(node).default_path, rng, kinds=kinds,
                                     allow=atlas.allow_for(node))
                 if hit is not None:
                     hits.append((node, hit.field))

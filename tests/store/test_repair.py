@@ -302,3 +302,25 @@ def test_a_flipped_term_over_an_index_unit_of_term_0_never_raises_the_logs_term(
             assert s.ledger_end_index == 11
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("field_offset,bit", [(0, 1), (0, 7), (24, 0), (24, 5), (31, 3)],
+                         ids=["magic-1", "magic-7", "term-high", "term-mid", "term-low"])
+def test_a_damaged_index_unit_in_the_scanned_tail_is_rebuilt_not_a_refused_open(pristine, tmp_path,
+                                                                              field_offset, bit):
+    """Entry 21 lies after the checkpoint (fsync mode): the open scans it and finds its intact
+    record disagreeing with its unit in magic or term. The record fits the log (its term between
+    its neighbours' and not above the term file's) while the unit does not: the unit is rebuilt
+    from the data (the open refused here before)."""
+    a, b, durability = _replica(pristine, str(tmp_path), "crashed-fsync")
+    unit = index_unit_location(a, 21, INDEX_FILE_SIZE)
+    flip_bit(unit.path, unit.offset + field_offset, bit)
+    copies = _records(b, N + 4)
+    s = open_small(a, durability)
+    try:
+        assert s.ledger_end_index == N + 3 and s.damaged() == {}
+        assert [s.get_raw(i) for i in range(N + 4)] == [copies[i] for i in range(N + 4)]
+    finally:
+        s.close()
+    open_small(b, durability).close()
+    assert _files(a) == _files(b)

@@ -336,6 +336,18 @@ class _Planner:
         return (nxt is not None and nxt.index == k + 1 and nxt.term < term
                 and (nxt.pos == end or (nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)))
 
+    def unit_damaged(self, unit: IndexUnit, h: RecordHeader, last_term: int, end: int) -> bool:
+        """Does an intact record that disagrees with its index unit in term or magic prove the
+        unit damaged? Its own term fits the log (not below the previous entry's, not above the
+        next one's nor the term file's) while the unit's does not, or the unit's magic is not a
+        valid one. Then the unit is rebuilt from the data, as a torn one would be."""
+        if self.term_implausible(h.index, h.term, end):
+            return False
+        if unit.magic not in VALID_MAGICS:
+            return True
+        return unit.term != h.term and (unit.term < last_term
+                                        or self.term_implausible(h.index, unit.term, end))
+
     # -- damaged records kept in the log ------------------------------------------------
     def note_damaged(self, k: int, exc: CorruptStoreError) -> None:
         self.warn("store %s: %s; kept, refused until repaired from a peer", self.store_dir, exc)
@@ -454,7 +466,8 @@ class _Planner:
                         agrees = unit is not None and _unit_matches(unit, h, pos)
                         if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
                                 and not agrees and not (_torn_unit(unit, h, pos)
-                                                        and not self.term_implausible(k, term, pos + h.size))):
+                                                        and not self.term_implausible(k, term, pos + h.size))
+                                and not self.unit_damaged(unit, h, last_term, pos + h.size)):
                             # Same entry, same place, but another term or type, and not a unit torn
                             # by a crash: a header field (not covered by the CRC) or the unit is
                             # damaged. Stale units are erased on truncation, so this is not a leftover.
