@@ -275,3 +275,37 @@ def test_st13_st14_a_misdirected_or_lost_write_mid_log_is_detected_and_repaired(
         _settle(c)
     finally:
         c.close()
+
+
+def test_a_follower_with_a_damaged_copy_is_not_counted_toward_a_commit_until_repaired():
+    """Leader L, follower A whose copy of entry 5 is damaged, follower B down. A new append
+    needs A's acknowledgement; while no peer gives A a copy of 5, A acknowledges nothing over
+    it and the append does not commit. Once L answers A's pulls again, A repairs 5, then
+    acknowledges, and the append commits."""
+    c = Cluster(n=3, seed=17, store="file")
+    try:
+        _commit(c)
+        lead = c.leader()
+        a, b = [i for i in c.ids if i != lead]
+        loc = _where(c, a, 5)
+        c.crash(a)
+        c.crash(b)
+        flip_bit(loc.path, loc.offset + loc.size - 1, 4)
+        repairer = c.servers[lead].driver.node.repairer
+        answer = repairer.handle_pull
+        repairer.handle_pull = lambda req: answer(req.__class__(**{**{f: getattr(req, f) for f in req.__dataclass_fields__},
+                                                                  "begin_index": -1}))
+        c.restart(a)
+        assert lead == c.leader()
+        f = c.append(b"needs-a")
+        c.run_for(3000)
+        assert not f.done() or not f.result().ok
+        assert 5 in c.servers[a].store.damaged()
+        assert c.servers[lead].driver.node.committed_index == ENTRIES - 1
+        repairer.handle_pull = answer                      # L answers again: A repairs 5
+        assert c.run_until(lambda: c.servers[lead].driver.node.committed_index >= ENTRIES, 10_000)
+        assert c.servers[a].store.damaged() == {}
+        c.restart(b)
+        _settle(c)
+    finally:
+        c.close()

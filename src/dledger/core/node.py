@@ -52,7 +52,7 @@ from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppe
                               HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
-                              PushEntryResponse, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
+                              PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
                               out_of_range)
 
 if TYPE_CHECKING:
@@ -422,6 +422,18 @@ class Node:
         if not self.stopped:
             self.repairer.pump(now)
 
+    def _unless_damaged(self, resp: Any) -> Any:
+        """A follower does not acknowledge a match over an entry whose local copy is damaged
+        (its index unit keeps the term, but the copy must not count toward a commit): the
+        answer becomes DISK_ERROR and the leader retries after a heartbeat interval, by when
+        the repairer has usually fixed it."""
+        if resp is not None and resp.code == Code.SUCCESS and resp.type in (PushEntryType.APPEND,
+                                                                            PushEntryType.COMPARE):
+            last = resp.index + max(resp.count, 1) - 1 if resp.type == PushEntryType.APPEND else resp.index
+            if self.repairer.damaged_up_to(last):
+                resp.code = Code.DISK_ERROR
+        return resp
+
     @staticmethod
     def _confirms_nothing(msg: Any) -> bool:
         """A peer answers a repair pull whatever its term and leader: its answer says nothing
@@ -459,7 +471,7 @@ class Node:
             resp = self.elector.handle_vote(now, req)
             return resp
         if isinstance(req, PushEntryRequest):
-            return self.handler.handle_push(now, env.src, env.request_id, req)
+            return self._unless_damaged(self.handler.handle_push(now, env.src, env.request_id, req))
         if isinstance(req, LeadershipTransferRequest):
             src, rid = env.src, env.request_id
             return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))

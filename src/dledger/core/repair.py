@@ -21,6 +21,10 @@ pushed to a follower. This component makes the refusal temporary when a good cop
   of ``begin_index`` if this node reads it intact (any role; the asker checks it), else with
   no record.
 
+- **not counted**: ``damaged_up_to(index)`` tells the node that a match over ``index`` must not
+  be acknowledged (the node answers such a push DISK_ERROR): a damaged copy never counts
+  toward a commit.
+
 Seams: the member state, the store and one callable, ``send(peer, msg, on_response)``. The
 component never changes roles, terms or the commit index.
 """
@@ -186,6 +190,11 @@ class Repairer:
         if self._asking.get(index, (None,))[0] == peer:
             self._asking[index] = (peer, now - ASK_RETRY_MS)
             self._repair_at = min(self._repair_at, now)
+
+    def damaged_up_to(self, index: int) -> bool:
+        """Is an entry at or below ``index`` damaged here (not to be counted as matching)?"""
+        damaged = self.store.damaged()
+        return bool(damaged) and next(iter(damaged)) <= index
 
     # =====================================================================================
     # answering a peer
