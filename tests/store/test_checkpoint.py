@@ -231,7 +231,8 @@ def test_hole_after_the_checkpoint(tmp_path, durability, flushed):
 
     page_cache mode: nothing after the checkpoint was promised durable, so the log ends at the
     hole and appends continue there. fsync mode: every entry was synced before it was
-    acknowledged, so a hole followed by intact entries is a lost write: the open refuses.
+    acknowledged, so a hole followed by intact entries is a lost write: the open keeps the
+    log whole and refuses the entry (naming file and offset) until it is repaired from a peer.
     """
     from dledger.errors import CorruptStoreError
     from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE
@@ -248,9 +249,16 @@ def test_hole_after_the_checkpoint(tmp_path, durability, flushed):
     hole = record_location(d, 5, INDEX_FILE_SIZE, DATA_FILE_SIZE)
     zero(hole.path, hole.offset, hole.size)
     if durability == "fsync":
-        with pytest.raises(CorruptStoreError) as info:
-            open_small(d, durability)
-        assert hole.path in str(info.value) and f"offset {hole.offset}" in str(info.value)
+        s = open_small(d, durability)
+        try:
+            assert s.ledger_end_index == 9 and list(s.damaged()) == [5]
+            with pytest.raises(CorruptStoreError) as info:
+                s.get(5)
+            assert hole.path in str(info.value) and f"offset {hole.offset}" in str(info.value)
+            assert [s.get(i).body for i in range(10) if i != 5] == \
+                [w[3] for w in written if w[0] != 5]
+        finally:
+            s.close()
         return
     s = open_small(d, durability)
     try:

@@ -9,8 +9,10 @@ term, pos, body CRC, body size).
   refuse the entry with ``CorruptStoreError`` naming the data file and the record's offset,
   while every other entry stays readable.
 - Without a checkpoint the open scans the data; the damaged record is followed by intact
-  entries, so the open must refuse with ``CorruptStoreError`` naming the file and offset
-  instead of cutting the log there.
+  entries and its index unit locates it, so the open keeps the whole log (never cuts it
+  there), lists the entry in ``damaged()`` naming the file and offset, and every read path
+  refuses it exactly as above until it is repaired (``tests/store/test_repair.py``); the open
+  rewrites none of the damaged bytes.
 """
 
 from __future__ import annotations
@@ -84,8 +86,8 @@ def assert_names(exc: CorruptStoreError, loc) -> None:
     assert loc.path in str(exc) and f"offset {loc.offset}" in str(exc)
 
 
-def check_every_read_refuses(d, loc, written, victim):
-    s = open_small(d)
+def check_every_read_refuses(d, loc, written, victim, durability="page_cache"):
+    s = open_small(d, durability)
     try:
         assert s.ledger_end_index == N - 1
         with pytest.raises(CorruptStoreError) as info:
@@ -100,6 +102,9 @@ def check_every_read_refuses(d, loc, written, victim):
         errors = s.verify()
         assert len(errors) == 1
         assert_names(errors[0], loc)
+        damaged = s.damaged()
+        assert list(damaged) == [victim]
+        assert damaged[victim].path == loc.path
         for i in range(N):
             if i != victim:
                 e = s.get(i)
@@ -119,16 +124,15 @@ def test_bit_flip_inside_checkpoint_is_never_served(bases, tmp_path, field, vict
 
 @pytest.mark.parametrize("victim", [8, 12])
 @pytest.mark.parametrize("field", sorted(FIELDS))
-def test_bit_flip_without_checkpoint_refuses_to_open(bases, tmp_path, field, victim):
+def test_bit_flip_without_checkpoint_opens_keeping_the_log_and_refusing_the_entry(bases, tmp_path,
+                                                                                 field, victim):
     for off, bit in all_bits(field):
         d, loc, written = damaged_copy(bases, tmp_path / f"{off}-{bit}", "no-checkpoint", victim,
                                        [(off, bit)])
-        before = read_at(loc.path, 0, DATA_FILE_SIZE)
-        with pytest.raises(CorruptStoreError) as info:
-            open_small(d)
-        assert_names(info.value, loc)
-        # nothing was cut or rewritten: the operator still has every byte
-        assert read_at(loc.path, 0, DATA_FILE_SIZE) == before
+        before = read_at(loc.path, loc.offset, loc.size)
+        check_every_read_refuses(d, loc, written, victim)
+        # nothing was cut or rewritten: the damaged bytes wait for a repair from a peer
+        assert read_at(loc.path, loc.offset, loc.size) == before
 
 
 def test_corrupt_size_never_allocates_it(bases, tmp_path):
@@ -140,17 +144,15 @@ def test_corrupt_size_never_allocates_it(bases, tmp_path):
         write_at(loc.path, loc.offset + 44, (huge - 48).to_bytes(4, "big"))
         tracemalloc.start()
         try:
-            if name == "no-checkpoint":
-                with pytest.raises(CorruptStoreError) as info:
-                    open_small(d)
-                assert_names(info.value, loc)
-            else:
-                s = open_small(d)
-                with pytest.raises(CorruptStoreError) as info:
-                    s.get(8)
-                assert_names(info.value, loc)
-                assert len(s.verify()) == 1
-                s.close()
+            # the open keeps the entry (scanning over it by its index unit when there is no
+            # checkpoint) and every read refuses it
+            s = open_small(d)
+            with pytest.raises(CorruptStoreError) as info:
+                s.get(8)
+            assert_names(info.value, loc)
+            assert len(s.verify()) == 1
+            assert list(s.damaged()) == [8]
+            s.close()
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -182,8 +184,8 @@ def test_index_unit_flip_inside_checkpoint_is_never_served(bases, tmp_path):
 @pytest.mark.parametrize("field", ["body", "term", "index", "magic", "size", "pos"])
 def test_bit_flip_after_the_checkpoint(tmp_path, durability, field):
     """fsync mode: entries after the checkpoint's end were synced and acknowledged one by one,
-    so a damaged one followed by intact entries is mid-log damage: the open refuses rather than
-    cut them away. page_cache mode: what follows the checkpoint was never promised durable (a
+    so a damaged one followed by intact entries is mid-log damage: the open keeps them all and
+    refuses the damaged entry until it is repaired, rather than cut them away. page_cache mode: what follows the checkpoint was never promised durable (a
     power loss may write it out of order), so the log ends before the damaged entry, which is
     never served."""
     d = str(tmp_path / "s")
@@ -198,9 +200,8 @@ def test_bit_flip_after_the_checkpoint(tmp_path, durability, field):
     off, width = FIELDS[field]
     flip_bit(loc.path, loc.offset + off + width - 1, 1)
     if durability == "fsync":
-        with pytest.raises(CorruptStoreError) as info:
-            open_small(d, durability)
-        assert_names(info.value, loc)
+        check_every_read_refuses(d, loc, [(i, 2, 80 * i + (80 * i) // 960 * 64, body(i, BODY))
+                                          for i in range(N)], 9, durability)
         return
     s = open_small(d, durability)
     try:
@@ -249,8 +250,7 @@ def test_misdirected_lost_or_stale_write_is_never_served(bases, tmp_path, fault)
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_misdirected_lost_or_stale_write_without_checkpoint_refuses_to_open(bases, tmp_path, fault):
+def test_misdirected_lost_or_stale_write_without_checkpoint_opens_refusing_the_entry(bases, tmp_path,
+                                                                                    fault):
     d, loc, written = _overwrite_record(bases, tmp_path, "no-checkpoint", 8, FAULTS[fault])
-    with pytest.raises(CorruptStoreError) as info:
-        open_small(d)
-    assert_names(info.value, loc)
+    check_every_read_refuses(d, loc, written, 8)

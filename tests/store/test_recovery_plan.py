@@ -97,6 +97,8 @@ def test_a_refused_open_changes_nothing(tmp_path):
     crashed_store(d, n=12, flushed=11)
     loc = record_location(d, 2, INDEX_FILE_SIZE, DATA_FILE_SIZE)
     flip_bit(loc.path, loc.offset + 50)                  # a body bit of entry 2, inside the trusted prefix
+    unit = index_unit_location(d, 2, INDEX_FILE_SIZE)
+    flip_bit(unit.path, unit.offset + 27)                # and its index unit's term: nothing locates it
     os.unlink(os.path.join(d, "checkpoint"))  # no trusted prefix: the scan meets it mid-log
     before = files_of(d)
     with pytest.raises(CorruptStoreError):

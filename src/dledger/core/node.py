@@ -47,6 +47,7 @@ from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange
 from dledger.core.recovery import Recovery
+from dledger.core.repair import Repairer
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
@@ -55,7 +56,7 @@ from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppe
                               HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
-                              PushEntryResponse, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
+                              PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
                               out_of_range)
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class Node:
         self.handler = EntryHandler(member, store, config, reply=self.reply,
                                     heard_leader=self.elector.heartbeats.heard_leader,
                                     may_follow=recovery.may_follow, on_push_success=recovery.on_push_success)
+        self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -214,7 +216,7 @@ class Node:
                 del self._rpcs[env.request_id]
                 member = self.member_state
                 if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
-                        and member.role is Role.LEADER:
+                        and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
                     self.elector.note_contact(now, env.src, rpc.sent_ms)
                 try:
                     rpc.on_response(now, env.src, env.msg)
@@ -315,7 +317,7 @@ class Node:
     def next_deadline(self) -> int | None:
         now = self.now_ms
         cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline(),
-                 self.recovery.next_deadline()]
+                 self.recovery.next_deadline(), self.repairer.next_deadline(now)]
         if self._rpcs:
             cands.append(self._first_rpc_deadline())
         cands = [c for c in cands if c is not None]
@@ -410,6 +412,7 @@ class Node:
                 self.pusher.complete_applied(self.caller.applied_index, results)
             if len(self.member_state.changes) == self._reacted:
                 break
+        self._repair(now)
 
     def _react_to_role_changes(self, now: int) -> None:
         changes = self.member_state.changes
@@ -422,6 +425,30 @@ class Node:
             if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
                     and self.member_state.committed_index < self.store.ledger_end_index:
                 self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
+
+    # -- repair of damaged entries (core/repair.py) ---------------------------------------
+    def _repair(self, now: int) -> None:
+        """Scrub and repair damaged entries of the store from peers (never changes roles)."""
+        if not self.stopped:
+            self.repairer.pump(now)
+
+    def _unless_damaged(self, resp: Any) -> Any:
+        """A follower does not acknowledge a match over an entry whose local copy is damaged
+        (its index unit keeps the term, but the copy must not count toward a commit): the
+        answer becomes DISK_ERROR and the leader retries after a heartbeat interval, by when
+        the repairer has usually fixed it."""
+        if resp is not None and resp.code == Code.SUCCESS and resp.type in (PushEntryType.APPEND,
+                                                                            PushEntryType.COMPARE):
+            last = resp.index + max(resp.count, 1) - 1 if resp.type == PushEntryType.APPEND else resp.index
+            if self.repairer.damaged_up_to(last):
+                resp.code = Code.DISK_ERROR
+        return resp
+
+    @staticmethod
+    def _confirms_nothing(msg: Any) -> bool:
+        """A peer answers a repair pull whatever its term and leader: its answer says nothing
+        about this node's leadership (no lease, no read index from it)."""
+        return isinstance(msg, PullEntriesResponse)
 
     def _error(self, req: Any, code: int) -> Any:
         cls = RESPONSE_OF.get(type(req), AppendEntryResponse)
@@ -455,10 +482,12 @@ class Node:
             resp = self.elector.handle_vote(now, req)
             return resp
         if isinstance(req, PushEntryRequest):
-            return self.handler.handle_push(now, env.src, env.request_id, req)
+            return self._unless_damaged(self.handler.handle_push(now, env.src, env.request_id, req))
         if isinstance(req, LeadershipTransferRequest):
             src, rid = env.src, env.request_id
             return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))
+        if isinstance(req, PullEntriesRequest):
+            return self.repairer.handle_pull(req)
         if isinstance(req, GetEntriesRequest):
             if member.role is not Role.LEADER:
                 return self._error(req, Code.NOT_LEADER)

@@ -2,14 +2,15 @@
 
 Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
 state: it reads ``data_list``, ``index_list``, the ledger fields, ``_index_overrides`` and
-``_written_from``, and changes nothing.
+``_written_from``, and changes nothing but the notes of damaged entries (``_damaged``).
 
 Rules:
 - an entry is found through its index unit, and its record must agree with that unit
   (``dledger.entry.matches_unit``) and with its CRC; a record with a CRC (written by dledger)
   must also hold 0 in the reserved ``channel`` and ``chain_crc`` fields, which nothing else
   covers; a record that fails a check raises
-  ``CorruptStoreError`` (file, offset) and is never returned;
+  ``CorruptStoreError`` (file, offset) and is never returned; it is noted in the store's
+  damaged entries (``repair.py``) until repaired;
 - the one exception: ``get_raw_range`` (the leader reading for a push) returns entries written
   through this store object since ``load`` unchecked, because every follower checks each
   pushed record, CRC included, before writing it;
@@ -66,8 +67,16 @@ class LogReader:
         return unit, f, unit.pos - f.file_from_offset
 
     def get(self, index: int) -> DLedgerEntry:
-        """The entry at ``index``; ``CorruptStoreError`` (file, offset) if its bytes fail a check."""
+        """The entry at ``index``; ``CorruptStoreError`` (file, offset) if its bytes fail a check
+        (the entry then joins ``damaged()`` until it is repaired)."""
         self._check_range(index)
+        try:
+            return self._read_entry(index)
+        except CorruptStoreError as exc:
+            self._note_damage(index, exc)
+            raise
+
+    def _read_entry(self, index: int) -> DLedgerEntry:
         unit, f, off = self._locate(index)
         try:
             entry = decode(f.mm, off, limit=f.wrote_position, path=f.path, base=f.file_from_offset)
@@ -101,7 +110,11 @@ class LogReader:
         """
         self._check_range(begin_index)
         end = min(self.ledger_end_index, begin_index + max_count - 1)
-        first_unit, f, off = self._locate(begin_index)
+        try:
+            first_unit, f, off = self._locate(begin_index)
+        except CorruptStoreError as exc:
+            self._note_damage(begin_index, exc)
+            raise
         units = [first_unit]
         nbytes = first_unit.size
         if end > begin_index and not self._index_overrides:
@@ -173,7 +186,9 @@ class LogReader:
                     or magic not in VALID_MAGICS
                     or not matches_unit(unit, magic, size, index, term, pos, body_crc)
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
-                raise CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
+                exc = CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
+                self._note_damage(i, exc)
+                raise exc
             off += size
             i += 1
 

@@ -6,7 +6,7 @@ against one store class. ``tests/store/test_log_store.py`` checks every member o
 implementation, signatures included.
 
 Also here, shared by the stores without one importing the other: ``AppendBatchResult``,
-``AppendHook`` and the default segment sizes.
+``AppendHook``, ``RepairRefusedError`` and the default segment sizes.
 
 Rules every implementation keeps:
 - entries ``ledger_before_begin_index < i <= ledger_end_index`` are contiguous and their terms
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from dledger.entry import INDEX_UNIT_SIZE, MAGIC_NORMAL, DLedgerEntry
+from dledger.errors import INCONSISTENT_STATE, CorruptStoreError, DLedgerError
 from dledger.store.suspect import SuspectReason
 
 #: Java DLedger's defaults: 1 GiB data segments, index segments of 5 Mi units.
@@ -32,6 +33,13 @@ DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 #: ``hook(entry, record, body_offset)``: runs on the leader before a record is written and may
 #: change body bytes in place (see ``add_append_hook``).
 AppendHook = Callable[[DLedgerEntry, memoryview, int], None]
+
+
+class RepairRefusedError(DLedgerError):
+    """A repair was refused: the candidate does not prove itself the damaged entry, or the
+    entry cannot be located locally. Nothing was written."""
+
+    code = INCONSISTENT_STATE
 
 
 @dataclass(slots=True)
@@ -101,6 +109,18 @@ class LogStore(Protocol):
     def iter_entries(self, begin: int | None = None, end: int | None = None) -> Iterator[DLedgerEntry]: ...
 
     def get_first_log_of_target_term(self, term: int, end_index: int) -> DLedgerEntry | None: ...
+
+    # -- damage and repair -----------------------------------------------------------------
+    def damaged(self) -> dict[int, CorruptStoreError]:
+        """Entries found damaged (by the open or a read) and not repaired yet: reads refuse
+        them. Index -> the error naming the file and offset."""
+        ...
+
+    def repair(self, index: int, record: bytes | None = None) -> None:
+        """Repair entry ``index`` from the local data (``record`` None: a damaged index unit)
+        or from a peer's copy of its record, only once proven to be the same entry; else
+        ``RepairRefusedError``, nothing written."""
+        ...
 
     # -- cutting ---------------------------------------------------------------------------
     def truncate(self, truncate_index: int) -> int: ...

@@ -20,7 +20,8 @@ from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_TH
                             INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
 from dledger.store.base import StoreBase
 from dledger.store.follower_batch import next_position, plan_follower_batch
-from dledger.store.log_store import DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook
+from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook,
+                                     RepairRefusedError)
 from dledger.store.suspect import SuspectReason
 
 
@@ -200,6 +201,16 @@ class DLedgerMemoryStore(StoreBase):
 
     def get_raw(self, index: int) -> bytes:
         return self._records[self._slot(index)]
+
+    # -- damage and repair: nothing rests on a disk here, so nothing is ever damaged ---------
+    def damaged(self) -> dict:
+        return {}
+
+    def repair(self, index: int, record: bytes | None = None) -> None:
+        """Nothing to repair: accepted only when ``record`` is the entry as held (or None)."""
+        slot = self._slot(index)
+        if record is not None and bytes(record) != self._records[slot]:
+            raise RepairRefusedError(f"entry {index}: the copy differs from the entry held")
 
     def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30) -> tuple[bytes, int]:
         k = self._slot(begin_index)

@@ -16,7 +16,8 @@ mixins over that state, one module each:
 - ``log_reader.LogReader``: ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``;
 - ``cut.Cut``: ``truncate``, ``truncate_to_entry``, ``reset``;
 - ``flusher.Flusher``: ``flush``, ``flush_if_due``, the checkpoint;
-- ``retention.Retention``: ``clean`` (expired segments, the disk-full guard).
+- ``retention.Retention``: ``clean`` (expired segments, the disk-full guard);
+- ``repair.Repair``: ``damaged``, ``repair`` (damaged entries, rewritten in place once proven).
 
 Invariants kept by every mutation:
 - entries ``ledger_before_begin_index < i <= ledger_end_index`` are contiguous, their terms do
@@ -33,8 +34,10 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
   trusted after one spot check, so restart time does not grow with the log;
 - what follows is scanned record by record (header, chain of index/term, CRC, index unit);
   the first bad record there ends the log: a torn tail is truncated, never served;
-- a bad record that is followed by intact entries is mid-log corruption and stops the open
-  with ``CorruptStoreError`` naming the file and offset, instead of truncating it away
+- a bad record that is followed by intact entries is mid-log corruption, never truncated
+  away: when its index unit locates it, the entry is kept and refused by reads until
+  ``repair`` rewrites it from a peer's copy (``damaged()`` names it, with file and offset);
+  otherwise the open stops with ``CorruptStoreError`` naming the file and offset
   (except in ``page_cache`` mode after a checkpoint: that tail was never promised durable; and
   in ``fsync`` mode when it shows bytes that never reached the disk: the append in flight at a
   power cut);
@@ -42,7 +45,7 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
   index units before it) and ignored when another writer changed the log;
 - without a usable checkpoint the scan starts at most three segments from the end (as Java);
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
-  same way, never served.
+  same way, never served; the entry joins ``damaged()`` until repaired.
 
 One writer per directory: a writable ``load`` takes ``store/lock.py``'s lock (released by
 ``close``, a refused open, or the holder's death). ``suspect`` / ``clear_suspect``: the durable
@@ -75,6 +78,7 @@ from dledger.store.lock import StoreLock
 from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end,
                                           zero_header_at)
 from dledger.store.recovery import RecoveredLog, recover
+from dledger.store.repair import Repair
 from dledger.store.retention import Retention
 from dledger.store.store_io import LOCAL_IO, StoreIO
 from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, SuspectReason,
@@ -87,7 +91,7 @@ __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT
 
 log = logging.getLogger(__name__)
 
-class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreBase):
+class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair, StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
 
     def __init__(self, store_dir: str, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
@@ -145,6 +149,8 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         self._encode_buf = bytearray()
         # read-only opens cannot rewrite a damaged index tail: the rebuilt units live here.
         self._index_overrides: dict[int, IndexUnit] = {}
+        #: entries found damaged (by recovery or a read) and not repaired: index -> the error
+        self._damaged: dict = {}
         #: entries from this index on were written through this object since ``load`` (moves
         #: down on truncation); reading them back for a push skips the record checks
         self._written_from = 0
@@ -294,8 +300,10 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         had_data = bool(self.data_list.files)
         if not self.read_only:
             self.data_list.check_first_file_all_blank()
+        tf = self.term_file
         found = recover(self.data_list, self.index_list, store_dir=d, data_path=self.data_path,
-                        durability=self.durability, read_only=self.read_only)
+                        durability=self.durability, read_only=self.read_only,
+                        current_term=tf.term if tf.existed and not tf.damaged else None)
         if self._suspect is None:
             self._suspect = self._detect_suspect(found, had_clean=had_clean, had_data=had_data,
                                                  had_checkpoint=had_checkpoint)
@@ -350,6 +358,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, StoreB
         data cut (its head erased after a sync when torn), the begin, the index cut."""
         data, idx, read_only = self.data_list, self.index_list, self.read_only
         self._checkpoint = found.checkpoint
+        self._damaged = dict(found.damaged)
         units = found.rebuilt_units
         if units and read_only:
             self._index_overrides.update((u.index, u) for u in units)

@@ -13,7 +13,8 @@ The rules (see also ``docs/format.md``):
    the term and position the checkpoint recorded, the units before it must form a chain
    (``chain_breaks``; another writer such as Java DLedger leaves stale units after its own when
    it truncates), else the checkpoint is ignored and ``lost_tail`` set; the record it names
-   must agree with it, else the open stops (flushed data damaged). Then everything up to it is
+   must agree with it, else that entry is kept as damaged (flushed, then damaged in place:
+   reads refuse it until it is repaired). Then everything up to it is
    trusted without reading it: restart time is bounded by what was appended since the last
    checkpoint, not by the size of the log.
 2. **Tail scan.** From there, records are read one by one: blank padding is skipped; each
@@ -22,8 +23,12 @@ The rules (see also ``docs/format.md``):
    rewritten from the data (a torn or lost index is rebuilt).
 3. **Where the scan stops.** The first record that fails (or a zero header) ends the log.
    - If intact entries follow the bad record (their index units agree with them, CRC and
-     term check out), the damage is in the middle of the log: the open stops with
-     ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
+     term check out), the damage is in the middle of the log. When the record's index unit
+     locates it beyond doubt (``skip_damaged``: it names the entry at that position, with a
+     sane size, a term not below the previous entry's, and the next unit follows it), the
+     entry is kept and listed in ``damaged`` (reads refuse it until it is repaired from a
+     peer, see ``store/repair.py``) and the scan goes on after it. Otherwise the open stops
+     with ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
      In ``fsync`` mode this holds after a trusted prefix too: every append was synced before
      it was acknowledged, and the checkpoint lags behind. One exception: a bad record that
      shows bytes that never reached the disk (``never_written``) is the append in flight at a
@@ -51,7 +56,7 @@ import logging
 from typing import NamedTuple
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE,
-                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, decode_header,
+                           RECORD_PREFIX, VALID_MAGICS, IndexUnit, RecordHeader, crc32, decode_header,
                            iter_segment_records, matches_unit)
 from dledger.errors import CorruptEntryError, CorruptStoreError
 from dledger.store.checkpoint import Checkpoint, read_checkpoint
@@ -98,6 +103,9 @@ class RecoveredLog(NamedTuple):
     #: entries that may have been acknowledged are gone: a checkpoint vouched for an entry
     #: that is not in the files as recorded (``SuspectReason.LOST_TAIL``)
     lost_tail: bool = False
+    #: entries whose record is damaged mid-log but located by an intact index unit: kept in
+    #: the log, refused by reads until repaired (``(index, CorruptStoreError)`` pairs)
+    damaged: tuple = ()
 
 
 def _read_record(f: MmapFile, off: int) -> RecordHeader:
@@ -178,6 +186,9 @@ class _Planner:
         self.read_only = read_only
         self.rebuilt: list[IndexUnit] = []
         self.warnings: list[str] = []
+        self.damaged: list[tuple[int, CorruptStoreError]] = []
+        #: the term file's term, when read intact: no entry was written above it
+        self.current_term: int | None = None
         self.cp_rejected: str | None = None
         #: entries that may have been acknowledged were cut (or a flushed one is missing)
         self.lost_tail = False
@@ -232,10 +243,12 @@ class _Planner:
             if (cp.end_term is not None and cp.end_pos is not None and f is not None
                     and f.start_position <= off and off + unit.size <= f.file_size
                     and f.mm[off:off + unit.size].strip(b"\0")):
-                # the record is there, but not as flushed: damage, not a removed segment
-                raise CorruptStoreError(
+                # the record is there, but not as flushed: damage, not a removed segment. The
+                # unit agrees with the checkpoint: the entry is kept, refused until repaired.
+                self.note_damaged(end_index, CorruptStoreError(
                     f"entry {end_index}, flushed before the checkpoint was written, is damaged",
-                    path=f.path, offset=off, position=unit.pos)
+                    path=f.path, offset=off, position=unit.pos))
+                return unit.pos + unit.size, end_index, unit.term
             self.cp_rejected = f"the record index unit {end_index} names is missing or damaged"
             return None
         return unit.pos + unit.size, end_index, unit.term
@@ -312,6 +325,53 @@ class _Planner:
         first = files[0]
         return first.file_from_offset + first.start_position, None, -1, True
 
+    def term_implausible(self, k: int, term: int, end: int) -> bool:
+        """Is ``term`` (of the record of entry ``k`` ending at ``end``) above what the log
+        allows: above the term file's term, or above the term of entry ``k + 1`` whose unit
+        follows it? Then a record that disagrees with a unit looking torn (its term's low bytes
+        zero: term 0 in particular) has a damaged term field, and the unit is right."""
+        if self.current_term is not None and term > self.current_term:
+            return True
+        nxt = self.unit_at(k + 1)
+        return (nxt is not None and nxt.index == k + 1 and nxt.term < term
+                and (nxt.pos == end or (nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)))
+
+    def unit_damaged(self, unit: IndexUnit, h: RecordHeader, last_term: int, end: int) -> bool:
+        """Does an intact record that disagrees with its index unit in term or magic prove the
+        unit damaged? Its own term fits the log (not below the previous entry's, not above the
+        next one's nor the term file's) while the unit's does not, or the unit's magic is not a
+        valid one. Then the unit is rebuilt from the data, as a torn one would be."""
+        if self.term_implausible(h.index, h.term, end):
+            return False
+        if unit.magic not in VALID_MAGICS:
+            return True
+        return unit.term != h.term and (unit.term < last_term
+                                        or self.term_implausible(h.index, unit.term, end))
+
+    # -- damaged records kept in the log ------------------------------------------------
+    def note_damaged(self, k: int, exc: CorruptStoreError) -> None:
+        self.warn("store %s: %s; kept, refused until repaired from a peer", self.store_dir, exc)
+        self.damaged.append((k, exc))
+
+    def skip_damaged(self, k: int, pos: int, last_term: int) -> IndexUnit | None:
+        """The index unit of a damaged record at ``pos`` (entry ``k``) if it locates it beyond
+        doubt, so the scan can step over it and keep the entries after it: the unit names
+        ``k`` at ``pos`` with a sane size inside the segment, a term not below the previous
+        entry's, and unit ``k + 1`` (when written) follows it (position and term). Else None."""
+        unit = self.unit_at(k)
+        f = self.data.find_file(pos)
+        if (unit is None or f is None or unit.index != k or unit.pos != pos
+                or unit.magic not in VALID_MAGICS or unit.size < BODY_OFFSET
+                or pos - f.file_from_offset + unit.size > f.file_size or unit.term < last_term):
+            return None
+        nxt = self.unit_at(k + 1)
+        if nxt is not None and nxt.index == k + 1:
+            end = pos + unit.size
+            if nxt.term < unit.term or not (nxt.pos == end or (
+                    nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)):
+                return None
+        return unit
+
     # -- deciding about a bad record -------------------------------------------------------
     def intact_entries_after(self, k: int, bad_pos: int, last_term: int) -> bool:
         """Do intact entries with index > k lie beyond ``bad_pos``? (mid-log corruption test)"""
@@ -376,55 +436,78 @@ class _Planner:
         stop_reason = None
         index_trusted = True
         rebuild = self.rebuilt.append
-        while fi < len(files):
-            f = files[fi]
-            base = f.file_from_offset
-            if pos - base >= fsize:
-                fi += 1
-                continue
-            for item in iter_segment_records(f.mm, pos - base, fsize, path=f.path, base=base):
-                pos = base + item.offset
-                h = item.header
-                if h is None:
-                    stop_reason = item.error or _END_OF_DATA
-                    break
-                try:
-                    _check_body(f, item.offset, h)
-                except CorruptEntryError as exc:
-                    stop_reason = str(exc)
-                    break
-                k, term = h.index, h.term
-                if expect is not None and k != expect:
-                    stop_reason = f"entry index {k} where {expect} was expected"
-                    break
-                if term < last_term:
-                    stop_reason = f"entry {k} has term {term} below the previous term {last_term}"
-                    break
-                if index_trusted:
-                    unit = self.unit_at(k)
-                    agrees = unit is not None and _unit_matches(unit, h, pos)
-                    if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
-                            and not agrees and not _torn_unit(unit, h, pos)):
-                        # Same entry, same place, but another term or type, and not a unit torn
-                        # by a crash: a header field (not covered by the CRC) or the unit is
-                        # damaged. Stale units are erased on truncation, so this is not a leftover.
-                        stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
-                                       f"its index unit (term {unit.term}, magic {unit.magic})")
+        while True:  # the scan; it resumes after a damaged record it can step over
+            while fi < len(files):
+                f = files[fi]
+                base = f.file_from_offset
+                if pos - base >= fsize:
+                    fi += 1
+                    continue
+                for item in iter_segment_records(f.mm, pos - base, fsize, path=f.path, base=base):
+                    pos = base + item.offset
+                    h = item.header
+                    if h is None:
+                        stop_reason = item.error or _END_OF_DATA
                         break
-                    if not agrees:
-                        index_trusted = False  # from here on every unit is rewritten
-                if not index_trusted:
-                    rebuild(IndexUnit(h.magic, pos, h.size, k, term))
-                last_index, last_term, expect = k, term, k + 1
-                pos += h.size
-            else:  # the walk reached the segment's end
-                pos = base + fsize
-                fi += 1
-                continue
-            break
-        else:
-            if files and pos > files[-1].file_from_offset + fsize:  # pragma: no cover - defensive
-                pos = files[-1].file_from_offset + fsize
+                    try:
+                        _check_body(f, item.offset, h)
+                    except CorruptEntryError as exc:
+                        stop_reason = str(exc)
+                        break
+                    k, term = h.index, h.term
+                    if expect is not None and k != expect:
+                        stop_reason = f"entry index {k} where {expect} was expected"
+                        break
+                    if term < last_term:
+                        stop_reason = f"entry {k} has term {term} below the previous term {last_term}"
+                        break
+                    if index_trusted:
+                        unit = self.unit_at(k)
+                        agrees = unit is not None and _unit_matches(unit, h, pos)
+                        if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
+                                and not agrees and not (_torn_unit(unit, h, pos)
+                                                        and not self.term_implausible(k, term, pos + h.size))
+                                and not self.unit_damaged(unit, h, last_term, pos + h.size)):
+                            # Same entry, same place, but another term or type, and not a unit torn
+                            # by a crash: a header field (not covered by the CRC) or the unit is
+                            # damaged. Stale units are erased on truncation, so this is not a leftover.
+                            stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
+                                           f"its index unit (term {unit.term}, magic {unit.magic})")
+                            break
+                        if not agrees:
+                            index_trusted = False  # from here on every unit is rewritten
+                    if not index_trusted:
+                        rebuild(IndexUnit(h.magic, pos, h.size, k, term))
+                    last_index, last_term, expect = k, term, k + 1
+                    pos += h.size
+                else:  # the walk reached the segment's end
+                    pos = base + fsize
+                    fi += 1
+                    continue
+                break
+            else:
+                if files and pos > files[-1].file_from_offset + fsize:  # pragma: no cover - defensive
+                    pos = files[-1].file_from_offset + fsize
+            # a zero header followed by intact entries is a lost write in the middle of the log
+            if stop_reason is None or unconfirmed_tail or not index_trusted:
+                break
+            k = expect if expect is not None else last_index + 1
+            bad_file = data.find_file(pos)
+            if bad_file is None or not self.intact_entries_after(last_index, pos, last_term) or (
+                    self.durability is FSYNC and never_written(bad_file, pos - bad_file.file_from_offset)):
+                break
+            unit = self.skip_damaged(k, pos, last_term)
+            if unit is None:
+                break
+            # mid-log damage with intact entries after it, located by its index unit: the entry
+            # stays in the log, refused by reads until repaired; the scan goes on after it
+            self.note_damaged(k, CorruptStoreError(
+                f"entry {k} is damaged ({stop_reason.split(' (file ')[0]})", path=bad_file.path,
+                offset=pos - bad_file.file_from_offset, position=pos))
+            last_index, last_term, expect = k, unit.term, k + 1
+            pos += unit.size
+            stop_reason = None
+            fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
 
         bad = stop_reason is not None and stop_reason != _END_OF_DATA
         if stop_reason is not None:
@@ -484,7 +567,20 @@ class _Planner:
         if f.file_from_offset <= data_end < f.file_from_offset + f.file_size:
             end = data_end - f.file_from_offset
         for item in iter_segment_records(f.mm, f.start_position, end):
-            return item.header.index if item.header is not None else None
+            h = item.header
+            if h is None:
+                return None
+            pos = f.file_from_offset + item.offset
+            unit = self.unit_at(h.index)
+            if unit is None or unit.index != h.index or unit.pos != pos:
+                # the record's index field may be damaged (its CRC does not cover it): the
+                # index unit that names this position tells the begin instead
+                k = self.index.min_offset() // INDEX_UNIT_SIZE if self.index.files else -1
+                for j in range(k, k + 2) if k >= 0 else ():
+                    u = self.unit_at(j)
+                    if u is not None and u.index == j and u.pos == pos:
+                        return j
+            return h.index
         return None
 
     def before_begin_term(self, before_begin: int, cp: Checkpoint | None) -> int:
@@ -528,11 +624,15 @@ class _Planner:
             committed = min(cp.committed_index, end_index)
         return RecoveredLog(cp, bbi, bbt, end_index, end_term, committed, pos, bad,
                             tuple(self.rebuilt), index_begin, (end_index + 1) * INDEX_UNIT_SIZE,
-                            tuple(self.warnings), self.lost_tail)
+                            tuple(self.warnings), self.lost_tail,
+                            tuple((k, e) for k, e in self.damaged if k <= end_index))
 
 
 def recover(data: MmapFileList, index: MmapFileList, *, store_dir: str, data_path: str,
-            durability: Durability, read_only: bool) -> RecoveredLog:
-    """Plan the recovery of a store whose lists are loaded (see the module docstring)."""
-    return _Planner(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
-                    read_only=read_only).run()
+            durability: Durability, read_only: bool, current_term: int | None = None) -> RecoveredLog:
+    """Plan the recovery of a store whose lists are loaded (see the module docstring).
+    ``current_term``: the term file's term when it was read intact (no entry is above it)."""
+    planner = _Planner(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
+                       read_only=read_only)
+    planner.current_term = current_term
+    return planner.run()

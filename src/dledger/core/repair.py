@@ -1,0 +1,213 @@
+"""Repairer: damaged entries of the local store, found by a scrub and repaired from peers.
+
+A store refuses an entry whose bytes fail a check (``store.damaged()`` lists them, each with
+the error naming the file and offset): it is never returned to a client, never applied, never
+pushed to a follower. This component makes the refusal temporary when a good copy exists:
+
+- **scrub**: damage at rest is found even where nothing reads. After start and then every
+  ``SCRUB_PERIOD_MS``, the whole log is read back (``store.get``), ``SCRUB_BATCH`` entries per
+  step, a step every ``SCRUB_STEP_MS``; an entry that fails joins ``store.damaged()``.
+- **local repair first**: ``store.repair(index)`` rebuilds a damaged index unit from an intact
+  record (nothing to ask anyone).
+- **repair from a peer**: otherwise ``PullEntriesRequest(begin_index=index)`` goes to one peer
+  (the leader first when known, then the others in turn), at most ``MAX_ASKING`` entries at a
+  time; a peer not answering within ``ASK_RETRY_MS`` is replaced by the next one. The answer's
+  record is handed to ``store.repair(index, record)``, which writes it only after checking it
+  is the same entry (CRC, index, term, pos, size against the local index unit: by Raft's log
+  matching, one index and term name one entry, and replicas are byte-identical); a copy that
+  fails is logged and the next peer is asked. An entry no peer holds intact stays refused:
+  unavailable, never wrong.
+- **answering**: ``handle_pull`` answers a peer's ``PullEntriesRequest`` with the encoded record
+  of ``begin_index`` if this node reads it intact (any role; the asker checks it), else with
+  no record.
+
+- **not counted**: ``damaged_up_to(index)`` tells the node that a match over ``index`` must not
+  be acknowledged (the node answers such a push DISK_ERROR): a damaged copy never counts
+  toward a commit.
+
+Seams: the member state, the store and one callable, ``send(peer, msg, on_response)``. The
+component never changes roles, terms or the commit index.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dledger.core.member_state import MemberState
+from dledger.errors import DLedgerError
+from dledger.protocol import DLedgerResponseCode as Code, PullEntriesRequest, PullEntriesResponse
+
+if TYPE_CHECKING:
+    from dledger.store import LogStore
+
+log = logging.getLogger(__name__)
+
+#: entries read back per scrub step, and the pause between steps and between passes
+SCRUB_BATCH = 256
+SCRUB_STEP_MS = 50
+SCRUB_PERIOD_MS = 60_000
+#: damaged entries asked for at once, and how long one peer gets to answer
+MAX_ASKING = 16
+ASK_RETRY_MS = 500
+#: pause between looks at the store's damaged entries while some remain
+REPAIR_STEP_MS = 100
+
+
+class Repairer:
+    def __init__(self, member_state: MemberState, store: "LogStore", *,
+                 send: Callable[[str, Any, Callable], int], now_ms: int = 0) -> None:
+        self.member_state = member_state
+        self.store = store
+        self._send = send
+        #: next entry the scrub reads (None: no pass under way) and when it steps next; the
+        #: first pass starts at once
+        self._scrub_next: int | None = store.ledger_before_begin_index + 1
+        self._scrub_at = now_ms
+        #: damaged entry -> (peer asked, when)
+        self._asking: dict[int, tuple[str, int]] = {}
+        #: damaged entry -> how many peers were asked so far (picks the next one)
+        self._turn: dict[int, int] = {}
+        self._repair_at = now_ms
+        #: the last look found nothing damaged: no wake-up is needed for repair
+        self._idle = False
+        self.repaired = 0
+
+    # =====================================================================================
+    # the crank
+    # =====================================================================================
+    def pump(self, now: int) -> None:
+        if now >= self._scrub_at:
+            self._scrub(now)
+        if now >= self._repair_at:
+            self._repair(now)
+
+    def next_deadline(self, now: int) -> int | None:
+        """When the node must wake for this component: while a scrub pass is under way or a
+        repair is outstanding. Between passes the next one starts at the first event after
+        ``SCRUB_PERIOD_MS`` (a node always has some: heartbeats, election timers)."""
+        out = []
+        if self._scrub_next is not None:
+            out.append(self._scrub_at)
+        if not self._idle:
+            out.append(self._repair_at)
+        return min(out) if out else None
+
+    def _scrub(self, now: int) -> None:
+        store = self.store
+        lo, hi = store.ledger_before_begin_index + 1, store.ledger_end_index
+        i = self._scrub_next if self._scrub_next is not None else lo
+        i = max(i, lo)
+        stop = min(hi, i + SCRUB_BATCH - 1)
+        while i <= stop:
+            try:
+                store.get(i)
+            except DLedgerError:
+                pass                       # a damaged entry is noted by the store itself
+            i += 1
+        if i > hi:
+            self._scrub_next = None
+            self._scrub_at = now + SCRUB_PERIOD_MS
+            self._repair_at = min(self._repair_at, now)
+        else:
+            self._scrub_next = i
+            self._scrub_at = now + SCRUB_STEP_MS
+
+    def _repair(self, now: int) -> None:
+        damaged = self.store.damaged()
+        for index in [i for i in self._asking if i not in damaged]:
+            del self._asking[index]
+            self._turn.pop(index, None)
+        if not damaged:
+            # looked at again on the first event after a step (reads elsewhere may note
+            # damage: a push, applying, a client's get), or when a scrub pass ends
+            self._repair_at = now + REPAIR_STEP_MS
+            self._idle = True
+            return
+        self._idle = False
+        self._repair_at = now + REPAIR_STEP_MS
+        for index in damaged:
+            asked = self._asking.get(index)
+            if asked is not None and now - asked[1] < ASK_RETRY_MS:
+                continue
+            if asked is None and self._repair_locally(index):
+                continue
+            if len(self._asking) >= MAX_ASKING and index not in self._asking:
+                break
+            self._ask(now, index)
+
+    def _repair_locally(self, index: int) -> bool:
+        try:
+            self.store.repair(index)
+        except DLedgerError:
+            return False
+        self.repaired += 1
+        return True
+
+    def _peers(self) -> list[str]:
+        member = self.member_state
+        peers = sorted(member.remote_peer_ids)
+        lead = member.leader_id
+        if lead in peers:
+            peers.remove(lead)
+            peers.insert(0, lead)
+        return peers
+
+    def _ask(self, now: int, index: int) -> None:
+        peers = self._peers()
+        if not peers:
+            return
+        turn = self._turn.get(index, 0)
+        self._turn[index] = turn + 1
+        peer = peers[turn % len(peers)]
+        member = self.member_state
+        self._asking[index] = (peer, now)
+        req = PullEntriesRequest(group=member.group, local_id=member.self_id, remote_id=peer,
+                                 leader_id=member.leader_id, term=member.curr_term,
+                                 node_id=member.self_id, begin_index=index)
+        self._send(peer, req, lambda now_, src, resp: self._on_answer(now_, index, peer, resp))
+
+    def _on_answer(self, now: int, index: int, peer: str, resp) -> None:
+        if resp is None or not isinstance(resp, PullEntriesResponse):
+            return                          # unanswered: the next round asks another peer
+        if index not in self.store.damaged():
+            self._asking.pop(index, None)
+            return
+        for record in resp.entries[:1]:
+            try:
+                self.store.repair(index, record)
+            except DLedgerError as exc:
+                log.warning("%s: the copy of entry %d from %s was refused: %s",
+                            self.member_state.self_id, index, peer, exc)
+                break
+            self.repaired += 1
+            self._asking.pop(index, None)
+            self._turn.pop(index, None)
+            log.warning("%s: entry %d repaired from %s's copy", self.member_state.self_id, index, peer)
+            return
+        # no usable copy there: ask the next peer at once
+        if self._asking.get(index, (None,))[0] == peer:
+            self._asking[index] = (peer, now - ASK_RETRY_MS)
+            self._repair_at = min(self._repair_at, now)
+
+    def damaged_up_to(self, index: int) -> bool:
+        """Is an entry at or below ``index`` damaged here (not to be counted as matching)?"""
+        damaged = self.store.damaged()
+        return bool(damaged) and next(iter(damaged)) <= index
+
+    # =====================================================================================
+    # answering a peer
+    # =====================================================================================
+    def handle_pull(self, req: PullEntriesRequest) -> PullEntriesResponse:
+        """The record of ``req.begin_index`` if it reads intact here (else none)."""
+        member = self.member_state
+        entries: list[bytes] = []
+        code = Code.SUCCESS
+        try:
+            entries.append(bytes(self.store.get_raw(req.begin_index)))
+        except DLedgerError as exc:
+            code = exc.code if isinstance(exc.code, int) else Code.INTERNAL_ERROR
+        return PullEntriesResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                   leader_id=member.leader_id, code=int(code), term=member.curr_term,
+                                   entries=entries)

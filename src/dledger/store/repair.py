@@ -1,0 +1,180 @@
+"""Repair: damaged entries of the file store, found and rewritten in place (mixin of the façade).
+
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
+state: ``data_list``, ``index_list``, the ledger fields and ``_damaged`` (entry index ->
+``CorruptStoreError``), which recovery (an open that skipped a damaged record) and every read
+that refused an entry fill in.
+
+- ``damaged()``: the entries found damaged and not repaired yet, within the log's current
+  range, each with the error naming the file and offset. They stay refused by every read
+  (``get``, ``get_raw``, ``get_raw_range``) until repaired: never returned to a client, never
+  pushed to a follower.
+- ``repair(index)``: a damaged **index unit** over an intact record is rebuilt from the data
+  alone. The record is found where its neighbours say it lies (right after entry
+  ``index - 1``, or at the start of the next segment), must be intact (header, CRC, reserved
+  fields 0, ``pos`` its own position), carry ``index``, a term between its neighbours', and
+  end where entry ``index + 1`` begins.
+- ``repair(index, record)``: a damaged **data record** is rewritten, byte for byte, from a
+  peer's copy. Raft's log matching makes an entry fully determined by its index and term,
+  and replicas are byte-identical (a follower stores the leader's record at the leader's
+  position), so the copy is accepted only when it is complete and intact (size, CRC — a copy
+  without a CRC cannot be checked and is refused —, reserved fields 0) and agrees with the
+  local index unit in every field (magic, index, term, pos, size), and that unit agrees with
+  its neighbours (positions chain, terms do not decrease). Anything else raises
+  ``RepairRefusedError`` and changes nothing. An accepted copy is written in place and synced
+  (in either durability mode) before ``repair`` returns; then the entry reads again.
+
+A record and its index unit both damaged cannot be repaired here (nothing local says which
+term the entry had); the entry stays refused and ``damaged()`` keeps naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGICS, IndexUnit,
+                           decode, matches_unit)
+from dledger.errors import INDEX_OUT_OF_RANGE, CorruptEntryError, CorruptStoreError, DLedgerError
+from dledger.store.log_store import RepairRefusedError
+from dledger.store.mmap_file_list import read_index_unit
+
+log = logging.getLogger(__name__)
+
+
+class Repair:
+    """Repairing the file store (mixin of ``DLedgerMmapFileStore``)."""
+
+    def damaged(self) -> dict[int, CorruptStoreError]:
+        """Entries found damaged and not repaired yet (index -> the error naming file and
+        offset), within the log's current range."""
+        lo, hi = self.ledger_before_begin_index, self.ledger_end_index
+        for i in list(self._damaged):
+            if not lo < i <= hi:
+                del self._damaged[i]        # cut away or dropped by retention
+                continue
+            try:
+                self._read_entry(i)         # replaced since (a truncation, then an append)?
+            except CorruptStoreError:
+                continue
+            del self._damaged[i]
+        return dict(sorted(self._damaged.items()))
+
+    def _note_damage(self, index: int, exc: CorruptStoreError) -> None:
+        if index not in self._damaged:
+            log.error("store %s: entry %d is damaged and refused until repaired: %s",
+                      self.store_dir, index, exc)
+        self._damaged[index] = exc
+
+    # -- locating -------------------------------------------------------------------------
+    def _plain_unit(self, k: int) -> IndexUnit | None:
+        """Index unit ``k`` if it is written and names entry ``k`` with sane fields."""
+        if k <= self.ledger_before_begin_index or k > self.ledger_end_index:
+            return None
+        unit = read_index_unit(self.index_list, k)
+        if unit is None or unit.index != k or unit.magic not in VALID_MAGICS \
+                or unit.size < BODY_OFFSET or unit.pos < 0:
+            return None
+        return unit
+
+    def _follows(self, prev: IndexUnit, pos: int) -> bool:
+        """Does a record at ``pos`` follow ``prev``'s record (right after, or at the start of a
+        later segment)?"""
+        end = prev.pos + prev.size
+        return pos == end or (pos > end and pos % self.data_list.mapped_file_size == 0)
+
+    def _unit_fits(self, unit: IndexUnit) -> bool:
+        """Does ``unit`` (entry k) agree with its neighbours' units, where they are readable?"""
+        prev, nxt = self._plain_unit(unit.index - 1), self._plain_unit(unit.index + 1)
+        if prev is not None and (prev.term > unit.term or not self._follows(prev, unit.pos)):
+            return False
+        if nxt is not None and (nxt.term < unit.term or not self._follows(unit, nxt.pos)):
+            return False
+        return True
+
+    def _record_slot(self, pos: int, size: int):
+        f = self.data_list.find_file(pos)
+        if f is None or pos - f.file_from_offset + size > f.wrote_position:
+            return None, -1
+        return f, pos - f.file_from_offset
+
+    def _check_writable(self, index: int) -> None:
+        self._check_open()
+        if self.read_only:
+            raise RepairRefusedError(f"store {self.store_dir} is read-only: entry {index} not repaired")
+        if self.failed is not None:
+            raise RepairRefusedError(f"store {self.store_dir} has failed ({self.failed}): entry "
+                                     f"{index} not repaired")
+        if not self.ledger_before_begin_index < index <= self.ledger_end_index:
+            raise DLedgerError(f"entry {index} is not in the log ({self.ledger_before_begin_index + 1}"
+                               f"..{self.ledger_end_index})", INDEX_OUT_OF_RANGE)
+
+    # -- repairing ------------------------------------------------------------------------
+    def repair(self, index: int, record: bytes | None = None) -> None:
+        """Repair entry ``index``: its index unit from the local data (``record`` None), or its
+        record from a peer's copy (see the module docstring). Raises ``RepairRefusedError``
+        and changes nothing when the repair cannot be proven right."""
+        self._check_writable(index)
+        if record is None:
+            self._rebuild_unit(index)
+        else:
+            self._rewrite_record(index, bytes(record))
+        self._damaged.pop(index, None)
+        self.get(index)      # reads back: a repair that does not read is not one
+
+    def _rewrite_record(self, index: int, record: bytes) -> None:
+        unit = self._plain_unit(index)
+        if unit is None or not self._unit_fits(unit):
+            raise RepairRefusedError(f"entry {index}: its index unit is damaged too; a copy "
+                                     f"cannot be checked against it")
+        try:
+            cand = decode(record, 0, limit=len(record))
+        except CorruptEntryError as exc:
+            raise RepairRefusedError(f"entry {index}: the copy is damaged: {exc}") from None
+        if cand.size != len(record) or not cand.body_crc or cand.channel or cand.chain_crc:
+            raise RepairRefusedError(f"entry {index}: the copy has no CRC or is not one whole "
+                                     f"record ({len(record)} bytes)")
+        if not (cand.pos == unit.pos and matches_unit(unit, cand.magic, cand.size, cand.index,
+                                                      cand.term, cand.pos, cand.body_crc)):
+            raise RepairRefusedError(
+                f"entry {index}: the copy is (index {cand.index}, term {cand.term}, pos "
+                f"{cand.pos}, size {cand.size}, magic {cand.magic}), the index unit says (term "
+                f"{unit.term}, pos {unit.pos}, size {unit.size}, magic {unit.magic})")
+        f, off = self._record_slot(unit.pos, unit.size)
+        if f is None:
+            raise RepairRefusedError(f"entry {index}: its position {unit.pos} is outside the data")
+        if f.mm[off:off + unit.size] != record:
+            f.write_at(off, record)
+            f.flush_range(off, off + unit.size)
+            log.warning("store %s: entry %d repaired from a peer's copy in %s at offset %d",
+                        self.store_dir, index, f.path, off)
+
+    def _rebuild_unit(self, index: int) -> None:
+        prev = self._plain_unit(index - 1)
+        nxt = self._plain_unit(index + 1)
+        if prev is None:
+            raise RepairRefusedError(f"entry {index}: no intact index unit before it locates "
+                                     f"its record")
+        fsize = self.data_list.mapped_file_size
+        end = prev.pos + prev.size
+        for pos in (end, end - end % fsize + fsize):
+            f, off = self._record_slot(pos, BODY_OFFSET)
+            if f is None:
+                continue
+            try:
+                e = decode(f.mm, off, limit=f.wrote_position)
+            except CorruptEntryError:
+                continue
+            unit = IndexUnit(e.magic, pos, e.size, e.index, e.term)
+            if (e.index != index or not e.body_crc or e.channel or e.chain_crc or e.pos != pos
+                    or e.term < prev.term or (nxt is not None and (nxt.term < e.term
+                                                                   or not self._follows(unit, nxt.pos)))):
+                continue
+            upos = index * INDEX_UNIT_SIZE
+            xf = self.index_list.find_file(upos)
+            uoff = upos - xf.file_from_offset
+            xf.write_at(uoff, INDEX_UNIT.pack(*unit))
+            xf.flush_range(uoff, uoff + INDEX_UNIT_SIZE)
+            log.warning("store %s: index unit %d rebuilt from its record in %s at offset %d",
+                        self.store_dir, index, f.path, off)
+            return
+        raise RepairRefusedError(f"entry {index}: no intact record where its neighbours place it")
