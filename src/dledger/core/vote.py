@@ -180,7 +180,10 @@ class Voting:
             return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
-        if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
+        if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately \
+                or member.known_max_term_in_group > member.curr_term:
+            # a node that learnt of a higher term (a follower's answer deposed it) never asks
+            # again in its old one: a leader of that term is deposed by the same answer again
             term = member.next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:
