@@ -180,3 +180,111 @@ def test_a_leadership_transfer_replayed_to_a_lagging_follower_does_not_stop_the_
         assert c.run_until(converged, 10 * ELECTION_TIMEOUT)
         _commit(c, b"after")
         c.check()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_paused_leader_of_five_is_replaced_and_acknowledges_nothing_when_it_resumes(seed):
+    """EL-10 on five nodes: the leader's process stops for three election timeouts (a
+    SIGSTOP) with appends queued on it, the others elect, the old leader resumes: it steps
+    down without acknowledging anything in its old term."""
+    with Cluster(n=5, seed=seed) as c:
+        for node_id in c.ids:
+            c.network.bind(node_id, c.processes[node_id])
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        old = c.leader()
+        old_term = c.servers[old].node.term
+        _commit(c, b"before")
+        c.processes[old].pause(3 * ELECTION_TIMEOUT)
+        during = [c.append(b"during-%d" % k, via=old) for k in range(5)]
+        assert c.run_until(lambda: c.leader() not in (None, old), 3 * ELECTION_TIMEOUT)
+        _commit(c, b"kept")
+        acks_in_old_term = []
+        c.servers[old].driver.ready_listeners.append(lambda ready: acks_in_old_term.extend(
+            x.response for x in ready.completions
+            if getattr(x.response, "ok", False) and c.servers[old].node.term == old_term))
+        assert c.run_until(lambda: not c.processes[old].paused, 3 * ELECTION_TIMEOUT)
+        c.run_for(1_000)
+        assert acks_in_old_term == []
+        assert c.servers[old].role is not Role.LEADER or c.servers[old].node.term > old_term
+        assert all(f.done() and not f.result().ok for f in during)
+        c.check()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_transfer_to_a_follower_fifty_entries_behind_completes_after_it_catches_up(seed):
+    """EL-12, first half: the transferee lags by 50 entries (within
+    ``max_leadership_transfer_wait_index``) over a slow link; the transfer completes, the
+    transferee leads with the whole log, and the term moved by exactly one."""
+    with Cluster(n=3, seed=seed) as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        lead = c.leader()
+        target = next(i for i in c.ids if i != lead)
+        c.crash(target)
+        futures = [c.append(b"x%d" % k) for k in range(50)]
+        assert c.run_until(lambda: all(f.done() and f.result().ok for f in futures), 2_000)
+        c.network.set_link(lead, target, 20, 40)
+        c.restart(target)
+        # the transferee must know whom it follows (else INCONSISTENT_LEADER); it still lags
+        assert c.run_until(lambda: c.servers[target].node.leader_id == lead, 1_000)
+        assert c.servers[target].store.ledger_end_index < futures[-1].result().index
+        term = c.servers[lead].node.term
+        f = c.servers[lead].transfer_leadership(target)
+        assert c.run_until(f.done, 2_000)
+        assert f.result().code == Code.SUCCESS
+        assert c.run_until(lambda: c.leader() == target, 1_000)
+        assert c.servers[target].node.term == term + 1
+        assert c.servers[target].store.ledger_end_index >= futures[-1].result().index
+        _commit(c, b"after")
+        c.check()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_transfer_to_a_follower_that_cannot_catch_up_fails_in_time_and_terms_stop_growing(seed):
+    """EL-12, second half (DLedger#85): every push to the transferee is lost, so it never
+    reaches the index it must hold. The transfer fails (TAKE_LEADERSHIP_FAILED or another
+    refusal) within the transfer timeout plus an RPC, the old leader accepts appends again,
+    and no term moves afterwards."""
+    with Cluster(n=3, seed=seed) as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        lead = c.leader()
+        target = next(i for i in c.ids if i != lead)
+        c.network.drop_if = lambda env: env.dst == target and type(env.msg) is PushEntryRequest
+        futures = [c.append(b"x%d" % k) for k in range(20)]
+        assert c.run_until(lambda: all(f.done() and f.result().ok for f in futures), 2_000)
+        f = c.servers[lead].transfer_leadership(target)
+        started = c.now_ms
+        timeout = c.servers[lead].config.leadership_transfer_wait_timeout
+        assert c.run_until(f.done, timeout + c.servers[lead].config.rpc_timeout_ms)
+        assert f.result().code != Code.SUCCESS
+        assert c.now_ms - started <= timeout + 2 * 100
+        assert c.leader() == lead
+        terms = {i: c.servers[i].node.term for i in c.ids}
+        after = c.append(b"after")
+        assert c.run_until(after.done, 1_000) and after.result().ok
+        c.run_for(3_000)
+        assert {i: c.servers[i].node.term for i in c.ids} == terms and c.leader() == lead
+        c.network.drop_if = None
+        c.run_for(2_000)
+        c.check()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_leader_that_can_receive_but_not_send_is_replaced_and_steps_down_on_the_new_term(seed):
+    """EL-13, second case: every link out of the leader is cut, links into it work. The
+    followers elect a leader of a higher term; the old leader hears that term (the new
+    leader's heartbeats reach it) and steps down; once healed, appends commit."""
+    with Cluster(n=5, seed=seed) as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        old = c.leader()
+        old_term = c.servers[old].node.term
+        for i in c.ids:
+            if i != old:
+                c.network.cut(old, i)
+        assert c.run_until(lambda: c.leader() not in (None, old), 3_000)
+        new = c.leader()
+        assert c.servers[new].node.term > old_term
+        assert c.run_until(lambda: c.servers[old].role is Role.FOLLOWER
+                           and c.servers[old].node.leader_id == new, 2 * ELECTION_TIMEOUT)
+        c.heal()
+        _commit(c, b"after")
+        c.check()
