@@ -42,6 +42,10 @@ def parse_peers(peers: str) -> dict[str, str]:
             raise ConfigError("peers", f"{part!r} is not of the form id-host:port")
         if peer_id in out:
             raise ConfigError("peers", f"peer id {peer_id!r} appears twice")
+        if peer_id in (".", "..") or any(ch in "/\\" or not ch.isprintable() or ch.isspace() for ch in peer_id):
+            # an id names the node's store directory (dledger-<id>): it must be one plain name
+            raise ConfigError("peers", f"peer id {peer_id!r} may not be '.' or '..' nor contain a slash, "
+                              f"a backslash, a space or a control character")
         out[peer_id] = addr
     if not out:
         raise ConfigError("peers", "no peers given")
