@@ -164,6 +164,17 @@ def scenario(draw):
         cls = draw(st.sampled_from(RESPONSES if as_response else REQUESTS), label="type")
         shape = draw(st.sampled_from(["plausible", "plausible", "perturbed", "perturbed", "wild"]), label="shape")
         kw = {f.name: (_wild if shape == "wild" else _plausible)(draw, cls, f, src, dst) for f in fields(cls)}
+        if cls is PushEntryRequest and shape != "wild" and draw(st.booleans(), label="leader's push"):
+            # what the leader itself would send: its ids and term, its records from a first
+            # index around the followers' ends (contiguous, overlapping or beyond: parked)
+            first = draw(st.integers(COMMITTED, COMMITTED + LAGGED) | st.integers(0, COMMITTED + LAGGED), label="first")
+            kw.update(local_id="<leader>", leader_id="<leader>", term="<term>", first_entry_index=first,
+                      count=draw(st.integers(1, 3), label="count"), entries="<records>",
+                      pre_log_index=first - 1, pre_log_term="<pre-term>", last_entry_term="<term>",
+                      commit_index=draw(st.integers(-1, COMMITTED + LAGGED), label="commit"),
+                      type=draw(st.sampled_from([PushEntryType.APPEND] * 3 + [PushEntryType.COMMIT, PushEntryType.COMPARE,
+                                                                              PushEntryType.TRUNCATE]), label="type"))
+            src = "<leader>"
         if shape == "perturbed":
             for f in draw(st.lists(st.sampled_from(fields(cls)), min_size=1, max_size=3, unique=True), "bad"):
                 kw[f.name] = _wild(draw, cls, f, src, dst)
@@ -183,11 +194,13 @@ def _resolve(w: Wired, roles: dict, value):
 
 def _build(w: Wired, roles: dict, cls, kw: dict):
     kw = {name: _resolve(w, roles, value) for name, value in kw.items()}
+    leader_store = w.nodes[roles["<leader>"]].store
+    if kw.get("pre_log_term") == "<pre-term>":
+        p = kw["pre_log_index"]
+        kw["pre_log_term"] = leader_store.get_entry_term(p) if 0 <= p <= leader_store.ledger_end_index else -1
     if kw.get("entries") == "<records>":
         first, count = kw.get("first_entry_index", 0), kw.get("count", 1)
         kw["entries"] = _raw(w, roles["<leader>"], first, count) if 0 <= first <= COMMITTED + LAGGED else b""
-        if kw["entries"] and cls is PushEntryRequest and isinstance(kw.get("pre_log_term"), int) and first > 0:
-            kw.setdefault("pre_log_term", w.nodes[roles["<leader>"]].store.get_entry_term(first - 1))
     return cls(**kw)
 
 
