@@ -247,3 +247,37 @@ def test_an_append_replicated_to_one_follower_before_the_leader_dies_is_never_ac
         assert f.done() and (f.exception() is not None or not f.result().ok)
         assert [e.body for e in c.committed_log()].count(b"orphan") <= 1
         c.check()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_node_with_an_empty_store_catches_up_a_long_log_steadily_in_bounded_time(seed):
+    """MB-03 (RocketMQ#1778): membership is static, so a "new" node is a listed peer whose
+    store is empty while the others hold 5,000 entries. Its log end only grows, it holds the
+    whole log within two seconds, and the leader sends it a bounded number of pushes (about
+    one per batch, not a busy loop of refusals)."""
+    with Cluster(n=3, seed=seed) as c:
+        lead = _leader(c)
+        new = next(i for i in c.ids if i != lead)
+        c.crash(new)
+        for k in range(0, 5_000, 500):
+            futures = [c.append(b"e%05d" % j) for j in range(k, k + 500)]
+            assert c.run_until(lambda: all(f.done() and f.result().ok for f in futures), 3_000)
+        end = c.servers[lead].store.ledger_end_index
+        c._memory[new] = DLedgerMemoryStore(data_file_size=c.config_for(new).mapped_file_size_for_entry_data)
+        pushes = []
+        c.network.drop_if = lambda env: pushes.append(env.msg.type) if (
+            env.dst == new and isinstance(env.msg, PushEntryRequest)) else False
+        c.restart(new)
+        ends = []
+        while c.servers[new].store.ledger_end_index < end:
+            assert c.now_ms < 60_000
+            c.run_for(5)
+            ends.append(c.servers[new].store.ledger_end_index)
+        assert ends == sorted(ends) and len(ends) * 5 <= 2_000
+        appends = [t for t in pushes if t == PushEntryType.APPEND]
+        cfg = c.servers[lead].config
+        size = sum(len(c.servers[lead].store.get_raw(k)) for k in range(end + 1))
+        batches = max(-(-size // cfg.max_batch_append_size), -(-(end + 1) // cfg.max_batch_append_count))
+        assert len(appends) <= 2 * batches + 10, (len(appends), batches)
+        assert len(pushes) - len(appends) <= 20
+        c.check()
