@@ -64,7 +64,6 @@ class _Internal(logging.Handler):
 
 
 INTERNAL = _Internal()
-logging.getLogger("dledger.core.node").addHandler(INTERNAL)
 
 _CLUSTERS: dict[int, Wired] = {}
 
@@ -260,6 +259,16 @@ def test_fuzzed_requests_get_documented_answers_change_nothing_they_must_not_and
     seed, messages = case
     w, roles = _cluster(seed)
     INTERNAL.seen.clear()
+    node_log = logging.getLogger("dledger.core.node")
+    node_log.addHandler(INTERNAL)
+    try:
+        _fuzz(w, roles, messages)
+    finally:
+        node_log.removeHandler(INTERNAL)
+    _leader_elected_and_append_commits(w)
+
+
+def _fuzz(w: Wired, roles: dict, messages: list) -> None:
     for src, dst, rid, as_response, cls, kw, mutation in messages:
         msg = _build(w, roles, cls, kw)
         src, dst = roles.get(src, src), roles[dst]
@@ -297,7 +306,6 @@ def test_fuzzed_requests_get_documented_answers_change_nothing_they_must_not_and
         assert before[4] <= commit <= end, (env, before, after)
         assert _committed_bytes(node)[:len(committed)] == committed
         w.deliver()
-    _leader_elected_and_append_commits(w)
 
 
 def test_a_transfer_request_replayed_to_a_lagging_follower_leaves_the_cluster_live():
