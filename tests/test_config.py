@@ -16,7 +16,10 @@ def test_peers_parse_ids_before_first_dash_and_keep_dashes_in_addresses():
         "n0": "127.0.0.1:20911", "n1": "my-host:20912"}
 
 
-@pytest.mark.parametrize("peers", ["", ";", "n0", "-127.0.0.1:1", "n0-", "n0-a:1;n0-b:2"])
+@pytest.mark.parametrize("peers", ["", ";", "n0", "-127.0.0.1:1", "n0-", "n0-a:1;n0-b:2",
+                                   # ids name store directories: no path tricks (SC-08)
+                                   "..-h:1", ".-h:1", "a/b-h:1", "n0-h:1;../x-h:2", "a\\b-h:1", "n\x000-h:1",
+                                   "a b-h:1"])
 def test_bad_peers_are_refused_naming_the_field(peers):
     with pytest.raises(ConfigError) as exc:
         DLedgerConfig(peers=peers).validate()

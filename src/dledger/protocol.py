@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
+import reprlib
 import zlib
 
 import msgpack
@@ -467,13 +468,13 @@ def decode_envelope(data: bytes) -> Envelope:
     if not isinstance(obj, list) or len(obj) != 7:
         raise FrameError("an envelope is a list of 7 items")
     version, src, dst, request_id, is_response, tag, values = obj
-    if version != WIRE_VERSION:
-        raise FrameError(f"unsupported wire version {version!r}")
+    if type(version) is not int or version != WIRE_VERSION:         # 2.0 == 2, True == 1: not versions
+        raise FrameError(f"unsupported wire version {reprlib.repr(version)}")
     if not (isinstance(src, str) and isinstance(dst, str) and isinstance(is_response, bool)
             and isinstance(request_id, int) and not isinstance(request_id, bool)):
         raise FrameError("bad envelope header")
     if not isinstance(tag, int) or isinstance(tag, bool) or not 0 <= tag < len(MESSAGE_TYPES):
-        raise FrameError(f"unknown message tag {tag!r}")
+        raise FrameError(f"unknown message tag {reprlib.repr(tag)}")
     cls = MESSAGE_TYPES[tag][0]
     schema = _SCHEMA[cls]
     if not isinstance(values, list) or not _MIN_FIELDS[cls] <= len(values) <= len(schema):
@@ -481,6 +482,7 @@ def decode_envelope(data: bytes) -> Envelope:
     kwargs = {}
     for (name, check), value in zip(schema, values):
         if not check(value):
-            raise FrameError(f"{cls.__name__}.{name}: bad value {value!r:.40}")
+            # reprlib: a value nested thousands deep must not blow the stack while we name it
+            raise FrameError(f"{cls.__name__}.{name}: bad value {reprlib.repr(value)}")
         kwargs[name] = value
     return Envelope(src, dst, request_id, is_response, cls(**kwargs))

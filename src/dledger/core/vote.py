@@ -206,8 +206,11 @@ class Voting:
             # recovering with its term unknown, or a failed store: no candidacy
             self.next_time_to_request_vote = now + self.vote_delay()
             return
-        if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER:
-            # (a relearnt term carries a vote for no member: campaign above it)
+        if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
+                or member.known_max_term_in_group > member.curr_term:
+            # (a relearnt term carries a vote for no member: campaign above it; and a node that
+            # learnt of a higher term (a follower's answer deposed it) never asks again in its
+            # old one: a leader of that term is deposed by the same answer again)
             term = member.next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:
