@@ -51,14 +51,15 @@ class LeaderElector:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], complete_read: Callable[[Any, int, int], None],
                  commit_hint: Callable[[int, int], None], match_index: Callable[[str], int],
-                 recovery: Recovery, peer_recovering: Callable[[int, str, bool], None]) -> None:
+                 recovery: Recovery, peer_recovering: Callable[[int, str, bool], None],
+                 round_trip_ms: Callable[[int, int], int] | None = None) -> None:
         self.member_state = member_state
         self.cfg = config
         self.recovery = recovery
         self.reads = ReadIndex(complete_read)
         self.voting = Voting(member_state, config, rng, now_ms=now_ms, send=send, become_leader=self.become_leader,
                              has_live_leader=lambda now: self.heartbeats.has_live_leader(now),
-                             fail_reads=self.reads.fail, recovery=recovery)
+                             fail_reads=self.reads.fail, recovery=recovery, round_trip_ms=round_trip_ms)
         self.heartbeats = Heartbeats(member_state, config, now_ms=now_ms, send=send, confirmed=self.reads.confirmed,
                                      fail_reads=self.reads.fail, step_down=self.voting.become_candidate,
                                      follow=self.voting.follow, catch_up_term=self.voting.catch_up_term,

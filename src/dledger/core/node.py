@@ -48,6 +48,7 @@ from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange
 from dledger.core.recovery import Recovery
 from dledger.core.repair import Repairer
+from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
@@ -127,7 +128,10 @@ class Node:
         self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
         self.recovery = recovery = Recovery(member, store, config, now_ms=now_ms, send=self.send)
         # the elector draws its first vote delay from rng here, before the request ids below
+        #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
+        self.round_trips = RoundTrips()
         self.elector = LeaderElector(member, config, rng, now_ms=now_ms, send=self.send,
+                                     round_trip_ms=self.round_trips.round_ms,
                                      complete_read=self.complete_read,
                                      commit_hint=lambda term, index: self.handler.commit_hint(term, index),
                                      match_index=lambda peer: self.pusher.match_index(peer), recovery=recovery,
@@ -214,6 +218,7 @@ class Node:
             rpc = self._rpcs.get(env.request_id)
             if rpc is not None and type(env.msg) is rpc.response_type and env.src == rpc.peer:
                 del self._rpcs[env.request_id]
+                self.round_trips.record(now - rpc.sent_ms)
                 member = self.member_state
                 if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
                         and member.role is Role.LEADER and not self._confirms_nothing(env.msg):

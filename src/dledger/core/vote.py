@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from dledger.core.heartbeat import election_timeout_ms
 from dledger.core.member_state import MemberState, Role
 from dledger.core.quorum import Majority, VoteOutcome
 from dledger.core.recovery import NO_MEMBER, Recovery
@@ -122,8 +123,10 @@ class Voting:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], become_leader: Callable[[int, int], None],
                  has_live_leader: Callable[[int], bool], fail_reads: Callable[[int], None],
-                 recovery: Recovery) -> None:
+                 recovery: Recovery, round_trip_ms: Callable[[int, int], int] | None = None) -> None:
         self.member_state = member_state
+        #: how long a round waits for its answers, given (floor, cap) (``core.round_trip``)
+        self._round_ms = round_trip_ms if round_trip_ms is not None else (lambda floor, _cap: floor)
         self.recovery = recovery
         self.cfg = config
         self.rng = rng                          # the injected random.Random
@@ -221,7 +224,7 @@ class Voting:
         unanimous = self.unanimous_next
         tally = VoteTally(term, unanimous=unanimous)
         self.round = tally
-        self.round_deadline = now + self.cfg.heart_beat_time_interval_ms
+        self.round_deadline = now + self._round_ms(self.cfg.heart_beat_time_interval_ms, election_timeout_ms(self.cfg))
         transfer = member.is_taking_leadership()
         for peer in member.peer_ids:
             req = VoteRequest(group=member.group, local_id=member.self_id, remote_id=peer, leader_id=member.self_id,
