@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 #: entries read back per scrub step, and the pause between steps and between passes
 SCRUB_BATCH = 256
 SCRUB_STEP_MS = 50
-SCRUB_PERIOD_MS = 60_000
+SCRUB_PERIOD_MS = 300_000
 #: damaged entries asked for at once, and how long one peer gets to answer
 MAX_ASKING = 16
 ASK_RETRY_MS = 500

@@ -171,6 +171,8 @@ class Repair:
                 continue
             upos = index * INDEX_UNIT_SIZE
             xf = self.index_list.find_file(upos)
+            if xf is None:
+                break
             uoff = upos - xf.file_from_offset
             xf.write_at(uoff, INDEX_UNIT.pack(*unit))
             xf.flush_range(uoff, uoff + INDEX_UNIT_SIZE)

@@ -1,0 +1,29 @@
+"""The repair pull between nodes of the core: any node answers with a record it reads intact,
+and an answer to a pull confirms nothing about the asker's leadership (no lease, no read
+index comes from it: the answering node checks neither term nor leader)."""
+
+from __future__ import annotations
+
+from core.wiring import Wired
+from dledger.protocol import PullEntriesRequest, PullEntriesResponse
+
+
+def test_a_pull_is_answered_with_the_record_and_confirms_no_leadership():
+    w = Wired(3)
+    assert w.run_until(lambda: w.leader() is not None)
+    lead = w.leader()
+    w.propose(lead, "t", [b"x"])
+    assert w.run_until(lambda: all(n.committed_index >= 0 for n in w.nodes.values()))
+    node = w.nodes[lead]
+    contacts, answers = [], []
+    note = node.elector.note_contact
+    node.elector.note_contact = lambda now, peer, sent: (contacts.append(peer), note(now, peer, sent))
+    w.drop = lambda env: not isinstance(env.msg, (PullEntriesRequest, PullEntriesResponse))
+    follower = next(i for i in w.ids if i != lead)
+    req = PullEntriesRequest(group=node.member_state.group, local_id=lead, remote_id=follower,
+                             term=node.term, node_id=lead, begin_index=0)
+    node.send(follower, req, lambda now, src, resp: answers.append(resp))
+    w._collect(node)
+    w.deliver()
+    assert len(answers) == 1 and answers[0].entries == [w.stores[follower].get_raw(0)]
+    assert contacts == []
