@@ -259,3 +259,25 @@ def test_every_named_shape_blocks_some_links_and_isolate_leader_cuts_off_the_lea
     assert shapes.shape("isolate_leader", ids, rng) and shapes.isolate_leader(ids, "n0") == shapes.isolate(ids, "n0")
     with pytest.raises(ValueError, match="unknown partition shape"):
         shapes.shape("triangle", ids, rng)
+
+
+def test_what_a_process_sends_after_pausing_itself_leaves_when_the_pause_ends():
+    """A slow sync pauses the node's process inside the crank that goes on to send: its
+    messages leave when the pause ends, in order, and never if the process is killed first."""
+    s, net, got = _net(min_delay_ms=1, max_delay_ms=1)
+    for name, kill in (("a", False), ("b", True)):
+        proc = s.process(name)
+        net.bind(name, proc)
+
+        def crank(proc=proc, name=name, kill=kill):
+            proc.pause(50)                             # a slow msync inside the crank
+            other = "b" if name == "a" else "a"
+            net.endpoints[name].send(env(name, other, 1))
+            net.endpoints[name].send(env(name, other, 2))
+            if kill:
+                s.call_at(s.now + 10, proc.kill)
+
+        proc.call_at(100, crank)
+    s.run_until(300)
+    assert got["b"] == [(151, 1), (151, 2)]            # a's messages: after its 50 ms pause
+    assert got["a"] == []                              # b died during its pause: nothing left it

@@ -12,7 +12,11 @@ cluster only plays the operating system:
 - ``power_loss(node, torn=False)``: the machine loses power: a crash, then the node's store
   directory keeps only what was made durable (``torn=True``: a random subset of the unsynced
   sectors, drawn from the seed; see ``dledger.sim.disk``);
-- ``restart(node)``: a new process opens the store again;
+- ``crash_inside(node, n, power=False, torn=False)`` (file stores): the node dies at its n-th
+  next mapping write or msync, inside whatever append, flush or cut makes it (a crash there,
+  or a power cut); the cluster catches the ``SimulatedCrash`` while it runs events;
+- ``restart(node)``: a new process opens the store again (a store that refuses to open, e.g.
+  damage recovery cannot get past, leaves the node down: ``refusals`` says why);
 - a node whose store fails (a failed msync: ``PowerLoss.fail_syncs``) halts by itself
   (``DLedgerServer``: fail-stop); the cluster then takes it for crashed (``halts`` lists
   them) until ``restart``;
