@@ -6,7 +6,8 @@ The candidate:
   test): a round that reaches no quorum of *valid* answers keeps the term (so an isolated
   node does not inflate its term), a round answered but lost moves to the next term after a
   random delay from the injected ``random.Random``, ``REJECT_TERM_NOT_READY`` answers lead
-  to an immediate revote;
+  to an immediate revote; a node that learnt of a higher term (it was deposed by an answer
+  carrying it) asks in that term, not again in its old one;
 - a round that cannot pass any more, or has passed, is decided at once without waiting for
   the missing answers (``Majority.vote_result``); ``REJECT_ALREADY_HAS_LEADER`` delays the
   next round by half to one heartbeat interval only;
