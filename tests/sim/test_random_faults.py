@@ -48,6 +48,9 @@ FIXED: dict[tuple, str] = {
     # candidate kept asking first and unanimous rounds never passed (no leader after healing)
     (2049, 3, "page_cache", "file"): "unanimous rounds livelocked after every node restarted recovering",
     (2099, 3, "page_cache", "file"): "unanimous rounds livelocked after every node restarted recovering",
+    # a power cut tore a no-op record's header after its first 22 bytes: its pos read 0, and
+    # recovery (checking pos only for records with a CRC) kept it; committed bytes differed
+    (2186, 5, "page_cache", "file"): "committed prefixes differ after a torn no-op record was kept",
 }
 
 PASSING = [k for k in CI_SEEDS if k not in KNOWN_FAILURES]

@@ -94,7 +94,23 @@ class LogReader:
                                     f"{entry.magic}, pos {entry.pos}), index unit says (term "
                                     f"{unit.term}, size {unit.size}, magic {unit.magic}, pos "
                                     f"{unit.pos})", path=f.path, offset=off, position=unit.pos)
+        if not entry.body_crc and entry.pos != unit.pos and (entry.pos == 0 or self._has_crc(index - 1)):
+            # a CRC-less record may carry a Java leader's pos, but not 0 nor right after one of
+            # ours (recovery's rule, store/recovery.py _check_body): its header was torn
+            raise CorruptStoreError(f"entry {index} is corrupt: pos field {entry.pos} differs from "
+                                    f"its position {unit.pos} and it has no body CRC after a "
+                                    f"record with one", path=f.path, offset=off, position=unit.pos)
         return entry
+
+    def _has_crc(self, index: int) -> bool:
+        """Does the record of ``index`` carry a body CRC? (False when it cannot be read.)"""
+        if index <= self.ledger_before_begin_index:
+            return False
+        try:
+            _unit, f, off = self._locate(index)
+            return decode(f.mm, off, limit=f.wrote_position, path=f.path, base=f.file_from_offset).body_crc != 0
+        except (CorruptEntryError, DLedgerError):
+            return False
 
     def get_raw(self, index: int) -> bytes:
         """The encoded record of ``index`` exactly as stored (header checked, CRC checked)."""

@@ -116,15 +116,23 @@ def _read_record(f: MmapFile, off: int) -> RecordHeader:
     return h
 
 
-def _check_body(f: MmapFile, off: int, h: RecordHeader) -> None:
+def _check_body(f: MmapFile, off: int, h: RecordHeader, *, after_crc: bool = False) -> None:
     """What a valid header does not tell: the body's CRC, and (for records we write, with a
-    CRC) that the record's ``pos`` is its own position, which the CRC does not cover."""
+    CRC) that the record's ``pos`` is its own position, which the CRC does not cover.
+
+    Java's records carry no CRC and may carry the leader's ``pos``, so a CRC-less record is
+    checked less; but right ``after_crc`` (the record before it has a CRC: a log dledger
+    writes) its ``pos`` must be its own too, and so must a ``pos`` of 0: a power cut that
+    loses the sector holding the end of a header zeroes its ``pos`` (and ``bodyCrc``), and an
+    empty body's CRC is 0 anyway (swarm seed 2186: a no-op record torn so). A Java follower's
+    ``pos`` is the leader's, which is 0 only for the leader's first record; Java assumes equal
+    layouts on every replica, so its records after ours carry their own position."""
     if h.body_crc and crc32(f.mm[off + BODY_OFFSET:off + h.size]) != h.body_crc:
         raise CorruptEntryError(f"body CRC mismatch for index {h.index}", path=f.path, offset=off)
     if h.body_crc and (h.channel or h.chain_crc):
         raise CorruptEntryError(f"reserved fields of index {h.index} are not 0 (channel "
                                 f"{h.channel}, chain_crc {h.chain_crc})", path=f.path, offset=off)
-    if h.body_crc and h.pos != f.file_from_offset + off:
+    if (h.body_crc or after_crc or h.pos == 0) and h.pos != f.file_from_offset + off:
         raise CorruptEntryError(f"pos field {h.pos} of index {h.index} differs from its "
                                 f"position {f.file_from_offset + off}", path=f.path, offset=off)
 
@@ -389,6 +397,10 @@ class _Planner(DamageJudge):
             fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
         stop_reason = None
         index_trusted = True
+        # the record before the scan carries a CRC (see _check_body)
+        unit0 = self.unit_at(last_index) if last_index >= 0 else None
+        h0 = self.record_for_unit(unit0) if unit0 is not None else None
+        after_crc = h0 is not None and h0.body_crc != 0
         rebuild = self.rebuilt.append
         while True:  # the scan; it resumes after a damaged record it can step over
             while fi < len(files):
@@ -404,10 +416,11 @@ class _Planner(DamageJudge):
                         stop_reason = item.error or _END_OF_DATA
                         break
                     try:
-                        _check_body(f, item.offset, h)
+                        _check_body(f, item.offset, h, after_crc=after_crc)
                     except CorruptEntryError as exc:
                         stop_reason = str(exc)
                         break
+                    after_crc = h.body_crc != 0
                     k, term = h.index, h.term
                     if expect is not None and k != expect:
                         stop_reason = f"entry index {k} where {expect} was expected"
