@@ -46,16 +46,18 @@ def test_append_get_and_metadata_through_a_follower_address(tcp_group):
         status = c.status()
         assert set(status) == {"n0", "n1", "n2"} and all(s["leader_id"] == lead.config.self_id
                                                         for s in status.values())
-    # the client first reaches a follower: metadata names the leader, and the append goes there
-    lead_addr = g.peers.split(";")[g.ids.index(lead.config.self_id)].split("-", 1)[1]
-    c2 = DLedgerClient(g.peers, "t", timeout_s=WAIT)
-    try:
-        c2._aio.leader_id = next(i for i in g.ids if i != lead.config.self_id)   # a stale guess
-        assert c2.append(b"via-follower").index == 4
-        assert c2.leader_id == lead.config.self_id
-    finally:
-        c2.close()
-    assert lead_addr
+
+
+
+def test_a_client_given_one_follower_address_finds_the_leader_through_it(tcp_group):
+    g = tcp_group
+    lead = g.leader()
+    one = follower_only_peers(g, lead).split(";")[0]
+    with DLedgerClient(one, "t", timeout_s=WAIT) as c:
+        assert c.append(b"via-follower").code == Code.SUCCESS
+        assert c.leader_id == lead.config.self_id
+        assert c.get(0).body == b"via-follower"
+        assert c.metadata()["leader_id"] == lead.config.self_id
 
 
 def test_a_follower_answers_not_leader_with_the_hint_and_the_client_follows_it(tcp_group):

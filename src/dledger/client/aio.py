@@ -1,7 +1,8 @@
 """AsyncDLedgerClient: an application's asyncio client of a DLedger group over TCP.
 
 ``AsyncDLedgerClient(peers, group, secret=None, timeout_s=3.0)`` talks to the nodes listed in
-``peers`` (the same string the nodes are configured with). Every call has ``timeout_s`` seconds:
+``peers`` (the nodes' own string, or part of it: the members a node names in its metadata are
+added). Every call has ``timeout_s`` seconds:
 - the leader is found through metadata (any node names it) and remembered; a NOT_LEADER answer
   names the new leader (its hint is followed), and LEADER_TRANSFERRING or LEADER_PENDING_FULL
   are waited out; between attempts the client backs off (20 ms doubling to 500 ms, jittered);
@@ -65,13 +66,27 @@ class AsyncDLedgerClient:
         self.group = group
         self.timeout_s = float(timeout_s)
         self.client_id = client_id or f"client-{_secrets.token_hex(8)}"
-        keys = _keys(secret, secret_file)
+        self._keys = keys = _keys(secret, secret_file)
         self.rng = rng or random.Random()
         self.leader_id: str | None = None
         self._conns = {nid: NodeConnection(group, self.client_id, nid, addr, keys) for nid, addr in self.peers.items()}
         self._closed = False
 
     # -- plumbing ----------------------------------------------------------------------------
+    def _learn(self, peers: Any) -> None:
+        """Add the members a node names that ``peers`` did not list (a client may be given one
+        address: any node leads it to the rest)."""
+        if not isinstance(peers, dict):
+            return
+        for node_id, addr in peers.items():
+            if node_id not in self.peers and isinstance(node_id, str) and isinstance(addr, str):
+                try:
+                    conn = NodeConnection(self.group, self.client_id, node_id, addr, self._keys)
+                except ValueError:
+                    continue
+                self.peers[node_id] = addr
+                self._conns[node_id] = conn
+
     def _remaining(self, deadline: float) -> float:
         return deadline - asyncio.get_running_loop().time()
 
@@ -100,6 +115,8 @@ class AsyncDLedgerClient:
                                        min(deadline, asyncio.get_running_loop().time() + 1.0))
             except (NotSent, AnswerLost):
                 continue
+            if resp.code == Code.SUCCESS:
+                self._learn(resp.peers)
             if resp.code == Code.SUCCESS and resp.leader_id in self.peers:
                 self.leader_id = resp.leader_id
                 return resp.leader_id
