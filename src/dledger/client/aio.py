@@ -69,6 +69,7 @@ class AsyncDLedgerClient:
         self._keys = keys = _keys(secret, secret_file)
         self.rng = rng or random.Random()
         self.leader_id: str | None = None
+        self._why_no_leader = "no node named a leader"
         self._conns = {nid: NodeConnection(group, self.client_id, nid, addr, keys) for nid, addr in self.peers.items()}
         self._closed = False
 
@@ -106,6 +107,8 @@ class AsyncDLedgerClient:
     async def _find_leader(self, deadline: float) -> str | None:
         """Ask each node (the remembered leader first) who leads; None if none knows in time."""
         order = sorted(self.peers, key=lambda n: n != self.leader_id)
+        self._why_no_leader = "no node named a leader"
+        unreachable = 0
         for node_id in order:
             if self._remaining(deadline) <= 0:
                 break
@@ -113,7 +116,10 @@ class AsyncDLedgerClient:
                 resp = await self._ask(node_id, MetadataRequest(group=self.group, local_id=self.client_id,
                                                                 remote_id=node_id),
                                        min(deadline, asyncio.get_running_loop().time() + 1.0))
-            except (NotSent, AnswerLost):
+            except (NotSent, AnswerLost) as exc:
+                unreachable += 1
+                if unreachable == len(order):
+                    self._why_no_leader = f"no node could be reached; the last: {exc}"
                 continue
             if resp.code == Code.SUCCESS:
                 self._learn(resp.peers)
@@ -134,7 +140,7 @@ class AsyncDLedgerClient:
                                               f"{self.timeout_s:g} s ({why})")
             target = self.leader_id or await self._find_leader(deadline)
             if target is None:
-                why = "no node named a leader"
+                why = self._why_no_leader
                 await self._backoff(attempt, deadline)
                 attempt += 1
                 continue
