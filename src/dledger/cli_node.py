@@ -126,7 +126,11 @@ def run(args: argparse.Namespace) -> int:
     servers: list[DLedgerServer] = []
     try:
         for c in configs:
-            servers.append(DLedgerServer(c, runtime=runtime).startup())
+            try:
+                servers.append(DLedgerServer(c, runtime=runtime).startup())
+            except OSError as exc:
+                raise RuntimeError(f"node {c.self_id} of group {c.group} cannot start on "
+                                   f"{c.peer_map[c.self_id]}: {exc.strerror or exc}") from None
             log.info("node %s of group %s listening on %s, store %s", c.self_id, c.group,
                      c.peer_map[c.self_id], c.default_path)
         print(f"dledger node: serving {len(servers)} group(s); SIGTERM or SIGINT stops", file=sys.stderr,

@@ -90,3 +90,16 @@ def test_a_toml_config_gives_several_groups_with_shared_defaults(tmp_path):
     assert (b.group, b.durability, b.peer_map["n1"]) == ("b", "page_cache", "127.0.0.1:3")
     args.store_dir = "/flag"
     assert {c.store_base_dir for c in load_configs(args)} == {"/flag"}
+
+
+def test_a_node_whose_port_is_taken_is_one_line_naming_the_address_and_exits_1(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["node", "--group", "g", "--id", "n0", "--peers", f"n0-127.0.0.1:{port}",
+                     "--store-dir", str(tmp_path), "--log-level", "ERROR"])
+    assert code == 1
+    assert f"cannot start on 127.0.0.1:{port}" in one_error_line(capsys)
