@@ -1,7 +1,8 @@
 """The client subcommands of ``dledger``: ``append``, ``get``, ``status``, ``transfer-leader``.
 
 Each takes ``--peers`` and ``--group`` like ``dledger node`` (one reachable address is enough:
-the others are learnt from it), ``--secret-file`` (else ``$DLEDGER_SECRET``) and ``--timeout``.
+the others are learnt from it), ``--secret-file`` (else ``$DLEDGER_SECRET``), ``--timeout``, and
+``--tls-cert``/``--tls-key``/``--tls-ca`` for a cluster with mutual TLS.
 Exit codes: 0 done; 1 the group could not be reached or refused (one line on stderr);
 2 bad flags; 3 an append whose outcome is unknown (it may be committed; it was not resent).
 """
@@ -23,6 +24,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", required=True, help="the group's name")
     p.add_argument("--secret-file", help="the shared secret, one key a line (else $DLEDGER_SECRET)")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds per request (default 3)")
+    p.add_argument("--tls-cert", help="client certificate (PEM) for mutual TLS; with --tls-key and --tls-ca")
+    p.add_argument("--tls-key", help="its private key")
+    p.add_argument("--tls-ca", help="the cluster CA that signs the nodes' certificates")
 
 
 def _parser(sub, name: str, help_: str, example: str) -> argparse.ArgumentParser:
@@ -55,7 +59,11 @@ def add_parsers(sub) -> None:
 
 
 def _client(args: argparse.Namespace) -> DLedgerClient:
-    return DLedgerClient(args.peers, args.group, timeout_s=args.timeout, secret_file=args.secret_file)
+    tls_files = (args.tls_cert, args.tls_key, args.tls_ca)
+    if any(tls_files) and not all(tls_files):
+        raise ValueError("TLS needs --tls-cert, --tls-key and --tls-ca together")
+    return DLedgerClient(args.peers, args.group, timeout_s=args.timeout, secret_file=args.secret_file,
+                         tls=tls_files if all(tls_files) else None)
 
 
 def cmd_append(args: argparse.Namespace) -> int:

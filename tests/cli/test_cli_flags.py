@@ -32,6 +32,7 @@ def one_error_line(capsys) -> str:
     (["append", "--peers", "n0-127.0.0.1:1", "--group", "g", "--timeout", "0", "x"], "timeout"),
     (["get", "--peers", "n0-127.0.0.1:1", "--group", "g", "--secret-file", "/nonexistent/secret", "0"],
      "/nonexistent/secret"),
+    (["status", "--peers", "n0-127.0.0.1:1", "--group", "g", "--tls-cert", "c.pem"], "--tls-key"),
 ])
 def test_bad_flags_are_one_line_and_exit_2_or_1(argv, words, capsys):
     code = main(argv)

@@ -16,6 +16,8 @@ added). Every call has ``timeout_s`` seconds:
 - reads (``get``, ``metadata``) and leadership transfers are retried after any failure.
 The secret: ``secret`` (bytes or str; a list of keys for rotation), else ``secret_file`` (one
 key a line), else the ``DLEDGER_SECRET`` environment variable, else none, as for the nodes.
+``tls=(cert_file, key_file, ca_file)`` connects with mutual TLS (a certificate the cluster CA
+signed; the nodes' certificates are checked against ``ca_file``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, GetEntriesRequest, LeadershipTransferRequest,
                               LeadershipTransferResponse, MetadataRequest)
-from dledger.transport.auth import load_secret
+from dledger.transport.auth import client_tls_context, load_secret
 
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5
 #: answers given before the leader took the append: a resend cannot duplicate it
@@ -55,7 +57,7 @@ def _keys(secret, secret_file: str | None) -> tuple[bytes, ...]:
 class AsyncDLedgerClient:
     def __init__(self, peers: str, group: str, secret: bytes | str | Sequence | None = None,
                  timeout_s: float = 3.0, *, secret_file: str | None = None, client_id: str | None = None,
-                 rng: random.Random | None = None) -> None:
+                 tls: tuple[str, str, str] | None = None, rng: random.Random | None = None) -> None:
         self.peers = parse_peers(peers)
         if not self.peers:
             raise ValueError("peers names no node")
@@ -67,10 +69,12 @@ class AsyncDLedgerClient:
         self.timeout_s = float(timeout_s)
         self.client_id = client_id or f"client-{_secrets.token_hex(8)}"
         self._keys = keys = _keys(secret, secret_file)
+        self._ssl = client_tls_context(*tls) if tls else None
         self.rng = rng or random.Random()
         self.leader_id: str | None = None
         self._why_no_leader = "no node named a leader"
-        self._conns = {nid: NodeConnection(group, self.client_id, nid, addr, keys) for nid, addr in self.peers.items()}
+        self._conns = {nid: NodeConnection(group, self.client_id, nid, addr, keys, self._ssl)
+                       for nid, addr in self.peers.items()}
         self._closed = False
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -82,7 +86,7 @@ class AsyncDLedgerClient:
         for node_id, addr in peers.items():
             if node_id not in self.peers and isinstance(node_id, str) and isinstance(addr, str):
                 try:
-                    conn = NodeConnection(self.group, self.client_id, node_id, addr, self._keys)
+                    conn = NodeConnection(self.group, self.client_id, node_id, addr, self._keys, self._ssl)
                 except ValueError:
                     continue
                 self.peers[node_id] = addr
