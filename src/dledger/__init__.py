@@ -1,5 +1,7 @@
 """dledger: an embeddable, Raft-replicated commit log, byte-compatible with Java DLedger."""
 
+from dledger.client import (AppendOutcomeUnknown, AppendRefusedError, AsyncDLedgerClient,
+                            ClusterUnavailableError, DLedgerClient)
 from dledger.config import DLedgerConfig
 from dledger.entry import DLedgerEntry
 from dledger.errors import (CorruptEntryError, CorruptStoreError, DLedgerError, EntryTooLargeError,
@@ -9,6 +11,11 @@ from dledger.server import DLedgerServer
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore, open_store
 
 __all__ = [
+    "AppendOutcomeUnknown",
+    "AppendRefusedError",
+    "AsyncDLedgerClient",
+    "ClusterUnavailableError",
+    "DLedgerClient",
     "CorruptEntryError",
     "CorruptStoreError",
     "DLedgerConfig",

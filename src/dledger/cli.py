@@ -4,7 +4,12 @@ Subcommands:
 - ``demo``: the main job on embedded defaults (what ``make run`` runs);
 - ``read-file <store dir>``: print the entries of a store directory (ours or Java DLedger's);
 - ``verify <store dir>``: read and check every entry, report damage with file and offset;
-- ``audit <dir> <dir> ...``: compare replicas with a Spark job (needs the ``spark`` extra).
+- ``audit <dir> <dir> ...``: compare replicas with a Spark job (needs the ``spark`` extra);
+- ``node``: run a node of one or several groups (``cli_node``);
+- ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli_client``).
+Errors of ``node`` and the client commands are one line on stderr and a non-zero exit code:
+2 for a bad flag or configuration, 1 for a group that cannot be reached or a node that cannot
+start, 3 for an append whose outcome is unknown.
 """
 
 from __future__ import annotations
@@ -83,12 +88,37 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="compare replicas with a Spark job", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_audit)
+
+    from dledger import cli_client, cli_node
+    cli_node.add_parser(sub)
+    cli_client.add_parsers(sub)
     return parser
+
+
+def _guarded(args: argparse.Namespace) -> int:
+    """Run ``node`` or a client command: every expected failure is one line, no traceback."""
+    from dledger.cli_node import NodeConfigError
+    from dledger.errors import DLedgerError
+
+    name = f"dledger {args.command}"
+    try:
+        return args.func(args)
+    except NodeConfigError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as exc:         # a bad --peers, secret or body
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    except (DLedgerError, OSError, RuntimeError) as exc:   # unreachable group, port in use, locked store
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in ("node", "append", "get", "status", "transfer-leader"):
+            return _guarded(args)
         return args.func(args)
     except KeyboardInterrupt:  # pragma: no cover
         return 130

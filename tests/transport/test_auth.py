@@ -62,9 +62,10 @@ def test_a_recorded_challenge_does_not_fool_a_client_with_a_fresh_nonce():
         ClientHandshake(PEER, [KEY]).on_challenge(challenge)
 
 
-@pytest.mark.parametrize("other", [Peer("h", "n0", "n1"), Peer("g", "n2", "n1"), Peer("g", "n0", "n2")])
-def test_the_mac_binds_group_and_both_ids(other):
-    """A proof made for one (group, src, dst) fails for any other, even with identical nonces."""
+@pytest.mark.parametrize("other", [Peer("h", "n0", "n1"), Peer("g", "n2", "n1"), Peer("g", "n0", "n2"),
+                                   Peer("g", "n0", "n1", "client")])
+def test_the_mac_binds_group_both_ids_and_the_kind(other):
+    """A proof made for one (group, src, dst, kind) fails for any other, even with identical nonces."""
     client = ClientHandshake(PEER, [KEY], nonce=lambda n: b"c" * n)
     server = ServerHandshake([KEY], nonce=lambda n: b"s" * n)
     proof = client.on_challenge(server.on_hello(client.hello()))
@@ -122,3 +123,13 @@ def test_a_short_or_empty_secret_is_refused(tmp_path):
     f.write_bytes(b"\n")
     with pytest.raises(ValueError, match="no key"):
         load_secret(str(f), environ={})
+
+
+def test_an_unknown_connection_kind_is_refused_at_hello():
+    hello = ClientHandshake(PEER, [KEY]).hello()
+    forged = hello.replace(b"\xa4peer", b"\xa5admin")
+    assert forged != hello
+    with pytest.raises(HandshakeError, match="unknown connection kind"):
+        ServerHandshake([KEY]).on_hello(forged)
+    with pytest.raises(ValueError):
+        ClientHandshake(Peer("g", "n0", "n1", "admin"), [KEY])

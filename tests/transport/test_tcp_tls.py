@@ -84,3 +84,21 @@ def test_a_certificate_from_another_ca_is_refused(tls_group, pki):
         return await closed_by_peer(reader)
 
     assert asyncio.run(go())
+
+
+def test_the_client_appends_and_reads_over_mutual_tls_and_a_stranger_certificate_is_refused(tls_group, pki):
+    from dledger import ClusterUnavailableError, DLedgerClient
+
+    tls_group.leader()
+    cert, key = pki["node"]
+    secret = b"tls-and-a-secret-0123456789"
+    with DLedgerClient(tls_group.peers, "t", secret=secret, timeout_s=WAIT, tls=(cert, key, pki["ca"])) as c:
+        r = c.append(b"client over tls")
+        assert r.code == Code.SUCCESS and c.get(r.index).body == b"client over tls"
+    s_cert, s_key = pki["stranger"]
+    with DLedgerClient(tls_group.peers, "t", secret=secret, timeout_s=0.5, tls=(s_cert, s_key, pki["ca"])) as c:
+        with pytest.raises(ClusterUnavailableError):
+            c.append(b"stranger")
+    with DLedgerClient(tls_group.peers, "t", secret=secret, timeout_s=0.5) as c:     # plain TCP
+        with pytest.raises(ClusterUnavailableError):
+            c.append(b"plain")

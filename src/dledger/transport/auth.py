@@ -3,15 +3,16 @@
 Every TCP connection starts with three handshake frames before any envelope:
 
 1. client -> server ``HELLO``: protocol label, cluster group, client id, server id, the
-   client's fresh 32-byte nonce;
+   client's fresh 32-byte nonce, and the kind of connection: ``peer`` (a member of the group
+   sending Raft traffic) or ``client`` (an application sending client requests);
 2. server -> client ``CHALLENGE``: the server's fresh nonce and its MAC;
 3. client -> server ``PROOF``: the client's MAC.
 
 Each MAC is HMAC-SHA256 under the shared secret over one msgpack list: the label
-``dledger-handshake-v1``, the side (``server`` or ``client``), the group, both ids and both
-nonces. So a MAC is good for one connection only: a recorded ``PROOF`` fails against the
+``dledger-handshake-v1``, the side (``server`` or ``client``), the group, both ids, the kind
+and both nonces. So a MAC is good for one connection only: a recorded ``PROOF`` fails against the
 server's next nonce, a recorded ``CHALLENGE`` against the client's next nonce, and neither
-carries over to another group or another pair of ids. MACs are compared with
+carries over to another group, another pair of ids or the other kind. MACs are compared with
 ``hmac.compare_digest``. Both sides prove the secret, so a client never sends envelopes to an
 impostor either.
 
@@ -39,6 +40,8 @@ NONCE_BYTES = 32
 MIN_SECRET_BYTES = 16
 SECRET_ENV = "DLEDGER_SECRET"
 _HELLO, _CHALLENGE, _PROOF = "hello", "challenge", "proof"
+PEER, CLIENT = "peer", "client"
+KINDS = (PEER, CLIENT)
 
 
 class HandshakeError(Exception):
@@ -50,12 +53,13 @@ class Peer:
     """Who is on the other side of an authenticated connection, and for which endpoint."""
 
     group: str
-    src: str        # the connecting node
+    src: str        # the connecting node (or client)
     dst: str        # the node it connected to
+    kind: str = PEER  # PEER: a member of the group; CLIENT: an application's client
 
 
 def _mac(secret: bytes, side: str, peer: Peer, client_nonce: bytes, server_nonce: bytes) -> bytes:
-    msg = msgpack.packb([LABEL, side, peer.group, peer.src, peer.dst, client_nonce, server_nonce],
+    msg = msgpack.packb([LABEL, side, peer.group, peer.src, peer.dst, peer.kind, client_nonce, server_nonce],
                         use_bin_type=True)
     return hmac.new(secret, msg, hashlib.sha256).digest()
 
@@ -96,13 +100,15 @@ class ClientHandshake:
 
     def __init__(self, peer: Peer, keys: Sequence[bytes] = (), *,
                  nonce: Callable[[int], bytes] = _secrets.token_bytes) -> None:
+        if peer.kind not in KINDS:
+            raise ValueError(f"unknown connection kind {peer.kind!r}")
         self.peer = peer
         self.keys = tuple(keys)
         self.nonce = _nonce(nonce)
 
     def hello(self) -> bytes:
         p = self.peer
-        return msgpack.packb([_HELLO, LABEL, p.group, p.src, p.dst, self.nonce], use_bin_type=True)
+        return msgpack.packb([_HELLO, LABEL, p.group, p.src, p.dst, self.nonce, p.kind], use_bin_type=True)
 
     def on_challenge(self, payload: bytes) -> bytes:
         server_nonce, mac = _unpack(payload, _CHALLENGE, (bytes, bytes))
@@ -132,12 +138,14 @@ class ServerHandshake:
         self.client_nonce = b""
 
     def on_hello(self, payload: bytes) -> bytes:
-        label, group, src, dst, client_nonce = _unpack(payload, _HELLO, (str, str, str, str, bytes))
+        label, group, src, dst, client_nonce, kind = _unpack(payload, _HELLO, (str, str, str, str, bytes, str))
         if label != LABEL:
             raise HandshakeError(f"unsupported handshake {label!r}")
         if len(client_nonce) != NONCE_BYTES:
             raise HandshakeError("bad client nonce")
-        peer = Peer(group, src, dst)
+        if kind not in KINDS:
+            raise HandshakeError(f"unknown connection kind {kind!r}")
+        peer = Peer(group, src, dst, kind)
         refusal = self.accept(peer)
         if refusal is not None:
             raise HandshakeError(refusal)
@@ -204,5 +212,5 @@ def client_tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLCo
     return ctx
 
 
-__all__ = ["ClientHandshake", "HandshakeError", "LABEL", "Peer", "SECRET_ENV", "ServerHandshake",
+__all__ = ["CLIENT", "ClientHandshake", "HandshakeError", "KINDS", "LABEL", "PEER", "Peer", "SECRET_ENV", "ServerHandshake",
            "client_tls_context", "load_secret", "server_tls_context"]

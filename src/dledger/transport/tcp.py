@@ -21,8 +21,17 @@ Connections (each one carries one direction of one link, so routing never looks 
   accept), and an unfinished handshake is closed after ``handshake_timeout_ms``.
 An envelope addressed to the node itself is delivered on the loop without a socket.
 
+Client connections (``kind`` ``client`` in the handshake, authenticated with the same secret)
+come from applications (``dledger.client``), not from members: the client's id may not be a
+member's id, the connection carries both directions (requests in, their answers back on the
+same connection, under the client's id), and it may carry only client requests (append, batch
+append, get, metadata, and a leadership transfer the receiving node is asked to make). Anything
+else closes it: a client cannot vote, push entries or speak for a member. A client that
+reconnects under the same id replaces its older connection.
+
 All of it runs on the loop of the runtime that owns the servers; ``send`` must be called
-from that loop's thread (the driver always is). Nothing here looks inside a message.
+from that loop's thread (the driver always is). Nothing here looks inside a message except
+to keep a client connection to client requests.
 """
 
 from __future__ import annotations
@@ -35,9 +44,10 @@ import ssl
 import threading
 from typing import Sequence
 
-from dledger.protocol import Envelope, FrameError
+from dledger.protocol import (AppendEntryRequest, BatchAppendEntryRequest, Envelope, FrameError,
+                              GetEntriesRequest, LeadershipTransferRequest, MetadataRequest)
 from dledger.transport import EndpointInUseError, Receiver
-from dledger.transport.auth import ClientHandshake, HandshakeError, Peer, ServerHandshake
+from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
 from dledger.transport.tcp_connection import (Connection, ProtocolViolation, SendQueue, TcpOptions,
                                               read_payload)
@@ -46,6 +56,23 @@ log = logging.getLogger(__name__)
 
 _HANDSHAKE_ERRORS = (HandshakeError, FrameError, EOFError, ConnectionError, OSError, asyncio.TimeoutError,
                      ssl.SSLError)
+
+
+CLIENT_REQUESTS = (AppendEntryRequest, BatchAppendEntryRequest, GetEntriesRequest, MetadataRequest,
+                   LeadershipTransferRequest)
+MAX_CLIENT_ID = 128
+
+
+def client_may_send(env: Envelope) -> str | None:
+    """Why a client connection may not carry ``env`` (None when it may): only requests of the
+    client kinds, and a leadership transfer only as a request to the receiving node to hand its
+    own leadership to another member (the member-to-member leg is for members only)."""
+    msg = env.msg
+    if env.is_response or not isinstance(msg, CLIENT_REQUESTS):
+        return f"a client may not send {'a response' if env.is_response else type(msg).__name__}"
+    if isinstance(msg, LeadershipTransferRequest) and (msg.transfer_id != env.dst or msg.transferee_id == env.dst):
+        return "a client may only ask the receiving node to hand its leadership to another member"
+    return None
 
 
 def split_host_port(addr: str) -> tuple[str, int]:
@@ -82,7 +109,7 @@ class TcpNetwork:
         self.on_connection_closed: list = []
         #: what happened on this listener, for operators and tests
         self.stats = {"accepted": 0, "refused_cap": 0, "handshake_failed": 0, "bad_frame": 0,
-                      "authenticated": 0}
+                      "authenticated": 0, "client_refused": 0}
 
     # -- the process-wide registry ---------------------------------------------------------
     @classmethod
@@ -188,6 +215,12 @@ class TcpNetwork:
         ep = self.endpoints.get((peer.group, peer.dst))
         if ep is None or ep.closed:
             return f"no node {peer.dst!r} of group {peer.group!r} here"
+        if peer.kind == CLIENT:
+            if peer.src in ep.peers:
+                return f"a client may not use the member id {peer.src!r}"
+            if not peer.src or len(peer.src) > MAX_CLIENT_ID or not peer.src.isprintable() or " " in peer.src:
+                return f"bad client id {peer.src[:MAX_CLIENT_ID]!r}"
+            return None
         if peer.src not in ep.peers or peer.src == peer.dst:
             return f"{peer.src!r} is not a peer of {peer.dst!r} in group {peer.group!r}"
         return None
@@ -222,8 +255,18 @@ class TcpNetwork:
             return
         self.stats["authenticated"] += 1
         name = f"{peer.group}/{peer.src}->{peer.dst}"
-        queue = SendQueue(1, 1 << 10)           # this side sends keepalives only
-        conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver(peer, env))
+        ep = self.endpoints[(peer.group, peer.dst)]
+        if peer.kind == CLIENT:
+            # answers go back on this connection
+            queue = SendQueue(o.max_queue_frames, o.max_queue_bytes)
+            conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver_client(peer, env))
+            old = ep.clients.get(peer.src)
+            ep.clients[peer.src] = conn
+            if old is not None:
+                old.close("the client connected again")
+        else:
+            queue = SendQueue(1, 1 << 10)       # this side sends keepalives only
+            conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver(peer, env))
         conn.peer = peer
         self.inbound.add(conn)
         reason = "cancelled"
@@ -233,6 +276,8 @@ class TcpNetwork:
                 self.stats["bad_frame"] += 1
         finally:
             self.inbound.discard(conn)
+            if ep.clients.get(peer.src) is conn:
+                del ep.clients[peer.src]
             for callback in self.on_connection_closed:
                 callback(peer, reason)
 
@@ -249,6 +294,15 @@ class TcpNetwork:
         ep = self.endpoints.get((peer.group, peer.dst))
         if ep is not None:
             ep._deliver(env)
+
+    def _deliver_client(self, peer: Peer, env: Envelope) -> None:
+        if env.src != peer.src or env.dst != peer.dst:
+            raise ProtocolViolation(f"client {peer.src}->{peer.dst} carried an envelope {env.src}->{env.dst}")
+        refusal = client_may_send(env)
+        if refusal is not None:
+            self.stats["client_refused"] += 1
+            raise ProtocolViolation(f"client {peer.src}: {refusal}")
+        self._deliver(peer, env)
 
 
 class PeerLink:
@@ -350,6 +404,8 @@ class TcpTransport:
         self.peers = peers
         self.receiver: Receiver | None = None
         self.links: dict[str, PeerLink] = {}
+        #: client id -> its connection (answers to a client go back on it)
+        self.clients: dict[str, Connection] = {}
         self.closed = False
         self.unsendable = 0           # envelopes refused locally: unknown peer or over the frame limit
 
@@ -364,19 +420,26 @@ class TcpTransport:
             self.network.loop.call_soon(self._deliver, envelope)
             return
         link = self.links.get(dst)
+        client = None
         if link is None:
             addr = self.peers.get(dst)
             if addr is None:
-                self.unsendable += 1
-                return
-            link = self.links[dst] = PeerLink(self, dst, addr)
+                client = self.clients.get(dst)
+                if client is None or client.closed:
+                    self.unsendable += 1         # an unknown peer, or a client that left
+                    return
+            else:
+                link = self.links[dst] = PeerLink(self, dst, addr)
         try:
             frame = encode_frame(envelope, self.network.options.max_frame_bytes)
         except FrameError as exc:
             self.unsendable += 1
             log.error("%s: cannot send %s to %s: %s", self.node_id, type(envelope.msg).__name__, dst, exc)
             return
-        link.send(frame)
+        if client is not None:
+            client.queue.put(frame)
+        else:
+            link.send(frame)
 
     def _deliver(self, envelope: Envelope) -> None:
         if not self.closed and self.receiver is not None:
@@ -399,4 +462,5 @@ class TcpTransport:
         self.network._remove(self)
 
 
-__all__ = ["PeerLink", "TcpNetwork", "TcpOptions", "TcpTransport", "split_host_port"]
+__all__ = ["CLIENT_REQUESTS", "PeerLink", "TcpNetwork", "TcpOptions", "TcpTransport", "client_may_send",
+           "split_host_port"]

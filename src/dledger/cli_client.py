@@ -1,0 +1,109 @@
+"""The client subcommands of ``dledger``: ``append``, ``get``, ``status``, ``transfer-leader``.
+
+Each takes ``--peers`` and ``--group`` like ``dledger node`` (one reachable address is enough:
+the others are learnt from it), ``--secret-file`` (else ``$DLEDGER_SECRET``), ``--timeout``, and
+``--tls-cert``/``--tls-key``/``--tls-ca`` for a cluster with mutual TLS.
+Exit codes: 0 done; 1 the group could not be reached or refused (one line on stderr);
+2 bad flags; 3 an append whose outcome is unknown (it may be committed; it was not resent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dledger.client import AppendOutcomeUnknown, DLedgerClient
+
+PEERS_EXAMPLE = "'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913'"
+EXIT_UNKNOWN = 3
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peers", required=True, help="members of the group: 'n0-host:port;n1-host:port;...'")
+    p.add_argument("--group", required=True, help="the group's name")
+    p.add_argument("--secret-file", help="the shared secret, one key a line (else $DLEDGER_SECRET)")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds per request (default 3)")
+    p.add_argument("--tls-cert", help="client certificate (PEM) for mutual TLS; with --tls-key and --tls-ca")
+    p.add_argument("--tls-key", help="its private key")
+    p.add_argument("--tls-ca", help="the cluster CA that signs the nodes' certificates")
+
+
+def _parser(sub, name: str, help_: str, example: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_, description=help_,
+                       epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p)
+    return p
+
+
+def add_parsers(sub) -> None:
+    p = _parser(sub, "append", "append entries; prints 'index term pos' per entry",
+                f"dledger append --peers {PEERS_EXAMPLE} --group g hello world\n"
+                f"  seq 3 | dledger append --peers {PEERS_EXAMPLE} --group g")
+    p.add_argument("bodies", nargs="*", help="bodies to append (none: one per line of stdin)")
+    p.set_defaults(func=cmd_append)
+
+    p = _parser(sub, "get", "print the body of the committed entry at INDEX",
+                f"dledger get --peers {PEERS_EXAMPLE} --group g 0")
+    p.add_argument("index", type=int)
+    p.set_defaults(func=cmd_get)
+
+    p = _parser(sub, "status", "print every node's metadata as JSON (unreachable nodes with an error)",
+                f"dledger status --peers {PEERS_EXAMPLE} --group g")
+    p.set_defaults(func=cmd_status)
+
+    p = _parser(sub, "transfer-leader", "ask the leader to hand leadership to another member",
+                f"dledger transfer-leader --peers {PEERS_EXAMPLE} --group g --to n1")
+    p.add_argument("--to", required=True, help="the member that should lead")
+    p.set_defaults(func=cmd_transfer)
+
+
+def _client(args: argparse.Namespace) -> DLedgerClient:
+    tls_files = (args.tls_cert, args.tls_key, args.tls_ca)
+    if any(tls_files) and not all(tls_files):
+        raise ValueError("TLS needs --tls-cert, --tls-key and --tls-ca together")
+    return DLedgerClient(args.peers, args.group, timeout_s=args.timeout, secret_file=args.secret_file,
+                         tls=tls_files if all(tls_files) else None)
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    bodies = [b.encode() for b in args.bodies] if args.bodies else \
+        [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
+    with _client(args) as c:
+        for k, body in enumerate(bodies):
+            try:
+                r = c.append(body)
+            except AppendOutcomeUnknown as exc:
+                print(f"dledger append: entry {k + 1} of {len(bodies)}: outcome unknown, it may be committed "
+                      f"(not resent): {exc}", file=sys.stderr)
+                return EXIT_UNKNOWN
+            print(f"{r.index} {r.term} {r.pos}", flush=True)
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        entry = c.get(args.index)
+    sys.stdout.buffer.write(entry.body + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        status = c.status()
+    print(json.dumps(status, indent=2, sort_keys=True))
+    return 0 if any("error" not in s for s in status.values()) else 1
+
+
+def cmd_transfer(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.transfer_leadership(args.to)
+    if r.code != 200:
+        print(f"dledger transfer-leader: refused with code {r.code}", file=sys.stderr)
+        return 1
+    print(f"{args.to} leads (term {r.term})")
+    return 0
+
+
+__all__ = ["add_parsers", "cmd_append", "cmd_get", "cmd_status", "cmd_transfer"]

@@ -1,0 +1,154 @@
+"""``dledger node``: run one process serving one group (from flags) or several (from a TOML file).
+
+The configuration of each group is a ``DLedgerConfig``. From flags: ``--group``, ``--id``,
+``--peers``, ``--store-dir``, ``--durability``, ``--secret-file``. From ``--config FILE`` (TOML,
+read with the standard library): top-level keys are defaults for every group, and each
+``[[groups]]`` table is one group; keys are ``DLedgerConfig`` field names, with the flag names
+``id`` and ``store_dir`` accepted for ``self_id`` and ``store_base_dir``. Flags given together
+with ``--config`` override the file's defaults. An unknown key or a bad value is refused before
+anything starts, with one line naming it.
+
+The process runs in the foreground and logs to stderr. SIGTERM or SIGINT shuts every group
+down cleanly (pending appends fail, the stores are flushed and closed) and exits with 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from dataclasses import fields
+from typing import Any
+
+from dledger.config import DLedgerConfig
+
+EXAMPLE = """example:
+  dledger node --group g --id n0 --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
+      --store-dir /var/lib/dledger --secret-file /etc/dledger/secret
+  dledger node --config /etc/dledger/node.toml
+"""
+
+ALIASES = {"id": "self_id", "store_dir": "store_base_dir"}
+FLAG_FIELDS = {"group": "group", "id": "self_id", "peers": "peers", "store_dir": "store_base_dir",
+               "durability": "durability", "secret_file": "secret_file"}
+
+
+class NodeConfigError(ValueError):
+    """The node's configuration cannot be used (the message names the key or flag)."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("node", help="run a node of one or more groups in the foreground",
+                       description=__doc__.split("\n\n")[0], epilog=EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--group", help="the group's name")
+    p.add_argument("--id", help="this node's id (one of the ids in --peers)")
+    p.add_argument("--peers", help="every member of the group: 'n0-host:port;n1-host:port;...'")
+    p.add_argument("--store-dir", help="the store lives in <store-dir>/dledger-<id>")
+    p.add_argument("--durability", choices=("page_cache", "fsync"),
+                   help="page_cache (survives a process crash) or fsync (also power loss)")
+    p.add_argument("--secret-file", help="the shared secret, one key a line (else $DLEDGER_SECRET)")
+    p.add_argument("--config", help="a TOML file with one or several groups")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.set_defaults(func=run)
+
+
+def _field_names() -> set[str]:
+    return {f.name for f in fields(DLedgerConfig) if f.init}
+
+
+def _config_from(values: dict[str, Any], where: str) -> DLedgerConfig:
+    known = _field_names()
+    kwargs = {}
+    for key, value in values.items():
+        name = ALIASES.get(key, key)
+        if name not in known:
+            raise NodeConfigError(f"{where}: unknown key {key!r}")
+        kwargs[name] = value
+    for required in ("group", "self_id", "peers"):
+        if required not in kwargs:
+            flag = {"self_id": "id"}.get(required, required)
+            raise NodeConfigError(f"{where}: {flag} is missing")
+    try:
+        return DLedgerConfig(**kwargs).validate()
+    except (TypeError, ValueError) as exc:
+        raise NodeConfigError(f"{where}: {exc}") from None
+
+
+def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
+    """The groups to run: from ``--config`` (with flags as defaults' overrides) or from flags."""
+    flags = {key: getattr(args, key) for key in FLAG_FIELDS if getattr(args, key, None) is not None}
+    if args.config is None:
+        return [_config_from(flags, "flags")]
+    import tomllib
+    try:
+        with open(args.config, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise NodeConfigError(f"cannot read {args.config}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise NodeConfigError(f"{args.config} is not valid TOML: {exc}") from None
+    groups = doc.pop("groups", None)
+    defaults = {**doc, **flags}
+    if groups is None:
+        return [_config_from(defaults, args.config)]
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        raise NodeConfigError(f"{args.config}: groups must be a non-empty array of tables ([[groups]])")
+    configs = [_config_from({**defaults, **g}, f"{args.config} [[groups]] #{k + 1}") for k, g in enumerate(groups)]
+    seen = set()
+    for c in configs:
+        if c.group in seen:
+            raise NodeConfigError(f"{args.config}: group {c.group!r} appears twice")
+        seen.add(c.group)
+    return configs
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("dledger.node")
+    configs = load_configs(args)
+
+    from dledger.runtime.asyncio_runtime import AsyncioRuntime
+    from dledger.server import DLedgerServer
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        received.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    runtime = AsyncioRuntime()
+    servers: list[DLedgerServer] = []
+    try:
+        for c in configs:
+            try:
+                servers.append(DLedgerServer(c, runtime=runtime).startup())
+            except OSError as exc:
+                raise RuntimeError(f"node {c.self_id} of group {c.group} cannot start on "
+                                   f"{c.peer_map[c.self_id]}: {exc.strerror or exc}") from None
+            log.info("node %s of group %s listening on %s, store %s", c.self_id, c.group,
+                     c.peer_map[c.self_id], c.default_path)
+        print(f"dledger node: serving {len(servers)} group(s); SIGTERM or SIGINT stops", file=sys.stderr,
+              flush=True)
+        while not stop.wait(0.5):
+            pass
+        log.info("%s: shutting down", signal.Signals(received[0]).name)
+    finally:
+        for s in reversed(servers):
+            try:
+                s.shutdown()
+            except Exception:  # keep closing the others; the error is logged
+                log.exception("shutting down %s failed", s.config.self_id)
+        runtime.close()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    log.info("stopped; stores flushed")
+    return 0
+
+
+__all__ = ["NodeConfigError", "add_parser", "load_configs", "run"]

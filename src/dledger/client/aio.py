@@ -1,0 +1,304 @@
+"""AsyncDLedgerClient: an application's asyncio client of a DLedger group over TCP.
+
+``AsyncDLedgerClient(peers, group, secret=None, timeout_s=3.0)`` talks to the nodes listed in
+``peers`` (the nodes' own string, or part of it: the members a node names in its metadata are
+added). Every call has ``timeout_s`` seconds:
+- the leader is found through metadata (any node names it) and remembered; a NOT_LEADER answer
+  names the new leader (its hint is followed), and LEADER_TRANSFERRING or LEADER_PENDING_FULL
+  are waited out; between attempts the client backs off (20 ms doubling to 500 ms, jittered);
+- an append is sent again only when it certainly was not taken: its connection could not be
+  opened, or the node answered NOT_LEADER, LEADER_TRANSFERRING or LEADER_PENDING_FULL. Once an
+  append was sent and its answer is lost (connection broken, no answer in time) or the answer
+  is EXPIRED_TERM or WAIT_QUORUM_ACK_TIMEOUT, it raises ``AppendOutcomeUnknown`` and is not
+  resent: a resend could store the body twice (the leader does not de-duplicate). When every
+  attempt failed before the append was taken, it raises ``ClusterUnavailableError``: nothing
+  was appended;
+- reads (``get``, ``metadata``) and leadership transfers are retried after any failure.
+The secret: ``secret`` (bytes or str; a list of keys for rotation), else ``secret_file`` (one
+key a line), else the ``DLEDGER_SECRET`` environment variable, else none, as for the nodes.
+``tls=(cert_file, key_file, ca_file)`` connects with mutual TLS (a certificate the cluster CA
+signed; the nodes' certificates are checked against ``ca_file``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets as _secrets
+from typing import Any, Sequence
+
+from dledger.client.connection import AnswerLost, NodeConnection, NotSent
+from dledger.client.errors import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError
+from dledger.config import parse_peers
+from dledger.entry import DLedgerEntry, decode
+from dledger.errors import DLedgerError
+from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
+                              DLedgerResponseCode as Code, GetEntriesRequest, LeadershipTransferRequest,
+                              LeadershipTransferResponse, MetadataRequest)
+from dledger.transport.auth import client_tls_context, load_secret
+
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5
+#: answers given before the leader took the append: a resend cannot duplicate it
+NOT_TAKEN = (Code.NOT_LEADER, Code.LEADER_TRANSFERRING, Code.LEADER_PENDING_FULL)
+#: answers after which the append may still commit
+UNCLEAR = (Code.EXPIRED_TERM, Code.WAIT_QUORUM_ACK_TIMEOUT)
+
+
+def _keys(secret, secret_file: str | None) -> tuple[bytes, ...]:
+    if secret is None:
+        return load_secret(secret_file)
+    items = [secret] if isinstance(secret, (bytes, str)) else list(secret)
+    keys = tuple(k.encode() if isinstance(k, str) else bytes(k) for k in items)
+    if not keys or any(len(k) < 16 for k in keys):
+        raise ValueError("a secret has at least 16 bytes")
+    return keys
+
+
+class AsyncDLedgerClient:
+    def __init__(self, peers: str, group: str, secret: bytes | str | Sequence | None = None,
+                 timeout_s: float = 3.0, *, secret_file: str | None = None, client_id: str | None = None,
+                 tls: tuple[str, str, str] | None = None, rng: random.Random | None = None) -> None:
+        self.peers = parse_peers(peers)
+        if not self.peers:
+            raise ValueError("peers names no node")
+        if not group:
+            raise ValueError("group is empty")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        self.group = group
+        self.timeout_s = float(timeout_s)
+        self.client_id = client_id or f"client-{_secrets.token_hex(8)}"
+        self._keys = keys = _keys(secret, secret_file)
+        self._ssl = client_tls_context(*tls) if tls else None
+        self.rng = rng or random.Random()
+        self.leader_id: str | None = None
+        self._why_no_leader = "no node named a leader"
+        self._conns = {nid: NodeConnection(group, self.client_id, nid, addr, keys, self._ssl)
+                       for nid, addr in self.peers.items()}
+        self._closed = False
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _learn(self, peers: Any) -> None:
+        """Add the members a node names that ``peers`` did not list (a client may be given one
+        address: any node leads it to the rest)."""
+        if not isinstance(peers, dict):
+            return
+        for node_id, addr in peers.items():
+            if node_id not in self.peers and isinstance(node_id, str) and isinstance(addr, str):
+                try:
+                    conn = NodeConnection(self.group, self.client_id, node_id, addr, self._keys, self._ssl)
+                except ValueError:
+                    continue
+                self.peers[node_id] = addr
+                self._conns[node_id] = conn
+
+    def _remaining(self, deadline: float) -> float:
+        return deadline - asyncio.get_running_loop().time()
+
+    async def _backoff(self, attempt: int, deadline: float) -> None:
+        delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * (2 ** min(attempt, 10)))
+        delay = delay / 2 + self.rng.random() * delay / 2
+        await asyncio.sleep(max(0.0, min(delay, self._remaining(deadline))))
+
+    async def _ask(self, node_id: str, msg: Any, deadline: float) -> Any:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        remaining = self._remaining(deadline)
+        if remaining <= 0:
+            raise NotSent("the timeout passed")
+        return await self._conns[node_id].request(msg, remaining)
+
+    async def _find_leader(self, deadline: float) -> str | None:
+        """Ask each node (the remembered leader first) who leads; None if none knows in time."""
+        order = sorted(self.peers, key=lambda n: n != self.leader_id)
+        self._why_no_leader = "no node named a leader"
+        unreachable = 0
+        for node_id in order:
+            if self._remaining(deadline) <= 0:
+                break
+            try:
+                resp = await self._ask(node_id, MetadataRequest(group=self.group, local_id=self.client_id,
+                                                                remote_id=node_id),
+                                       min(deadline, asyncio.get_running_loop().time() + 1.0))
+            except (NotSent, AnswerLost) as exc:
+                unreachable += 1
+                if unreachable == len(order):
+                    self._why_no_leader = f"no node could be reached; the last: {exc}"
+                continue
+            if resp.code == Code.SUCCESS:
+                self._learn(resp.peers)
+            if resp.code == Code.SUCCESS and resp.leader_id in self.peers:
+                self.leader_id = resp.leader_id
+                return resp.leader_id
+        return None
+
+    async def _leader_call(self, make, *, resend_after_loss: bool) -> tuple[str, Any]:
+        """Send ``make(leader_id)`` to the leader until an answer other than NOT_TAKEN comes.
+        ``resend_after_loss=False`` (appends): a lost answer raises ``AppendOutcomeUnknown``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        attempt, why = 0, "no node answered"
+        while True:
+            if self._remaining(deadline) <= 0:
+                raise ClusterUnavailableError(f"no leader of group {self.group!r} took the request within "
+                                              f"{self.timeout_s:g} s ({why})")
+            target = self.leader_id or await self._find_leader(deadline)
+            if target is None:
+                why = self._why_no_leader
+                await self._backoff(attempt, deadline)
+                attempt += 1
+                continue
+            try:
+                resp = await self._ask(target, make(target), deadline)
+            except NotSent as exc:
+                why = str(exc)
+                self.leader_id = None
+                await self._backoff(attempt, deadline)
+                attempt += 1
+                continue
+            except AnswerLost as exc:
+                self.leader_id = None
+                if not resend_after_loss:
+                    raise AppendOutcomeUnknown(f"the append may have been committed: {exc}", node_id=target) from None
+                why = str(exc)
+                await self._backoff(attempt, deadline)
+                attempt += 1
+                continue
+            if resp.code in NOT_TAKEN:
+                why = f"{target} answered {Code(resp.code).name}"
+                hint = resp.leader_id if resp.code == Code.NOT_LEADER else None
+                self.leader_id = hint if hint in self.peers and hint != target else None
+                if self.leader_id is None:
+                    await self._backoff(attempt, deadline)
+                    attempt += 1
+                continue
+            return target, resp
+
+    # -- appends -----------------------------------------------------------------------------
+    def _check_append(self, target: str, resp: AppendEntryResponse) -> AppendEntryResponse:
+        if resp.code == Code.SUCCESS:
+            return resp
+        name = Code(resp.code).name if resp.code in Code._value2member_map_ else str(resp.code)
+        if resp.code in UNCLEAR or resp.code not in Code._value2member_map_:
+            raise AppendOutcomeUnknown(f"{target} answered {name}: the append may still commit",
+                                       node_id=target, response=resp)
+        raise AppendRefusedError(f"{target} refused the append: {name}", resp)
+
+    async def append(self, body: bytes) -> AppendEntryResponse:
+        """Append one entry; the leader's SUCCESS answer (``index``, ``term``, ``pos``)."""
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes, got {type(body).__name__}")
+        body = bytes(body)
+        target, resp = await self._leader_call(
+            lambda t: AppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t, body=body),
+            resend_after_loss=False)
+        return self._check_append(target, resp)
+
+    async def batch_append(self, bodies: Sequence[bytes]) -> AppendEntryResponse:
+        """Append several entries as one batch (all or none); ``index`` is the last one's and
+        ``positions`` lists every position."""
+        bodies = [bytes(b) for b in bodies]
+        if not bodies:
+            raise ValueError("batch_append needs at least one body")
+        target, resp = await self._leader_call(
+            lambda t: BatchAppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t,
+                                              batch_msgs=bodies),
+            resend_after_loss=False)
+        return self._check_append(target, resp)
+
+    # -- reads and admin ---------------------------------------------------------------------
+    async def get(self, index: int) -> DLedgerEntry:
+        """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index)."""
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index must be a non-negative integer, got {index!r}")
+        target, resp = await self._leader_call(
+            lambda t: GetEntriesRequest(group=self.group, local_id=self.client_id, remote_id=t, begin_index=index),
+            resend_after_loss=True)
+        if resp.code == Code.INDEX_OUT_OF_RANGE:
+            raise DLedgerError(f"index {index} is beyond the committed index", Code.INDEX_OUT_OF_RANGE)
+        if resp.code != Code.SUCCESS or not resp.entries:
+            raise DLedgerError(f"{target} could not read index {index}: code {resp.code}", resp.code)
+        return decode(resp.entries[0])
+
+    async def node_metadata(self, node_id: str) -> dict[str, Any]:
+        """What node ``node_id`` says about the group (``NotSent``/``AnswerLost`` become
+        ``ClusterUnavailableError``)."""
+        if node_id not in self.peers:
+            raise ValueError(f"{node_id!r} is not in peers")
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        try:
+            resp = await self._ask(node_id, MetadataRequest(group=self.group, local_id=self.client_id,
+                                                            remote_id=node_id), deadline)
+        except (NotSent, AnswerLost) as exc:
+            raise ClusterUnavailableError(str(exc)) from None
+        if resp.code != Code.SUCCESS:
+            raise DLedgerError(f"{node_id} answered code {resp.code}", resp.code)
+        return {"group": resp.group, "node_id": node_id, "address": self.peers[node_id],
+                "leader_id": resp.leader_id, "term": resp.term, "peers": dict(resp.peers)}
+
+    async def metadata(self) -> dict[str, Any]:
+        """The leader's view of the group: group, node_id, address, leader_id, term, peers."""
+        target, _resp = await self._leader_call(
+            lambda t: MetadataRequest(group=self.group, local_id=self.client_id, remote_id=t),
+            resend_after_loss=True)
+        return await self.node_metadata(target)
+
+    async def status(self) -> dict[str, dict[str, Any]]:
+        """Every node's metadata, or ``{"error": why}`` for a node that did not answer."""
+        async def one(node_id: str) -> dict[str, Any]:
+            try:
+                return await self.node_metadata(node_id)
+            except DLedgerError as exc:
+                return {"node_id": node_id, "address": self.peers[node_id], "error": str(exc)}
+
+        results = await asyncio.gather(*(one(n) for n in self.peers))
+        return dict(zip(self.peers, results))
+
+    async def transfer_leadership(self, target_id: str) -> LeadershipTransferResponse:
+        """Ask the leader to hand leadership to ``target_id``; the leader's answer (SUCCESS once
+        ``target_id`` leads; SUCCESS at once when it already does). Asked again, with the
+        leader's current term, after NOT_LEADER, INCONSISTENT_TERM or a lost answer."""
+        if target_id not in self.peers:
+            raise ValueError(f"{target_id!r} is not in peers")
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        attempt, why = 0, "no node named a leader"
+        while self._remaining(deadline) > 0:
+            leader = self.leader_id or await self._find_leader(deadline)
+            if leader == target_id:
+                return LeadershipTransferResponse(group=self.group, local_id=leader, leader_id=leader,
+                                                  code=Code.SUCCESS)
+            if leader is not None:
+                try:
+                    term = (await self.node_metadata(leader))["term"]
+                    resp = await self._ask(leader, LeadershipTransferRequest(
+                        group=self.group, local_id=self.client_id, remote_id=leader, term=term,
+                        transfer_id=leader, transferee_id=target_id), deadline)
+                except (NotSent, AnswerLost, ClusterUnavailableError) as exc:
+                    why = str(exc)
+                else:
+                    if resp.code == Code.SUCCESS:
+                        self.leader_id = target_id
+                        return resp
+                    if resp.code not in (Code.NOT_LEADER, Code.INCONSISTENT_TERM):
+                        return resp
+                    why = f"{leader} answered {Code(resp.code).name}"
+                self.leader_id = None
+            await self._backoff(attempt, deadline)
+            attempt += 1
+        raise ClusterUnavailableError(f"no leader of group {self.group!r} took the transfer within "
+                                      f"{self.timeout_s:g} s ({why})")
+
+    # -- lifetime ----------------------------------------------------------------------------
+    async def close(self) -> None:
+        self._closed = True
+        for conn in self._conns.values():
+            await conn.close()
+
+    async def __aenter__(self) -> "AsyncDLedgerClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+__all__ = ["AsyncDLedgerClient"]

@@ -1,0 +1,169 @@
+"""One client connection to one node: handshake, requests matched to answers, keepalives.
+
+``NodeConnection.request(msg, timeout)`` sends one request envelope and waits for its answer.
+It tells the two ways of failing apart, because the client's resend rule depends on it:
+- ``NotSent``: the connection could not be opened (refused, unreachable, handshake refused), so
+  the request never left this process: it certainly was not taken;
+- ``AnswerLost``: the request was written, but the connection broke or no answer came in time:
+  the node may have taken it.
+
+The handshake is the members' (``transport.auth``) with the kind ``client``, so a cluster with
+a secret refuses a client without it before any request is read. While open, the connection
+sends a keepalive frame every ``KEEPALIVE_S`` so the node's idle timeout never closes it under a
+request in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import ssl
+from typing import Any, Sequence
+
+from dledger.protocol import Envelope, FrameError
+from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer
+from dledger.transport.frames import KEEPALIVE, FrameDecoder, encode_frame, frame_payload
+from dledger.transport.tcp import split_host_port
+from dledger.transport.tcp_connection import read_payload
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 0.5
+READ_CHUNK = 64 * 1024
+
+
+class NotSent(Exception):
+    """The request never left this process (no connection could be opened)."""
+
+
+class AnswerLost(Exception):
+    """The request was sent, but its answer did not arrive (connection lost or timed out)."""
+
+
+class NodeConnection:
+    """The client's connection to node ``node_id`` at ``addr`` (opened on first request and
+    again after it breaks)."""
+
+    _rids = itertools.count(1)
+
+    def __init__(self, group: str, client_id: str, node_id: str, addr: str, keys: Sequence[bytes] = (),
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.group, self.client_id, self.node_id = group, client_id, node_id
+        self.host, self.port = split_host_port(addr)
+        self.keys = tuple(keys)
+        self.ssl = ssl_context
+        self._writer: asyncio.StreamWriter | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._pending: dict[int, asyncio.Future] = {}
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def _open(self, timeout: float) -> None:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.is_open:
+                return
+            try:
+                await asyncio.wait_for(self._connect(), max(timeout, 0.001))
+            except (OSError, EOFError, HandshakeError, FrameError, asyncio.TimeoutError, ssl.SSLError) as exc:
+                raise NotSent(f"cannot reach {self.node_id} at {self.host}:{self.port}: "
+                              f"{exc or type(exc).__name__}") from None
+
+    async def _connect(self) -> None:
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.ssl)
+        try:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            decoder = FrameDecoder()
+            hs = ClientHandshake(Peer(self.group, self.client_id, self.node_id, CLIENT), self.keys)
+            writer.write(frame_payload(hs.hello()))
+            challenge = await read_payload(reader, decoder, READ_CHUNK)
+            writer.write(frame_payload(hs.on_challenge(challenge)))
+            await writer.drain()
+        except BaseException:
+            writer.close()
+            raise
+        self._writer = writer
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._read_loop(reader, decoder, writer)),
+                       loop.create_task(self._keepalive_loop(writer))]
+
+    async def request(self, msg: Any, timeout: float) -> Any:
+        """Send ``msg`` and return the node's answer (``NotSent`` / ``AnswerLost``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if not self.is_open:
+            await self._open(timeout)
+        rid = next(self._rids)
+        fut = loop.create_future()
+        self._pending[rid] = fut
+        try:
+            try:
+                self._writer.write(encode_frame(Envelope(self.client_id, self.node_id, rid, False, msg)))
+            except (OSError, RuntimeError) as exc:
+                raise AnswerLost(f"writing to {self.node_id} failed: {exc!r}") from None
+            try:
+                return await asyncio.wait_for(fut, max(deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:
+                raise AnswerLost(f"{self.node_id} did not answer within {timeout:.1f} s") from None
+        finally:
+            self._pending.pop(rid, None)
+
+    async def _read_loop(self, reader, decoder: FrameDecoder, writer) -> None:
+        reason = "the node closed the connection"
+        try:
+            envs = decoder.feed()
+            while True:
+                for env in envs:
+                    if env.is_response and env.src == self.node_id:
+                        fut = self._pending.get(env.request_id)
+                        if fut is not None and not fut.done():
+                            fut.set_result(env.msg)
+                data = await reader.read(READ_CHUNK)
+                if not data:
+                    break
+                envs = decoder.feed(data)
+        except (OSError, FrameError) as exc:
+            reason = f"connection to {self.node_id} failed: {exc!r}"
+        except asyncio.CancelledError:
+            reason = "the client closed"
+            raise
+        finally:
+            self._drop(writer, reason)
+
+    async def _keepalive_loop(self, writer) -> None:
+        try:
+            while not writer.is_closing():
+                await asyncio.sleep(KEEPALIVE_S)
+                writer.write(KEEPALIVE)
+        except (OSError, RuntimeError):
+            self._drop(writer, "keepalive failed")
+
+    def _drop(self, writer, reason: str) -> None:
+        if self._writer is writer:
+            self._writer = None
+        writer.close()
+        for fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(AnswerLost(reason))
+
+    async def close(self) -> None:
+        writer = self._writer
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        if writer is not None:
+            self._drop(writer, "the client closed")
+
