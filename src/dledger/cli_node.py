@@ -32,7 +32,7 @@ EXAMPLE = """example:
 
 ALIASES = {"id": "self_id", "store_dir": "store_base_dir"}
 FLAG_FIELDS = {"group": "group", "id": "self_id", "peers": "peers", "store_dir": "store_base_dir",
-               "durability": "durability", "secret_file": "secret_file"}
+               "durability": "durability", "secret_file": "secret_file", "bootstrap": "bootstrap"}
 
 
 class NodeConfigError(ValueError):
@@ -50,6 +50,9 @@ def add_parser(sub) -> None:
     p.add_argument("--durability", choices=("page_cache", "fsync"),
                    help="page_cache (survives a process crash) or fsync (also power loss)")
     p.add_argument("--secret-file", help="the shared secret, one key a line (else $DLEDGER_SECRET)")
+    p.add_argument("--bootstrap", action="store_const", const=True, default=None,
+                   help="this node starts a brand-new cluster (its new, empty store may vote at once "
+                        "even with a member missing); never for a node whose disk was replaced")
     p.add_argument("--config", help="a TOML file with one or several groups")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)

@@ -163,6 +163,9 @@ class DLedgerConfig:
     lease_ratio: float = 0.8                    # LEASE_READ lease = ratio x (leak x interval)
     max_clock_drift: float = 0.05               # bound on any two clocks' rate difference (+-5 %):
                                                 # LEASE_READ is safe only while clocks stay within it
+    bootstrap: bool = False                     # this node starts a brand-new cluster: a new, empty
+                                                # store is trusted to have never voted nor written
+                                                # (docs/embedding.md); never set it for a wiped node
 
     # -- derived ----------------------------------------------------------------------------
     peer_map: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)

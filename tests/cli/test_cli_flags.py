@@ -104,3 +104,17 @@ def test_a_node_whose_port_is_taken_is_one_line_naming_the_address_and_exits_1(t
                      "--store-dir", str(tmp_path), "--log-level", "ERROR"])
     assert code == 1
     assert f"cannot start on 127.0.0.1:{port}" in one_error_line(capsys)
+
+
+def test_bootstrap_is_set_only_by_its_flag():
+    """``--bootstrap`` (a brand-new cluster: a new store may vote with a member missing) is off
+    unless given: a node whose disk was replaced must relearn before it votes."""
+    import argparse
+
+    from dledger import cli_node
+    p = argparse.ArgumentParser()
+    cli_node.add_parser(p.add_subparsers(dest="cmd"))
+    base = ["node", "--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3",
+            "--store-dir", "store"]
+    assert [c.bootstrap for c in cli_node.load_configs(p.parse_args(base))] == [False]
+    assert [c.bootstrap for c in cli_node.load_configs(p.parse_args(base + ["--bootstrap"]))] == [True]

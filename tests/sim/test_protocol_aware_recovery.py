@@ -40,6 +40,25 @@ def _no_leader_among(c: Cluster, nodes: list[str], ms: int) -> None:
             assert c.servers[i].role is not Role.LEADER, f"{i} led while the only sound copy was cut off"
 
 
+def test_a_new_three_node_cluster_with_a_member_missing_waits_unless_told_it_is_new():
+    """A new store cannot tell a peer that never started from one that holds every
+    acknowledged append while its own disk was wiped, so two new nodes of three do not elect
+    on their own. With ``bootstrap=True`` (the operator says the cluster is new, as etcd's
+    initial cluster state "new") each new store clears at once and the two elect."""
+    with Cluster(n=3, seed=5) as c:
+        c.partition(["n0", "n1"], ["n2"])
+        _no_leader_among(c, ["n0", "n1"], 3_000)
+        assert all(c.servers[i].store.suspect is SuspectReason.FRESH for i in ("n0", "n1"))
+    with Cluster(n=3, seed=5, bootstrap=True) as c:
+        c.partition(["n0", "n1"], ["n2"])
+        lead = _leader(c, 1_000)
+        assert lead in ("n0", "n1")
+        _acked(c, b"x", 3)
+        c.heal()
+        assert c.run_until(lambda: c.servers["n2"].node.committed_index >= 2, 3_000)
+        c.check()
+
+
 @pytest.mark.parametrize("n", [3, 5])
 def test_a_new_cluster_still_elects_at_once(n):
     """Every store of a new cluster is FRESH: each relearns that nothing was ever written

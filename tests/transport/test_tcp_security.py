@@ -29,10 +29,11 @@ def vote(term: int, src: str = "n0", dst: str = "n1") -> bytes:
 
 @pytest.fixture
 def target(tmp_path):
-    """Node n1 alone (n0 and n2 are down), no vote round for a minute, the secret from a file."""
+    """Node n1 alone (n0 and n2 are down), no vote round for a minute, the secret from a file;
+    a new cluster (``bootstrap``), so the new store may vote at once."""
     secret = tmp_path / "secret"
     secret.write_bytes(KEY + b"\n")
-    g = TcpGroup(tmp_path, store_type="memory", secret_file=str(secret), **QUIET)
+    g = TcpGroup(tmp_path, store_type="memory", secret_file=str(secret), bootstrap=True, **QUIET)
     s = g.start("n1")
     g.port = g.ports[1]
     g.target = s
@@ -179,10 +180,11 @@ def test_connections_beyond_the_cap_are_closed_at_accept(tmp_path):
 
 
 def test_a_server_with_another_secret_never_joins_while_the_others_commit(tmp_path):
+    # a new cluster started with one member unreachable elects only if told it is new
     right, wrong = tmp_path / "right", tmp_path / "wrong"
     right.write_bytes(KEY + b"\n")
     wrong.write_bytes(b"not-the-cluster-secret-0123456789\n")
-    g = TcpGroup(tmp_path, store_type="memory", secret_file=str(right))
+    g = TcpGroup(tmp_path, store_type="memory", secret_file=str(right), bootstrap=True)
     g.overrides["n2"] = {"secret_file": str(wrong)}
     g.start_all()
     try:

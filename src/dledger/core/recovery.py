@@ -89,6 +89,11 @@ class Recovery:
         self.next_query_ms = now_ms
         if self.reason is not None:
             log.info("%s: store is suspect (%s): recovering", member_state.self_id, self.reason.value)
+        if self.reason is SuspectReason.FRESH and getattr(config, "bootstrap", False) \
+                and store.ledger_end_index < 0 and member_state.curr_term == 0:
+            # the operator says this is a new cluster: an empty store never voted nor wrote
+            self.term_known = True
+            self._clear("bootstrap: a new cluster, as configured")
 
     # =====================================================================================
     # what the other components ask
