@@ -1,7 +1,9 @@
 """The CI seed list of the swarm (``dledger.sim.swarm``): a fixed list of seeds, 3 and 5 nodes,
-both durability modes, memory stores for most and file stores (with power loss) for some. Each
-seed runs a safety phase under faults (partitions of several shapes, crashes, restarts, power
-loss, message loss, duplication and reordering) with clients appending, reading in every mode
+both durability modes, memory stores for most and file stores (with power loss and every
+storage fault: bit flips, lost and misdirected writes, a full disk, failing and slow syncs,
+crashes inside a write) for some. Each seed runs a safety phase under faults (partitions of
+several shapes, crashes, restarts, message loss, duplication, replay, corruption in transit,
+clogged links, paused processes, clock drift) with clients appending, reading in every mode
 and driving the key-value machine, then a healed liveness phase, then every checker. A failing
 seed fails its test with its options and the one-line command that reproduces it.
 
@@ -61,12 +63,13 @@ def _id(key: tuple) -> str:
     return f"{seed}-{nodes}{store[0]}-{'pc' if durability == 'page_cache' else 'fs'}"
 
 
-def _run(key: tuple, tmp_path):
+def _run(key: tuple, tmp_path, *, storage_faults: bool = True):
     seed, nodes, durability, store = key
-    # this list runs the fault model of before the storage faults beyond crash and power loss
-    # were drawn (so its seeds keep their runs); tests/sim/test_storage_fault_seeds.py runs
-    # seeds with them
-    opts = SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store=store, storage_faults=False)
+    # every fault the store can have (file stores: the storage faults too; a memory store has
+    # no disk to fault); the regression seeds keep the fault model they were found with
+    # (storage_faults=False), so that they replay the schedule that broke the invariant
+    opts = SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store=store,
+                                  storage_faults=storage_faults)
     return run_swarm(opts, base_dir=tmp_path if store == "file" else None)
 
 
@@ -87,7 +90,7 @@ def test_seed_keeps_every_invariant(key, tmp_path):
 @pytest.mark.parametrize("key", list(FIXED), ids=[f"{_id(k)}-{FIXED[k].split(' after')[0].replace(' ', '_')}" for k in FIXED])
 def test_regression_seed_found_by_the_swarm(key, tmp_path):
     """A seed that once broke an invariant (the bug is fixed; FIXED says which)."""
-    r = _run(key, tmp_path)
+    r = _run(key, tmp_path, storage_faults=False)
     assert r.history.counts()["ok"] > 0
     r.close()
 
