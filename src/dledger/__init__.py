@@ -1,7 +1,5 @@
 """dledger: an embeddable, Raft-replicated commit log, byte-compatible with Java DLedger."""
 
-from dledger.client import (AppendOutcomeUnknown, AppendRefusedError, AsyncDLedgerClient,
-                            ClusterUnavailableError, DLedgerClient)
 from dledger.config import DLedgerConfig
 from dledger.entry import DLedgerEntry
 from dledger.errors import (CorruptEntryError, CorruptStoreError, DLedgerError, EntryTooLargeError,
@@ -34,3 +32,18 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+#: names imported on first use: the client pulls in asyncio and the TCP transport, which a
+#: host embedding a server alone (or a tool reading a store) need not load
+_LAZY = {name: "dledger.client" for name in ("AppendOutcomeUnknown", "AppendRefusedError", "AsyncDLedgerClient",
+                                             "ClusterUnavailableError", "DLedgerClient")}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dledger' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
