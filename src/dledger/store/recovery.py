@@ -193,10 +193,15 @@ class _Planner(DamageJudge):
         self.cp_rejected: str | None = None
         #: entries that may have been acknowledged were cut (or a flushed one is missing)
         self.lost_tail = False
+        #: the checkpoint's unit, rebuilt from its intact record (the unit was damaged)
+        self.start_unit: IndexUnit | None = None
 
     def warn(self, msg: str, *args) -> None:
         log.warning(msg, *args)
         self.warnings.append(msg % args)
+
+    def read_record(self, f: MmapFile, off: int) -> RecordHeader:
+        return _read_record(f, off)
 
     # -- index units -----------------------------------------------------------------------
     def unit_at(self, k: int) -> IndexUnit | None:
@@ -238,6 +243,9 @@ class _Planner(DamageJudge):
             self.cp_rejected = broken
             return None
         h = self.record_for_unit(unit)
+        if h is None and self.rebuild_start_unit(unit, cp.end_term):
+            u = self.start_unit  # the unit was damaged: step by its record's own size
+            return u.pos + u.size, end_index, u.term
         if h is None or h.index != end_index:
             f = self.data.find_file(unit.pos)
             off = unit.pos - f.file_from_offset if f is not None else -1
@@ -388,8 +396,10 @@ class _Planner(DamageJudge):
         if files:
             fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
         stop_reason = None
-        index_trusted = True
+        index_trusted = self.start_unit is None
         rebuild = self.rebuilt.append
+        if self.start_unit is not None:
+            rebuild(self.start_unit)
         while True:  # the scan; it resumes after a damaged record it can step over
             while fi < len(files):
                 f = files[fi]
