@@ -245,6 +245,8 @@ class _Planner(DamageJudge):
         h = self.record_for_unit(unit)
         if h is None and self.rebuild_start_unit(unit, cp.end_term):
             u = self.start_unit  # the unit was damaged: step by its record's own size
+            if u is unit:        # or which magic is right is not known: kept, refused
+                self.start_unit = None
             return u.pos + u.size, end_index, u.term
         if h is None or h.index != end_index:
             f = self.data.find_file(unit.pos)
@@ -431,14 +433,17 @@ class _Planner(DamageJudge):
                         if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
                                 and not agrees and not (_torn_unit(unit, h, pos)
                                                         and not self.term_implausible(k, term, pos + h.size))
-                                and not self.unit_damaged(unit, h, last_term, pos + h.size)):
+                                and not self.unit_damaged(unit, h, last_term, pos + h.size)
+                                and not (not unconfirmed_tail  # there: a torn tail
+                                         and self.self_consistent_record(k, pos) is not None
+                                         and self.magic_ambiguous(unit, h))):
                             # Same entry, same place, but another term or type, and not a unit torn
                             # by a crash: a header field (not covered by the CRC) or the unit is
                             # damaged. Stale units are erased on truncation, so this is not a leftover.
                             stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
                                            f"its index unit (term {unit.term}, magic {unit.magic})")
                             break
-                        if not agrees:
+                        if not agrees and not self.just_damaged(k):
                             index_trusted = False  # from here on every unit is rewritten
                     if not index_trusted:
                         rebuild(IndexUnit(h.magic, pos, h.size, k, term))
