@@ -24,8 +24,8 @@ from dledger.errors import CorruptStoreError
 from dledger.sim.corruption import UNIT_FIELDS
 from dledger.sim.disk import crash_store
 from dledger.store.log_store import RepairRefusedError
-from helpers.small_store import INDEX_FILE_SIZE, append_bodies, body, open_small
-from helpers.store_files import copy_store, flip_bit, index_unit_location
+from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small
+from helpers.store_files import copy_store, flip_bit, index_unit_location, record_location
 
 BODY = 32
 SHAPES = ("crashed-page_cache", "crashed-fsync", "closed")
@@ -136,6 +136,33 @@ def test_a_peers_copy_is_never_checked_against_a_damaged_unit(pristine, tmp_path
         s.repair(8, copies[8])
         assert [s.get_raw(i) for i in range(LAST + 1)] == [copies[i] for i in range(LAST + 1)]
         assert s.damaged() == {}
+    finally:
+        s.close()
+    assert _files(a) == ref_files
+
+
+@pytest.mark.parametrize("victim", [8, 19])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_record_whose_magic_flipped_to_another_valid_one_is_never_rebuilt_into_its_unit(
+        pristine, tmp_path, shape, victim):
+    """The record's magic (not under its CRC) flips from NORMAL to CONFIG_CHANGE: the record is
+    otherwise intact and fits the log. Nothing local tells whether the record or the unit
+    flipped, so the local repair refuses (it would make the unit agree with a flipped record,
+    serving a normal entry as a config change), and a peer's copy repairs it."""
+    src, durability, copies, ref_files = pristine[shape]
+    a = copy_store(src, str(tmp_path / "a"))
+    loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    flip_bit(loc.path, loc.offset + 3, 1)                         # magic 1 -> 3
+    s = open_small(a, durability)
+    try:
+        assert s.ledger_end_index == LAST
+        with pytest.raises(CorruptStoreError):
+            s.get_raw(victim)
+        with pytest.raises(RepairRefusedError):
+            s.repair(victim)
+        assert victim in s.damaged()
+        s.repair(victim, copies[victim])
+        assert [s.get_raw(i) for i in range(LAST + 1)] == [copies[i] for i in range(LAST + 1)]
     finally:
         s.close()
     assert _files(a) == ref_files
