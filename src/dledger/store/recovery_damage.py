@@ -18,9 +18,13 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
   the scan steps over it and the entry is kept as damaged (``note_damaged``), refused by reads
   until it is repaired from a peer (``store/repair.py``).
 
-The planner provides ``unit_at(k)``, ``read_record(f, off)`` (a validated header, CRC checked), ``data`` (the data segment list), ``current_term`` (the
-term file's term when it was read intact, else None), ``damaged`` (the list it fills) and
-``warn``.
+- ``magic_ambiguous``: an intact record and its unit that differ only in the magic, both
+  valid: the record's magic is not under its CRC, so which one flipped is not known; the entry
+  is kept as damaged and only a peer's copy repairs it (record and unit).
+
+The planner provides ``unit_at(k)``, ``read_record(f, off)`` (a validated header, CRC checked),
+``data`` (the data segment list), ``current_term`` (the term file's term when it was read
+intact, else None), ``damaged`` (the list it fills), ``store_dir`` and ``warn``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,13 @@ that refused an entry fill in.
   ``RepairRefusedError`` and changes nothing. An accepted copy is written in place and synced
   (in either durability mode) before ``repair`` returns; then the entry reads again.
 
+A record and its index unit that differ only in the magic, both valid, are repaired only from a
+peer's copy (``repair(index)`` refuses: the record's magic is not under its CRC, so the unit
+rebuilt from it could be the flipped one): the copy must agree with the local record in index,
+term, pos, size and CRC and carry one of the two magics; record and unit are rewritten from it.
+A unit that does not fit its neighbours is rebuilt from the local record (when intact) before a
+copy is checked: a copy is never judged by a damaged unit.
+
 A record and its index unit both damaged cannot be repaired here (nothing local says which
 term the entry had); the entry stays refused and ``damaged()`` keeps naming it.
 """
