@@ -15,6 +15,7 @@ accepted as before) or ``"bad"`` (the file is damaged: a bit flip in any byte is
 from __future__ import annotations
 
 import os
+import re
 import zlib
 
 from dledger.store.mmap_file import fsync_dir
@@ -65,13 +66,7 @@ def read_checked(path: str) -> tuple[dict[str, str] | None, str]:
     cut = data.rfind(_CRC_LINE)
     state = "missing"
     if cut >= 0 or data.startswith(_CRC_LINE[1:]):
-        body, line = data[:cut + 1], data[cut + 1:]
-        state = "bad"
-        if line.endswith(b"\n") and line.count(b"\n") == 1:
-            try:
-                state = "ok" if int(line[len(_CRC_LINE) - 1:-1], 16) == zlib.crc32(body) else "bad"
-            except ValueError:
-                pass
+        state = "ok" if _crc_holds(data) else "bad"
     if "\x00" in data.decode("latin-1"):
         raise ValueError("file holds NUL bytes")
     props = parse_properties(data.decode("latin-1"))
@@ -79,11 +74,51 @@ def read_checked(path: str) -> tuple[dict[str, str] | None, str]:
     return props, state
 
 
+def _crc_holds(data: bytes) -> bool:
+    cut = data.rfind(_CRC_LINE)
+    if cut < 0 and not data.startswith(_CRC_LINE[1:]):
+        return False
+    # exactly as the writer writes it (8 lowercase hex digits): a flip of a letter's case is
+    # damage too
+    return data[cut + 1:] == _crc_line(data[:cut + 1])
+
+
+def _crc_line(content: bytes) -> bytes:
+    return f"{CRC_KEY}={zlib.crc32(content):08x}\n".encode("latin-1")
+
+
+def damaged_checked_file(path: str) -> bool:
+    """Does ``path`` show that it was written with a ``crc`` line and was damaged since? Its
+    ``crc`` line fails (``read_checked`` says ``"bad"``), it holds a ``crc`` key anywhere but
+    at its end, or it is one flipped bit away from a file whose ``crc`` holds (the flip hit the
+    ``crc`` line's own key, separator or line break, so the line no longer reads as one). A
+    file without any of these traces (one written by Java DLedger) is not: its syntax errors
+    stay errors. False when the file is missing."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return False
+    if data.rfind(_CRC_LINE) >= 0 or data.startswith(_CRC_LINE[1:]):
+        return not _crc_holds(data)
+    if re.search(rb"(^|[^A-Za-z0-9_])crc\s*[=:]", data):
+        return True
+    buf = bytearray(data)
+    for i in range(len(buf)):
+        for bit in range(8):
+            buf[i] ^= 1 << bit
+            found = _crc_holds(bytes(buf))
+            buf[i] ^= 1 << bit
+            if found:
+                return True
+    return False
+
+
 def write_properties_atomic(path: str, items: list[tuple[str, str]], *, sync: bool = True) -> None:
     """Replace ``path`` with ``key=value`` lines and a closing ``crc`` line, atomically (tmp +
     fsync + rename + dir fsync)."""
     content = "".join(f"{k}={v}\n" for k, v in items).encode("latin-1")
-    content += f"{CRC_KEY}={zlib.crc32(content):08x}\n".encode("latin-1")
+    content += _crc_line(content)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

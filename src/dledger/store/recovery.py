@@ -201,10 +201,15 @@ class _Planner(DamageJudge):
         self.cp_rejected: str | None = None
         #: entries that may have been acknowledged were cut (or a flushed one is missing)
         self.lost_tail = False
+        #: the checkpoint's unit, rebuilt from its intact record (the unit was damaged)
+        self.start_unit: IndexUnit | None = None
 
     def warn(self, msg: str, *args) -> None:
         log.warning(msg, *args)
         self.warnings.append(msg % args)
+
+    def read_record(self, f: MmapFile, off: int) -> RecordHeader:
+        return _read_record(f, off)
 
     # -- index units -----------------------------------------------------------------------
     def unit_at(self, k: int) -> IndexUnit | None:
@@ -246,6 +251,11 @@ class _Planner(DamageJudge):
             self.cp_rejected = broken
             return None
         h = self.record_for_unit(unit)
+        if h is None and self.rebuild_start_unit(unit, cp.end_term):
+            u = self.start_unit  # the unit was damaged: step by its record's own size
+            if u is unit:        # or which magic is right is not known: kept, refused
+                self.start_unit = None
+            return u.pos + u.size, end_index, u.term
         if h is None or h.index != end_index:
             f = self.data.find_file(unit.pos)
             off = unit.pos - f.file_from_offset if f is not None else -1
@@ -396,12 +406,14 @@ class _Planner(DamageJudge):
         if files:
             fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
         stop_reason = None
-        index_trusted = True
+        index_trusted = self.start_unit is None
         # the record before the scan carries a CRC (see _check_body)
-        unit0 = self.unit_at(last_index) if last_index >= 0 else None
+        unit0 = self.start_unit or (self.unit_at(last_index) if last_index >= 0 else None)
         h0 = self.record_for_unit(unit0) if unit0 is not None else None
         after_crc = h0 is not None and h0.body_crc != 0
         rebuild = self.rebuilt.append
+        if self.start_unit is not None:
+            rebuild(self.start_unit)
         while True:  # the scan; it resumes after a damaged record it can step over
             while fi < len(files):
                 f = files[fi]
@@ -434,14 +446,17 @@ class _Planner(DamageJudge):
                         if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
                                 and not agrees and not (_torn_unit(unit, h, pos)
                                                         and not self.term_implausible(k, term, pos + h.size))
-                                and not self.unit_damaged(unit, h, last_term, pos + h.size)):
+                                and not self.unit_damaged(unit, h, last_term, pos + h.size)
+                                and not (not unconfirmed_tail  # there: a torn tail
+                                         and self.self_consistent_record(k, pos) is not None
+                                         and self.magic_ambiguous(unit, h))):
                             # Same entry, same place, but another term or type, and not a unit torn
                             # by a crash: a header field (not covered by the CRC) or the unit is
                             # damaged. Stale units are erased on truncation, so this is not a leftover.
                             stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
                                            f"its index unit (term {unit.term}, magic {unit.magic})")
                             break
-                        if not agrees:
+                        if not agrees and not self.just_damaged(k):
                             index_trusted = False  # from here on every unit is rewritten
                     if not index_trusted:
                         rebuild(IndexUnit(h.magic, pos, h.size, k, term))

@@ -9,19 +9,28 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
   term);
 - ``unit_damaged``: an intact record that disagrees with its unit in term or magic, where the
   record fits the log and the unit does not: the unit is rebuilt from the data;
+- ``self_consistent_record``: a record intact over its own size, naming its entry and fitting
+  the log (the next entry begins where it ends, or nothing follows it), whatever its unit
+  says: a unit that disagrees with it in size or magic is damaged and rebuilt from it, and the
+  scan steps by the record's own size, never the unit's (a flipped size bit in a unit must not
+  cut the intact entries after it as a torn tail);
 - ``skip_damaged``: the unit of a damaged record, when it locates the record beyond doubt, so
   the scan steps over it and the entry is kept as damaged (``note_damaged``), refused by reads
   until it is repaired from a peer (``store/repair.py``).
 
-The planner provides ``unit_at(k)``, ``data`` (the data segment list), ``current_term`` (the
-term file's term when it was read intact, else None), ``damaged`` (the list it fills) and
-``warn``.
+- ``magic_ambiguous``: an intact record and its unit that differ only in the magic, both
+  valid: the record's magic is not under its CRC, so which one flipped is not known; the entry
+  is kept as damaged and only a peer's copy repairs it (record and unit).
+
+The planner provides ``unit_at(k)``, ``read_record(f, off)`` (a validated header, CRC checked),
+``data`` (the data segment list), ``current_term`` (the term file's term when it was read
+intact, else None), ``damaged`` (the list it fills), ``store_dir`` and ``warn``.
 """
 
 from __future__ import annotations
 
 from dledger.entry import BODY_OFFSET, VALID_MAGICS, IndexUnit, RecordHeader
-from dledger.errors import CorruptStoreError
+from dledger.errors import CorruptEntryError, CorruptStoreError
 
 
 class DamageJudge:
@@ -48,7 +57,78 @@ class DamageJudge:
         return unit.term != h.term and (unit.term < last_term
                                         or self.term_implausible(h.index, unit.term, end))
 
+    def self_consistent_record(self, k: int, pos: int) -> RecordHeader | None:
+        """The record at ``pos`` if it proves itself entry ``k`` whatever its index unit says:
+        intact over its own size (header, CRC, reserved fields 0, ``pos`` its own position),
+        index ``k``, and it fits the log: unit ``k + 1`` or an intact record ``k + 1`` begins
+        where it ends (or at the start of the next segment), or nothing is written after it.
+        Then a unit that disagrees with it in size or magic is the damaged one. Else None."""
+        f = self.data.find_file(pos)
+        if f is None:
+            return None
+        try:
+            h = self.read_record(f, pos - f.file_from_offset)
+        except CorruptEntryError:
+            return None
+        if h.index != k or not h.body_crc or h.pos != pos:
+            return None
+        end, fsize = pos + h.size, self.data.mapped_file_size
+        nxt = self.unit_at(k + 1)
+        if nxt is not None and nxt.index == k + 1 and (
+                nxt.pos == end or (nxt.pos > end and nxt.pos % fsize == 0)):
+            return h
+        for at in (end, end - end % fsize + fsize):
+            g = self.data.find_file(at)
+            if g is None:
+                continue
+            try:
+                n = self.read_record(g, at - g.file_from_offset)
+            except CorruptEntryError:
+                continue
+            if n.index == k + 1 and n.term >= h.term:
+                return h
+        # the last record: only zeros after it in its segment, and no later segment
+        last = self.data.files[-1]
+        if f is last and not f.mm[end - f.file_from_offset:f.file_size].strip(b"\0"):
+            return h
+        return None
+
+    def rebuild_start_unit(self, unit: IndexUnit, cp_term: int | None) -> bool:
+        """The checkpoint's unit ``unit`` does not agree with its record: is the record intact
+        at the unit's position, naming the entry and fitting the log, in the term the unit and
+        the checkpoint recorded? Then the unit (its size or magic) is the damaged one: it is
+        rebuilt from the record (``start_unit``) and the scan goes on after the record."""
+        own = self.self_consistent_record(unit.index, unit.pos)
+        if own is None or own.term != unit.term or (cp_term is not None and own.term != cp_term):
+            return False
+        if self.magic_ambiguous(unit, own):
+            self.start_unit = unit   # kept as it is: a peer's copy decides
+            return True
+        self.start_unit = IndexUnit(own.magic, unit.pos, own.size, unit.index, own.term)
+        self.warn("store %s: index unit %d disagrees with its intact record (unit size %d, "
+                  "magic %d; record size %d, magic %d); rebuilt from the record",
+                  self.store_dir, unit.index, unit.size, unit.magic, own.size, own.magic)
+        return True
+
+    def magic_ambiguous(self, unit: IndexUnit, h: RecordHeader) -> bool:
+        """An intact record and its unit agree in everything but the magic, and both magics are
+        valid: the record's magic is not covered by its CRC, so which one flipped cannot be
+        told locally. The entry is kept as damaged (reads refuse it) with its unit as it is, and
+        only a peer's copy (the entry is fixed by its index and term) repairs it, record and
+        unit (``store/repair.py``). Noted here when so."""
+        if (unit.magic not in VALID_MAGICS or unit.magic == h.magic or unit.size != h.size
+                or unit.term != h.term or unit.index != h.index):
+            return False
+        f = self.data.find_file(unit.pos)
+        self.note_damaged(unit.index, CorruptStoreError(
+            f"entry {unit.index}: its record says magic {h.magic}, its index unit {unit.magic}",
+            path=f.path, offset=unit.pos - f.file_from_offset, position=unit.pos))
+        return True
+
     # -- damaged records kept in the log ------------------------------------------------
+    def just_damaged(self, k: int) -> bool:
+        return bool(self.damaged) and self.damaged[-1][0] == k
+
     def note_damaged(self, k: int, exc: CorruptStoreError) -> None:
         self.warn("store %s: %s; kept, refused until repaired from a peer", self.store_dir, exc)
         self.damaged.append((k, exc))

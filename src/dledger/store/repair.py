@@ -24,6 +24,13 @@ that refused an entry fill in.
   ``RepairRefusedError`` and changes nothing. An accepted copy is written in place and synced
   (in either durability mode) before ``repair`` returns; then the entry reads again.
 
+A record and its index unit that differ only in the magic, both valid, are repaired only from a
+peer's copy (``repair(index)`` refuses: the record's magic is not under its CRC, so the unit
+rebuilt from it could be the flipped one): the copy must agree with the local record in index,
+term, pos, size and CRC and carry one of the two magics; record and unit are rewritten from it.
+A unit that does not fit its neighbours is rebuilt from the local record (when intact) before a
+copy is checked: a copy is never judged by a damaged unit.
+
 A record and its index unit both damaged cannot be repaired here (nothing local says which
 term the entry had); the entry stays refused and ``damaged()`` keeps naming it.
 """
@@ -124,6 +131,14 @@ class Repair:
     def _rewrite_record(self, index: int, record: bytes) -> None:
         unit = self._plain_unit(index)
         if unit is None or not self._unit_fits(unit):
+            # the unit may be the damaged one over an intact record: rebuilt from the record
+            # first, never used to judge a copy while damaged
+            try:
+                self._rebuild_unit(index)
+            except RepairRefusedError:
+                pass
+            unit = self._plain_unit(index)
+        if unit is None or not self._unit_fits(unit):
             raise RepairRefusedError(f"entry {index}: its index unit is damaged too; a copy "
                                      f"cannot be checked against it")
         try:
@@ -133,6 +148,14 @@ class Repair:
         if cand.size != len(record) or not cand.body_crc or cand.channel or cand.chain_crc:
             raise RepairRefusedError(f"entry {index}: the copy has no CRC or is not one whole "
                                      f"record ({len(record)} bytes)")
+        mine = self._magic_in_doubt(unit)
+        if mine is not None and cand.magic in (mine.magic, unit.magic) and (
+                cand.pos, cand.size, cand.index, cand.term, cand.body_crc) == (
+                unit.pos, unit.size, unit.index, unit.term, mine.body_crc):
+            # the record and its unit disagree only in the magic: the copy of the same entry
+            # (index and term) decides, and the unit is rewritten from it too
+            unit = IndexUnit(cand.magic, unit.pos, unit.size, index, unit.term)
+            self._write_unit(index, unit)
         if not (cand.pos == unit.pos and matches_unit(unit, cand.magic, cand.size, cand.index,
                                                       cand.term, cand.pos, cand.body_crc)):
             raise RepairRefusedError(
@@ -169,14 +192,43 @@ class Repair:
                     or e.term < prev.term or (nxt is not None and (nxt.term < e.term
                                                                    or not self._follows(unit, nxt.pos)))):
                 continue
-            upos = index * INDEX_UNIT_SIZE
-            xf = self.index_list.find_file(upos)
-            if xf is None:
+            if self._magic_in_doubt(read_index_unit(self.index_list, index)) is not None:
+                raise RepairRefusedError(
+                    f"entry {index}: its record and its index unit disagree only in the magic "
+                    f"({e.magic} and the unit's): which is right is not known here; a peer's "
+                    f"copy decides")
+            if not self._write_unit(index, unit):
                 break
-            uoff = upos - xf.file_from_offset
-            xf.write_at(uoff, INDEX_UNIT.pack(*unit))
-            xf.flush_range(uoff, uoff + INDEX_UNIT_SIZE)
             log.warning("store %s: index unit %d rebuilt from its record in %s at offset %d",
                         self.store_dir, index, f.path, off)
             return
         raise RepairRefusedError(f"entry {index}: no intact record where its neighbours place it")
+
+    def _write_unit(self, index: int, unit: IndexUnit) -> bool:
+        upos = index * INDEX_UNIT_SIZE
+        xf = self.index_list.find_file(upos)
+        if xf is None:
+            return False
+        uoff = upos - xf.file_from_offset
+        xf.write_at(uoff, INDEX_UNIT.pack(*unit))
+        xf.flush_range(uoff, uoff + INDEX_UNIT_SIZE)
+        return True
+
+    def _magic_in_doubt(self, unit: IndexUnit | None):
+        """The intact local record of ``unit`` when the two agree in everything but the magic
+        and both magics are valid (the record's magic is not covered by its CRC: which one
+        flipped is not known locally), else None."""
+        if unit is None or unit.magic not in VALID_MAGICS or unit.size < BODY_OFFSET:
+            return None
+        f, off = self._record_slot(unit.pos, unit.size)
+        if f is None:
+            return None
+        try:
+            e = decode(f.mm, off, limit=f.wrote_position)
+        except CorruptEntryError:
+            return None
+        if (e.magic != unit.magic and e.magic in VALID_MAGICS and e.body_crc and e.pos == unit.pos
+                and (e.index, e.term, e.size) == (unit.index, unit.term, unit.size)
+                and not matches_unit(unit, e.magic, e.size, e.index, e.term, e.pos, e.body_crc)):
+            return e
+        return None

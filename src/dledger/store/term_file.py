@@ -8,15 +8,23 @@ Format (Java ``Properties`` text, key order free)::
 Rules:
 - ``save`` returns only after the new content is durable (tmp file, fsync, rename, directory
   fsync). Callers answer a vote or act on a new term only after ``save`` returned.
-- A ``currterm`` that exists but cannot be parsed raises ``TermFileError`` naming the file:
-  startup stops (Java logs and carries on at term 0, which can double-vote).
+- A ``currterm`` without a ``crc`` line (written by Java DLedger) that exists but cannot be
+  parsed raises ``TermFileError`` naming the file: startup stops (Java logs and carries on at
+  term 0, which can double-vote). One dledger wrote (it shows a ``crc`` line, or is one flipped
+  bit away from a file whose ``crc`` holds: ``properties.damaged_checked_file``) is *damaged*
+  instead, whatever the flip did to its syntax (a ``vote`` line left without ``=`` by a flip
+  that turned a letter into a line break, a term that no longer parses): see below.
 - When ``currterm`` is missing but a ``currterm.tmp`` or ``currterm.bak`` left by an interrupted
   rewrite validates, the copy with the highest term is used (the Java writer deletes ``currterm``
   before renaming its ``.tmp``).
 - dledger writes a ``crc`` line (see ``properties.py``). A ``currterm`` that parses but whose
   ``crc`` does not hold, or that holds a key neither writer uses, is *damaged*: its term and
   vote are not used (``damaged`` names the reason) and the store reports the term as lost
-  (``SuspectReason.TERM_LOST``) instead of starting from it or from term 0. A file without a
+  (``SuspectReason.TERM_LOST``) instead of starting from it or from term 0 (the term is then
+  raised to the log's last entry's, and protocol-aware recovery relearns the rest from the
+  other members, so the node never votes twice in a term). A leftover ``.tmp``/``.bak`` is
+  read only when ``currterm`` is missing (a dledger ``.tmp`` left then is a first save that
+  never returned); a damaged one is ignored. A file without a
   ``crc`` line (written by Java DLedger) is accepted unchecked. A term beyond ``MAX_TERM``
   (near the int64 limit) is refused with ``TermFileError``.
 - A ``save`` the disk refuses (the ``OSError`` of the tmp file's creation, write, fsync, the
@@ -35,7 +43,7 @@ import os
 
 from dledger.entry import MAX_TERM
 from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError, TermFileError
-from dledger.store.properties import read_checked, write_properties_atomic
+from dledger.store.properties import damaged_checked_file, read_checked, write_properties_atomic
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +62,23 @@ class DamagedTermFile(Exception):
 
 def _parse(path: str) -> tuple[int, str | None] | None:
     try:
+        return _parse_fields(path)
+    except TermFileError as exc:
+        if damaged_checked_file(path):
+            # written by dledger (it carried a crc line) and damaged since: a flip that broke the
+            # syntax (a line without '=', a term that is not a number) is damage like any other
+            raise DamagedTermFile(f"{exc} (damaged: it was written with a crc line)") from None
+        raise
+
+
+def _parse_fields(path: str) -> tuple[int, str | None] | None:
+    try:
         props, crc = read_checked(path)
     except ValueError as exc:
         raise TermFileError(f"term file {path} is corrupt: {exc}") from exc
     if props is None:
         return None
-    if crc == "bad":
+    if crc == "bad" or (crc == "missing" and damaged_checked_file(path)):
         raise DamagedTermFile(f"term file {path} fails its checksum")
     unknown = set(props) - _KEYS
     if unknown:
@@ -113,6 +132,8 @@ class TermFile:
             try:
                 got = _parse(path)
             except (TermFileError, DamagedTermFile) as exc:
+                # dledger renames its .tmp over currterm only once it is complete and synced: a
+                # .tmp left without a currterm is a first save that never returned
                 log.warning("ignoring leftover %s", exc)
                 continue
             if got is not None and (best is None or got[0] > best[0]):
