@@ -112,24 +112,17 @@ class Majority:
         """A round that needs every voter's yes: WON when all said yes, LOST when all answered
         and one said no (the round waits for every answer: they tell the candidate which term
         to try next), PENDING otherwise."""
-        yes = no = 0
-        for v in self.voters:
-            answer = votes.get(v)
-            if answer is True:
-                yes += 1
-            elif answer is False:
-                no += 1
+        yes, no = self._tally(votes)
         if yes == len(self.voters):
             return VoteOutcome.WON
         return VoteOutcome.LOST if yes + no == len(self.voters) else VoteOutcome.PENDING
 
     def vote_result(self, votes: Mapping[str, bool | None]) -> VoteOutcome:
         """``votes`` maps a voter to yes (True), no (False) or not yet (None or missing)."""
-        yes = no = 0
-        for v in self.voters:
-            answer = votes.get(v)
-            if answer is True:
-                yes += 1
-            elif answer is False:
-                no += 1
+        yes, no = self._tally(votes)
         return vote_outcome(yes, no, len(self.voters))
+
+    def _tally(self, votes: Mapping[str, bool | None]) -> tuple[int, int]:
+        """How many voters said yes and how many said no (others have not answered)."""
+        answers = [votes.get(v) for v in self.voters]
+        return answers.count(True), answers.count(False)
