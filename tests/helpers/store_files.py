@@ -74,3 +74,14 @@ def copy_store(src: str, dst: str) -> str:
     """Copy a (closed or crashed) store directory byte for byte; returns ``dst``."""
     shutil.copytree(src, dst)
     return dst
+
+
+def segment_bytes(store_dir: str) -> dict[str, bytes]:
+    """Every data and index segment's bytes, by ``data/<name>`` and ``index/<name>``: two
+    replicas are byte-identical when these are equal."""
+    out = {}
+    for sub in ("data", "index"):
+        for name in sorted(os.listdir(os.path.join(store_dir, sub))):
+            with open(os.path.join(store_dir, sub, name), "rb") as fh:
+                out[f"{sub}/{name}"] = fh.read()
+    return out

@@ -16,7 +16,8 @@ import os
 
 import pytest
 
-from dledger.sim import SwarmFailure, SwarmOptions, run_swarm
+from dledger.sim import SwarmOptions, run_swarm
+from helpers.swarm_lists import assert_known_failures_still_fail, assert_seed_keeps_every_invariant
 
 SCALE = max(1, int(os.environ.get("DLEDGER_SWEEP_SCALE", "1")))
 
@@ -75,16 +76,7 @@ def _run(key: tuple, tmp_path, *, storage_faults: bool = True):
 
 @pytest.mark.parametrize("key", PASSING, ids=[_id(k) for k in PASSING])
 def test_seed_keeps_every_invariant(key, tmp_path):
-    failure = None
-    try:
-        r = _run(key, tmp_path)
-    except SwarmFailure as exc:
-        failure = str(exc)
-    if failure is not None:
-        pytest.fail(failure, pytrace=False)
-    counts = r.history.counts()
-    r.close()
-    assert counts["ok"] > 0
+    assert_seed_keeps_every_invariant(lambda: _run(key, tmp_path))
 
 
 @pytest.mark.parametrize("key", list(FIXED), ids=[f"{_id(k)}-{FIXED[k].split(' after')[0].replace(' ', '_')}" for k in FIXED])
@@ -96,12 +88,7 @@ def test_regression_seed_found_by_the_swarm(key, tmp_path):
 
 
 def test_known_failures_still_fail(tmp_path):
-    """Each known failure still breaks the invariant named for it; once a fix makes one pass,
-    this fails: move the seed back into the list and the bug to "Bugs found" in the docs."""
-    for k, (key, why) in enumerate(KNOWN_FAILURES.items()):
-        with pytest.raises(SwarmFailure) as exc:
-            _run(key, tmp_path / str(k))
-        assert why.split(":")[0] in str(exc.value), (key, str(exc.value)[:500])
+    assert_known_failures_still_fail(KNOWN_FAILURES, _run, tmp_path)
 
 
 def test_the_ci_list_covers_both_sizes_both_durabilities_and_both_stores():

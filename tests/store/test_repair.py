@@ -27,7 +27,7 @@ from dledger.sim.disk import crash_store
 from dledger.store import DLedgerMemoryStore
 from dledger.store.log_store import RepairRefusedError
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small
-from helpers.store_files import copy_store, flip_bit, index_unit_location, read_at, record_location
+from helpers.store_files import copy_store, flip_bit, index_unit_location, read_at, record_location, segment_bytes
 
 N = 20
 BODY = 32
@@ -58,15 +58,6 @@ def pristine(tmp_path_factory):
     for shape in SHAPES:
         d = str(root / shape)
         out[shape] = (d, _build(d, shape))
-    return out
-
-
-def _files(d: str) -> dict[str, bytes]:
-    out = {}
-    for sub in ("data", "index"):
-        for name in sorted(os.listdir(os.path.join(d, sub))):
-            with open(os.path.join(d, sub, name), "rb") as fh:
-                out[f"{sub}/{name}"] = fh.read()
     return out
 
 
@@ -113,7 +104,7 @@ def test_any_flipped_bit_of_a_committed_record_is_refused_then_repaired_byte_ide
         s.close()
     pb = open_small(b, durability)
     pb.close()
-    assert _files(a) == _files(b)
+    assert segment_bytes(a) == segment_bytes(b)
 
 
 WRONG = {
@@ -154,10 +145,10 @@ def test_a_wrong_copy_is_refused_and_changes_nothing(pristine, tmp_path, shape, 
     try:
         with pytest.raises(CorruptStoreError):
             s.get(victim)
-        before = _files(a)
+        before = segment_bytes(a)
         with pytest.raises(RepairRefusedError):
             s.repair(victim, WRONG[wrong](copies, victim))
-        assert _files(a) == before
+        assert segment_bytes(a) == before
         assert list(s.damaged()) == [victim]
         with pytest.raises(CorruptStoreError):
             s.get(victim)
@@ -189,7 +180,7 @@ def test_a_damaged_index_unit_over_an_intact_record_is_rebuilt_from_it(pristine,
     finally:
         s.close()
     open_small(b, durability).close()
-    assert _files(a) == _files(b)
+    assert segment_bytes(a) == segment_bytes(b)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -224,9 +215,9 @@ def test_repair_of_an_intact_entry_changes_nothing_and_a_read_only_store_refuses
     copies = _records(b, N)
     s = open_small(a, durability)
     try:
-        before = _files(a)
+        before = segment_bytes(a)
         s.repair(3, copies[3])
-        assert _files(a) == before
+        assert segment_bytes(a) == before
         with pytest.raises(DLedgerError):
             s.repair(N + 5, copies[3])
     finally:
@@ -323,4 +314,4 @@ def test_a_damaged_index_unit_in_the_scanned_tail_is_rebuilt_not_a_refused_open(
     finally:
         s.close()
     open_small(b, durability).close()
-    assert _files(a) == _files(b)
+    assert segment_bytes(a) == segment_bytes(b)

@@ -25,7 +25,7 @@ from dledger.sim.corruption import UNIT_FIELDS
 from dledger.sim.disk import crash_store
 from dledger.store.log_store import RepairRefusedError
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small
-from helpers.store_files import copy_store, flip_bit, index_unit_location, record_location
+from helpers.store_files import copy_store, flip_bit, index_unit_location, record_location, segment_bytes
 
 BODY = 32
 SHAPES = ("crashed-page_cache", "crashed-fsync", "closed")
@@ -51,15 +51,6 @@ def _build(d: str, shape: str) -> str:
     return durability
 
 
-def _files(d: str) -> dict[str, bytes]:
-    out = {}
-    for sub in ("data", "index"):
-        for name in sorted(os.listdir(os.path.join(d, sub))):
-            with open(os.path.join(d, sub, name), "rb") as fh:
-                out[f"{sub}/{name}"] = fh.read()
-    return out
-
-
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     root = tmp_path_factory.mktemp("unitflips")
@@ -71,7 +62,7 @@ def pristine(tmp_path_factory):
         s = open_small(ref, durability)                         # the untouched replica, reopened
         copies = {i: s.get_raw(i) for i in range(LAST + 1)}
         s.close()
-        out[shape] = (d, durability, copies, _files(ref))
+        out[shape] = (d, durability, copies, segment_bytes(ref))
     return out
 
 
@@ -116,7 +107,7 @@ def test_a_flipped_bit_of_a_mid_log_index_unit_never_cuts_the_log_and_is_rebuilt
             assert s.damaged() == {}, where
         finally:
             s.close()
-        assert _files(a) == ref_files, f"{where}: the files differ from the replica's"
+        assert segment_bytes(a) == ref_files, f"{where}: the files differ from the replica's"
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -138,7 +129,7 @@ def test_a_peers_copy_is_never_checked_against_a_damaged_unit(pristine, tmp_path
         assert s.damaged() == {}
     finally:
         s.close()
-    assert _files(a) == ref_files
+    assert segment_bytes(a) == ref_files
 
 
 @pytest.mark.parametrize("victim", [8, 19])
@@ -165,4 +156,4 @@ def test_a_record_whose_magic_flipped_to_another_valid_one_is_never_rebuilt_into
         assert [s.get_raw(i) for i in range(LAST + 1)] == [copies[i] for i in range(LAST + 1)]
     finally:
         s.close()
-    assert _files(a) == ref_files
+    assert segment_bytes(a) == ref_files
