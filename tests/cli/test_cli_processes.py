@@ -31,13 +31,20 @@ def cluster(tmp_path):
     peers = ";".join(f"n{k}-127.0.0.1:{p}" for k, p in enumerate(ports))
     secret = tmp_path / "secret"
     secret.write_text(SECRET + "\n")
+    # The suite shares two cores with these three processes: a node starved of CPU for the
+    # default election timeout (300 ms) would lose its leadership mid-test and the client would
+    # rightly report an append's outcome as unknown. Timing for a loaded machine, as an operator
+    # would set it (docs/operations.md): a 1.5 s election timeout.
+    timing = tmp_path / "timing.toml"
+    timing.write_text("heart_beat_time_interval_ms = 500\n")
     env = {k: v for k, v in os.environ.items() if k != "DLEDGER_SECRET"}
     env["PYTHONPATH"] = str(SRC)
     nodes = {}
     for k in range(3):
         nodes[f"n{k}"] = subprocess.Popen(
             [sys.executable, "-m", "dledger.cli", "node", "--group", "g", "--id", f"n{k}", "--peers", peers,
-             "--store-dir", str(tmp_path / "stores"), "--secret-file", str(secret), "--log-level", "WARNING"],
+             "--store-dir", str(tmp_path / "stores"), "--secret-file", str(secret), "--log-level", "WARNING",
+             "--config", str(timing)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = ["--peers", peers, "--group", "g", "--secret-file", str(secret), "--timeout", "20"]
     try:
