@@ -33,7 +33,15 @@ KNOWN_FAILURES: dict[tuple, str] = {
     # protocol-aware recovery and repair from peers; they run with the rest of the list
 }
 
-PASSING = [k for k in CI_SEEDS if k not in KNOWN_FAILURES]
+#: seeds of longer sweeps that once failed (the bug is fixed): they run with the list
+FIXED: dict[tuple, str] = {
+    (3087, 3, "page_cache"): "L1, replicas did not converge: the index unit of the log's first "
+                             "entry, damaged inside the checkpointed region, was never rebuilt "
+                             "(no unit before it to locate the record), and every peer's copy "
+                             "was refused against the damaged unit",
+}
+
+PASSING = [k for k in CI_SEEDS if k not in KNOWN_FAILURES] + [k for k in FIXED if k not in CI_SEEDS]
 
 
 def _id(key: tuple) -> str:

@@ -160,10 +160,10 @@ def test_a_wrong_copy_is_refused_and_changes_nothing(pristine, tmp_path, shape, 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("field_offset", range(0, INDEX_UNIT_SIZE, 3))
+@pytest.mark.parametrize("victim", [0, 8])      # 0: the log's first entry has no unit before it
 def test_a_damaged_index_unit_over_an_intact_record_is_rebuilt_from_it(pristine, tmp_path, shape,
-                                                                      field_offset):
+                                                                      field_offset, victim):
     a, b, durability = _replica(pristine, str(tmp_path), shape)
-    victim = 8
     unit = index_unit_location(a, victim, INDEX_FILE_SIZE)
     flip_bit(unit.path, unit.offset + field_offset, 5)
     s = open_small(a, durability)

@@ -11,7 +11,8 @@ that refused an entry fill in.
   pushed to a follower.
 - ``repair(index)``: a damaged **index unit** over an intact record is rebuilt from the data
   alone. The record is found where its neighbours say it lies (right after entry
-  ``index - 1``, or at the start of the next segment), must be intact (header, CRC, reserved
+  ``index - 1``, or at the start of the next segment; the log's first entry opens the data),
+  must be intact (header, CRC, reserved
   fields 0, ``pos`` its own position), carry ``index``, a term between its neighbours', and
   end where entry ``index + 1`` begins.
 - ``repair(index, record)``: a damaged **data record** is rewritten, byte for byte, from a
@@ -174,12 +175,17 @@ class Repair:
     def _rebuild_unit(self, index: int) -> None:
         prev = self._plain_unit(index - 1)
         nxt = self._plain_unit(index + 1)
-        if prev is None:
+        if prev is not None:
+            fsize = self.data_list.mapped_file_size
+            end = prev.pos + prev.size
+            places, low_term = (end, end - end % fsize + fsize), prev.term
+        elif index == self.ledger_before_begin_index + 1 and self.data_list.files:
+            # the log's first entry: its record opens the data
+            places, low_term = (self.data_list.min_offset(),), max(self.ledger_before_begin_term, 0)
+        else:
             raise RepairRefusedError(f"entry {index}: no intact index unit before it locates "
                                      f"its record")
-        fsize = self.data_list.mapped_file_size
-        end = prev.pos + prev.size
-        for pos in (end, end - end % fsize + fsize):
+        for pos in places:
             f, off = self._record_slot(pos, BODY_OFFSET)
             if f is None:
                 continue
@@ -189,7 +195,7 @@ class Repair:
                 continue
             unit = IndexUnit(e.magic, pos, e.size, e.index, e.term)
             if (e.index != index or not e.body_crc or e.channel or e.chain_crc or e.pos != pos
-                    or e.term < prev.term or (nxt is not None and (nxt.term < e.term
+                    or e.term < low_term or (nxt is not None and (nxt.term < e.term
                                                                    or not self._follows(unit, nxt.pos)))):
                 continue
             if self._magic_in_doubt(read_index_unit(self.index_list, index)) is not None:
