@@ -27,3 +27,22 @@ def test_a_pull_is_answered_with_the_record_and_confirms_no_leadership():
     w.deliver()
     assert len(answers) == 1 and answers[0].entries == [w.stores[follower].get_raw(0)]
     assert contacts == []
+
+
+def test_a_pull_answer_carries_the_next_record_too_the_askers_proof_by_log_matching():
+    w = Wired(3)
+    assert w.run_until(lambda: w.leader() is not None)
+    lead = w.leader()
+    w.propose(lead, "t", [b"x", b"y", b"z"])
+    assert w.run_until(lambda: all(n.committed_index >= 2 for n in w.nodes.values()))
+    node = w.nodes[lead]
+    follower = next(i for i in w.ids if i != lead)
+    raw = w.stores[follower].get_raw
+    for begin, want in ((1, [raw(1), raw(2)]), (2, [raw(2)])):    # nothing after the last one
+        answers = []
+        req = PullEntriesRequest(group=node.member_state.group, local_id=lead, remote_id=follower,
+                                 term=node.term, node_id=lead, begin_index=begin)
+        node.send(follower, req, lambda now, src, resp: answers.append(resp))
+        w._collect(node)
+        w.deliver()
+        assert [bytes(e) for e in answers[0].entries] == [bytes(r) for r in want]

@@ -21,7 +21,7 @@ import pytest
 from dledger.errors import CorruptStoreError
 from dledger.sim.atlas import ClusterFaultAtlas
 from dledger.sim.cluster import Cluster
-from dledger.sim.corruption import RECORD_FIELDS, UNIT_FIELDS, corrupt_store
+from dledger.sim.corruption import KINDS, RECORD_FIELDS, UNIT_FIELDS, corrupt_store
 from helpers.store_files import flip_bit
 from helpers.store_files import index_unit_location, read_at, record_location, write_at
 
@@ -195,13 +195,17 @@ DATA_AND_INDEX = ("data_body", "data_header", "index", "checkpoint")
     (1, "page_cache", DATA), (2, "page_cache", DATA), (3, "page_cache", DATA),
     (3, "fsync", DATA_AND_INDEX), (4, "fsync", DATA_AND_INDEX), (5, "fsync", DATA_AND_INDEX),
     (7, "fsync", DATA_AND_INDEX), (10, "fsync", DATA_AND_INDEX), (11, "fsync", DATA_AND_INDEX),
+    (12, "fsync", KINDS),
 ])
 def test_st12_five_nodes_with_a_majority_damaged_at_different_places_repair_every_entry(seed, durability,
                                                                                       kinds):
     """Three of five nodes (in fsync mode the leader among them in even seeds) get three flips each, where the
     atlas allows (at most two damaged copies of any 256-byte region). With index units among
     the targets, an index unit with a flipped term or magic over an intact record is rebuilt
-    from the record (seeds 3, 4, 5, 7, 10 and 11 refused to open before that)."""
+    from the record (seeds 3, 4, 5, 7, 10 and 11 refused to open before that). Seed 12 damages
+    a record and its index unit both (entry 28's body and its unit's index field on n0): the
+    next entry places it, and a peer's copy proven by its neighbours repairs it (the open
+    refused before that)."""
     c = Cluster(n=5, seed=seed, store="file", durability=durability)
     try:
         _commit(c, count=40)

@@ -184,30 +184,45 @@ def test_a_damaged_index_unit_over_an_intact_record_is_rebuilt_from_it(pristine,
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_record_and_its_index_unit_both_damaged_stay_refused(pristine, tmp_path, shape):
+@pytest.mark.parametrize("unit_field", [31, 23])      # the unit's term, its index
+def test_a_record_and_its_index_unit_both_damaged_are_kept_and_repaired_from_a_copy_its_neighbours_prove(
+        pristine, tmp_path, shape, unit_field):
+    """Entry 7 (its neighbours 6 and 8 both of term 2): the entry's term is known, the copy
+    alone is enough. Entry 9 (neighbours of terms 2 and 3): the peer's record of entry 10 must
+    come with the copy and equal the local one (log matching); without it, or with another one,
+    the copy is refused and nothing changes."""
     a, b, durability = _replica(pristine, str(tmp_path), shape)
-    victim = 7
     copies = _records(b, N)
-    loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
-    unit = index_unit_location(a, victim, INDEX_FILE_SIZE)
-    flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
-    flip_bit(unit.path, unit.offset + 31, 0)            # the unit's term
+    for victim in (7, 9):
+        loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+        unit = index_unit_location(a, victim, INDEX_FILE_SIZE)
+        flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
+        flip_bit(unit.path, unit.offset + unit_field, 0)
+    s = open_small(a, durability)                        # kept: nothing cut, nothing refused
     try:
-        s = open_small(a, durability)
-    except CorruptStoreError as exc:
-        # the scan met it and nothing locates it: the open refuses, naming file and offset
-        assert exc.path == loc.path and exc.offset == loc.offset
-        return
-    try:
-        with pytest.raises(CorruptStoreError):
-            s.get(victim)
-        with pytest.raises(RepairRefusedError):
-            s.repair(victim)
-        with pytest.raises(RepairRefusedError):
-            s.repair(victim, copies[victim])            # nothing local says which term it had
-        assert victim in s.damaged()
+        assert s.ledger_end_index == (N + 3 if shape == "crashed-fsync" else N - 1)
+        assert set(s.damaged()) == {7, 9}
+        for victim in (7, 9):
+            with pytest.raises(CorruptStoreError):
+                s.get(victim)
+            with pytest.raises(RepairRefusedError):
+                s.repair(victim)                         # nothing local to rebuild from
+        for wrong in (copies[8], _retermed(copies[7])):  # another entry; another term
+            with pytest.raises(RepairRefusedError):
+                s.repair(7, wrong)
+        before = segment_bytes(a)
+        for following in (None, copies[11], _retermed(copies[10])):
+            with pytest.raises(RepairRefusedError):
+                s.repair(9, copies[9], following)        # the term of entry 9 is not proven
+        assert segment_bytes(a) == before
+        s.repair(7, copies[7])
+        s.repair(9, copies[9], copies[10])
+        assert s.damaged() == {}
+        assert s.get_raw(7) == copies[7] and s.get_raw(9) == copies[9]
     finally:
         s.close()
+    open_small(b, durability).close()
+    assert segment_bytes(a) == segment_bytes(b)
 
 
 def test_repair_of_an_intact_entry_changes_nothing_and_a_read_only_store_refuses(pristine, tmp_path):

@@ -19,7 +19,9 @@ pushed to a follower. This component makes the refusal temporary when a good cop
   unavailable, never wrong.
 - **answering**: ``handle_pull`` answers a peer's ``PullEntriesRequest`` with the encoded record
   of ``begin_index`` if this node reads it intact (any role; the asker checks it), else with
-  no record.
+  no record; the record of ``begin_index + 1``, read in the same step, follows it when intact
+  (the asker's proof when its own record and index unit are both damaged: equal entries at
+  ``index + 1`` mean equal logs up to there).
 
 - **not counted**: ``damaged_up_to(index)`` tells the node that a match over ``index`` must not
   be acknowledged (the node answers such a push DISK_ERROR): a damaged copy never counts
@@ -175,8 +177,9 @@ class Repairer:
             self._asking.pop(index, None)
             return
         for record in resp.entries[:1]:
+            following = resp.entries[1] if len(resp.entries) > 1 else None
             try:
-                self.store.repair(index, record)
+                self.store.repair(index, record, following)
             except DLedgerError as exc:
                 log.warning("%s: the copy of entry %d from %s was refused: %s",
                             self.member_state.self_id, index, peer, exc)
@@ -208,6 +211,14 @@ class Repairer:
             entries.append(bytes(self.store.get_raw(req.begin_index)))
         except DLedgerError as exc:
             code = exc.code if isinstance(exc.code, int) else Code.INTERNAL_ERROR
+        else:
+            # the next record, read in the same step: the asker's proof when its own record and
+            # index unit are both damaged (store/repair.py); an asker that does not need it
+            # ignores it
+            try:
+                entries.append(bytes(self.store.get_raw(req.begin_index + 1)))
+            except DLedgerError:
+                pass
         return PullEntriesResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                    leader_id=member.leader_id, code=int(code), term=member.curr_term,
                                    entries=entries)

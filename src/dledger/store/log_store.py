@@ -116,9 +116,10 @@ class LogStore(Protocol):
         them. Index -> the error naming the file and offset."""
         ...
 
-    def repair(self, index: int, record: bytes | None = None) -> None:
+    def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
         """Repair entry ``index`` from the local data (``record`` None: a damaged index unit)
-        or from a peer's copy of its record, only once proven to be the same entry; else
+        or from a peer's copy of its record (``following``: that peer's record of ``index +
+        1``, read with it), only once proven to be the same entry; else
         ``RepairRefusedError``, nothing written."""
         ...
 

@@ -206,7 +206,7 @@ class DLedgerMemoryStore(StoreBase):
     def damaged(self) -> dict:
         return {}
 
-    def repair(self, index: int, record: bytes | None = None) -> None:
+    def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
         """Nothing to repair: accepted only when ``record`` is the entry as held (or None)."""
         slot = self._slot(index)
         if record is not None and bytes(record) != self._records[slot]:

@@ -16,7 +16,8 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
   cut the intact entries after it as a torn tail);
 - ``skip_damaged``: the unit of a damaged record, when it locates the record beyond doubt, so
   the scan steps over it and the entry is kept as damaged (``note_damaged``), refused by reads
-  until it is repaired from a peer (``store/repair.py``).
+  until it is repaired from a peer (``store/repair.py``); when that unit is damaged too, the
+  next entry, intact, places it (``placed_by_next``).
 
 - ``magic_ambiguous``: an intact record and its unit that differ only in the magic, both
   valid: the record's magic is not under its CRC, so which one flipped is not known; the entry
@@ -140,14 +141,37 @@ class DamageJudge:
         entry's, and unit ``k + 1`` (when written) follows it (position and term). Else None."""
         unit = self.unit_at(k)
         f = self.data.find_file(pos)
-        if (unit is None or f is None or unit.index != k or unit.pos != pos
+        if f is None:
+            return None
+        if (unit is None or unit.index != k or unit.pos != pos
                 or unit.magic not in VALID_MAGICS or unit.size < BODY_OFFSET
                 or pos - f.file_from_offset + unit.size > f.file_size or unit.term < last_term):
-            return None
+            return self.placed_by_next(k, pos, last_term, f)
         nxt = self.unit_at(k + 1)
         if nxt is not None and nxt.index == k + 1:
             end = pos + unit.size
             if nxt.term < unit.term or not (nxt.pos == end or (
                     nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)):
-                return None
+                return self.placed_by_next(k, pos, last_term, f)
         return unit
+
+    def placed_by_next(self, k: int, pos: int, last_term: int, f) -> IndexUnit | None:
+        """The damaged record at ``pos`` (entry ``k``) whose index unit is damaged too: placed
+        by entry ``k + 1`` when that one is intact (its unit names it, its record reads intact
+        and names it, its term is not below ``last_term``) and begins later in the same
+        segment or opens the next one. Then entry ``k`` spans ``pos`` up to it (or to its
+        segment's end); its term is not known (``last_term`` stands for it: a lower bound, so
+        the order of terms stays checked). The unit on disk is left as it is: reads refuse the
+        entry until a peer's copy, proven by these neighbours, repairs record and unit."""
+        nxt = self.unit_at(k + 1)
+        if nxt is None or nxt.index != k + 1 or nxt.term < last_term:
+            return None
+        seg_end = f.file_from_offset + self.data.mapped_file_size
+        if not (pos + BODY_OFFSET <= nxt.pos < seg_end or nxt.pos == seg_end):
+            return None
+        h = self.record_for_unit(nxt)
+        if h is None or h.index != k + 1 or h.pos != nxt.pos:
+            return None
+        self.warn("store %s: the record and the index unit of entry %d are both damaged; entry "
+                  "%d locates it", self.store_dir, k, k + 1)
+        return IndexUnit(0, pos, nxt.pos - pos, k, last_term)

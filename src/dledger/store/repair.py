@@ -32,8 +32,12 @@ term, pos, size and CRC and carry one of the two magics; record and unit are rew
 A unit that does not fit its neighbours is rebuilt from the local record (when intact) before a
 copy is checked: a copy is never judged by a damaged unit.
 
-A record and its index unit both damaged cannot be repaired here (nothing local says which
-term the entry had); the entry stays refused and ``damaged()`` keeps naming it.
+A record and its index unit both damaged are repaired from a peer's copy that fits between
+the entry's neighbours (it begins where entry ``index - 1`` ends and ends where entry
+``index + 1`` begins, its term between theirs), when the entry's term is thereby known (its
+neighbours have the same term) or the peer's record of ``index + 1``, sent with the copy, is
+byte-identical to the local one (log matching: the two logs agree up to there). Else the entry
+stays refused and ``damaged()`` keeps naming it.
 """
 
 from __future__ import annotations
@@ -117,19 +121,21 @@ class Repair:
                                f"..{self.ledger_end_index})", INDEX_OUT_OF_RANGE)
 
     # -- repairing ------------------------------------------------------------------------
-    def repair(self, index: int, record: bytes | None = None) -> None:
+    def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
         """Repair entry ``index``: its index unit from the local data (``record`` None), or its
-        record from a peer's copy (see the module docstring). Raises ``RepairRefusedError``
-        and changes nothing when the repair cannot be proven right."""
+        record from a peer's copy (see the module docstring); ``following`` is the same peer's
+        record of entry ``index + 1``, read with it, a proof needed only when the local record
+        and unit are both damaged. Raises ``RepairRefusedError`` and changes nothing when the
+        repair cannot be proven right."""
         self._check_writable(index)
         if record is None:
             self._rebuild_unit(index)
         else:
-            self._rewrite_record(index, bytes(record))
+            self._rewrite_record(index, bytes(record), None if following is None else bytes(following))
         self._damaged.pop(index, None)
         self.get(index)      # reads back: a repair that does not read is not one
 
-    def _rewrite_record(self, index: int, record: bytes) -> None:
+    def _rewrite_record(self, index: int, record: bytes, following: bytes | None) -> None:
         unit = self._plain_unit(index)
         if unit is None or not self._unit_fits(unit):
             # the unit may be the damaged one over an intact record: rebuilt from the record
@@ -139,16 +145,12 @@ class Repair:
             except RepairRefusedError:
                 pass
             unit = self._plain_unit(index)
+        cand = self._intact_copy(index, record)
         if unit is None or not self._unit_fits(unit):
-            raise RepairRefusedError(f"entry {index}: its index unit is damaged too; a copy "
-                                     f"cannot be checked against it")
-        try:
-            cand = decode(record, 0, limit=len(record))
-        except CorruptEntryError as exc:
-            raise RepairRefusedError(f"entry {index}: the copy is damaged: {exc}") from None
-        if cand.size != len(record) or not cand.body_crc or cand.channel or cand.chain_crc:
-            raise RepairRefusedError(f"entry {index}: the copy has no CRC or is not one whole "
-                                     f"record ({len(record)} bytes)")
+            unit = self._unit_between_neighbours(index, cand, record, following)
+            self._write_record(index, unit, record)
+            self._write_unit(index, unit)
+            return
         mine = self._magic_in_doubt(unit)
         if mine is not None and cand.magic in (mine.magic, unit.magic) and (
                 cand.pos, cand.size, cand.index, cand.term, cand.body_crc) == (
@@ -159,10 +161,47 @@ class Repair:
             self._write_unit(index, unit)
         if not (cand.pos == unit.pos and matches_unit(unit, cand.magic, cand.size, cand.index,
                                                       cand.term, cand.pos, cand.body_crc)):
+            if not self._record_intact(unit):
+                # a unit over a damaged record may be damaged itself while still fitting its
+                # neighbours (a term flipped to a value between theirs): the neighbours judge
+                try:
+                    unit = self._unit_between_neighbours(index, cand, record, following)
+                except RepairRefusedError:
+                    pass
+                else:
+                    self._write_record(index, unit, record)
+                    self._write_unit(index, unit)
+                    return
             raise RepairRefusedError(
                 f"entry {index}: the copy is (index {cand.index}, term {cand.term}, pos "
                 f"{cand.pos}, size {cand.size}, magic {cand.magic}), the index unit says (term "
                 f"{unit.term}, pos {unit.pos}, size {unit.size}, magic {unit.magic})")
+        self._write_record(index, unit, record)
+
+    def _record_intact(self, unit: IndexUnit) -> bool:
+        """Does an intact record (its CRC holds) lie where ``unit`` points, naming its entry?"""
+        f, off = self._record_slot(unit.pos, BODY_OFFSET)
+        if f is None:
+            return False
+        try:
+            e = decode(f.mm, off, limit=f.wrote_position)
+        except CorruptEntryError:
+            return False
+        return e.index == unit.index and e.pos == unit.pos and bool(e.body_crc)
+
+    @staticmethod
+    def _intact_copy(index: int, record: bytes):
+        """The header of a peer's copy that is one whole, intact record with a CRC."""
+        try:
+            cand = decode(record, 0, limit=len(record))
+        except CorruptEntryError as exc:
+            raise RepairRefusedError(f"entry {index}: the copy is damaged: {exc}") from None
+        if cand.size != len(record) or not cand.body_crc or cand.channel or cand.chain_crc:
+            raise RepairRefusedError(f"entry {index}: the copy has no CRC or is not one whole "
+                                     f"record ({len(record)} bytes)")
+        return cand
+
+    def _write_record(self, index: int, unit: IndexUnit, record: bytes) -> None:
         f, off = self._record_slot(unit.pos, unit.size)
         if f is None:
             raise RepairRefusedError(f"entry {index}: its position {unit.pos} is outside the data")
@@ -171,6 +210,52 @@ class Repair:
             f.flush_range(off, off + unit.size)
             log.warning("store %s: entry %d repaired from a peer's copy in %s at offset %d",
                         self.store_dir, index, f.path, off)
+
+    def _unit_between_neighbours(self, index: int, cand, record: bytes,
+                                 following: bytes | None) -> IndexUnit:
+        """The record and the index unit of entry ``index`` are both damaged: the unit a peer's
+        copy (header ``cand``) gets, if its neighbours prove it is the entry that was here.
+        Entry ``index + 1`` must read intact; the copy must lie where entry ``index - 1`` ends
+        (or open the next segment; or open the data for the log's first entry) and end where
+        entry ``index + 1`` begins (or its segment ends). Its term must lie between the
+        neighbours' terms; when those differ the term is not known locally, and the peer's
+        record of ``index + 1`` (``following``, read with the copy) must be byte-identical to
+        the local one: by Raft's log matching, equal entries at ``index + 1`` mean equal logs
+        up to there, so the peer's entry ``index`` is this log's."""
+        refused = f"entry {index}: its index unit is damaged too"
+        nxt = self._plain_unit(index + 1)
+        try:
+            local_next = bytes(self.get_raw(index + 1)) if nxt is not None else None
+        except DLedgerError:
+            local_next = None
+        if local_next is None:
+            raise RepairRefusedError(f"{refused}, and no intact entry after it locates the copy")
+        prev = self._plain_unit(index - 1)
+        fsize = self.data_list.mapped_file_size
+        if prev is not None:
+            end = prev.pos + prev.size
+            places, low = (end, end - end % fsize + fsize), prev.term
+        elif index == self.ledger_before_begin_index + 1 and self.data_list.files:
+            places, low = (self.data_list.min_offset(),), max(self.ledger_before_begin_term, 0)
+        else:
+            raise RepairRefusedError(f"{refused}, and no intact index unit before it locates the copy")
+        unit = IndexUnit(cand.magic, cand.pos, cand.size, cand.index, cand.term)
+        if (cand.index != index or cand.pos not in places or cand.magic not in VALID_MAGICS
+                or cand.pos % fsize + cand.size > fsize or not self._follows(unit, nxt.pos)):
+            raise RepairRefusedError(
+                f"{refused}; the copy (index {cand.index}, pos {cand.pos}, size {cand.size}) does "
+                f"not fit between its neighbours (begins at one of {list(places)}, the next "
+                f"entry at {nxt.pos})")
+        if not low <= cand.term <= nxt.term:
+            raise RepairRefusedError(f"{refused}; the copy's term {cand.term} is not between its "
+                                     f"neighbours' terms {low} and {nxt.term}")
+        if low != nxt.term and following != local_next:
+            raise RepairRefusedError(
+                f"{refused}, and its term (between {low} and {nxt.term}) is not known here: the "
+                f"peer's entry {index + 1} " + ("was not sent with the copy" if following is None
+                                                 else "differs from this log's") + ", so its copy "
+                f"may come from another log")
+        return unit
 
     def _rebuild_unit(self, index: int) -> None:
         prev = self._plain_unit(index - 1)
