@@ -98,7 +98,9 @@ def test_a_refused_open_changes_nothing(tmp_path):
     loc = record_location(d, 2, INDEX_FILE_SIZE, DATA_FILE_SIZE)
     flip_bit(loc.path, loc.offset + 50)                  # a body bit of entry 2, inside the trusted prefix
     unit = index_unit_location(d, 2, INDEX_FILE_SIZE)
-    flip_bit(unit.path, unit.offset + 27)                # and its index unit's term: nothing locates it
+    flip_bit(unit.path, unit.offset + 27)                # and its index unit's term,
+    nxt = index_unit_location(d, 3, INDEX_FILE_SIZE)
+    flip_bit(nxt.path, nxt.offset + 23)                  # and the next unit's index: nothing locates it
     os.unlink(os.path.join(d, "checkpoint"))  # no trusted prefix: the scan meets it mid-log
     before = files_of(d)
     with pytest.raises(CorruptStoreError):

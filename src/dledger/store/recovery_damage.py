@@ -138,7 +138,9 @@ class DamageJudge:
         """The index unit of a damaged record at ``pos`` (entry ``k``) if it locates it beyond
         doubt, so the scan can step over it and keep the entries after it: the unit names
         ``k`` at ``pos`` with a sane size inside the segment, a term not below the previous
-        entry's, and unit ``k + 1`` (when written) follows it (position and term). Else None."""
+        entry's nor above the term file's, and unit ``k + 1`` follows it (position and term);
+        without a readable unit ``k + 1`` the term file's term must be known to bound the
+        unit's. Else None (or the place ``placed_by_next`` finds)."""
         unit = self.unit_at(k)
         f = self.data.find_file(pos)
         if f is None:
@@ -147,12 +149,16 @@ class DamageJudge:
                 or unit.magic not in VALID_MAGICS or unit.size < BODY_OFFSET
                 or pos - f.file_from_offset + unit.size > f.file_size or unit.term < last_term):
             return self.placed_by_next(k, pos, last_term, f)
+        if self.current_term is not None and unit.term > self.current_term:
+            return None          # a damaged term: no entry is written above the current term
         nxt = self.unit_at(k + 1)
         if nxt is not None and nxt.index == k + 1:
             end = pos + unit.size
             if nxt.term < unit.term or not (nxt.pos == end or (
                     nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)):
                 return self.placed_by_next(k, pos, last_term, f)
+        elif self.current_term is None:
+            return None          # nothing bounds the unit's term: it is not trusted
         return unit
 
     def placed_by_next(self, k: int, pos: int, last_term: int, f) -> IndexUnit | None:
