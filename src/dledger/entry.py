@@ -162,6 +162,13 @@ def matches_unit(unit: IndexUnit, magic: int, size: int, index: int, term: int, 
             and (not body_crc or pos == unit.pos))
 
 
+def crc_vouches(body_crc: int, size: int) -> bool:
+    """Does a record's CRC vouch for its body? It carries one (Java DLedger's records carry
+    none: ``body_crc`` 0), or its body is empty (the CRC-32 of nothing is 0: a no-op's record
+    is all header, and every header field is checked against the index unit)."""
+    return bool(body_crc) or size == BODY_OFFSET
+
+
 def magic_matches_unit(unit_magic, magic):
     """The magic part of ``matches_unit``: equal, or NOOP under Java's magic 1. Written with
     ``|``/``&`` so that it also compares whole numpy columns (the Spark scan's fast path);

@@ -330,3 +330,35 @@ def test_a_damaged_index_unit_in_the_scanned_tail_is_rebuilt_not_a_refused_open(
         s.close()
     open_small(b, durability).close()
     assert segment_bytes(a) == segment_bytes(b)
+
+
+@pytest.mark.parametrize("durability", ["page_cache", "fsync"])
+def test_a_damaged_empty_record_a_no_op_is_repaired_from_a_copy_its_crc_is_0_and_vouches_for_nothing_missing(
+        tmp_path, durability):
+    """An entry with an empty body (a leader's no-op) has CRC 0, the CRC-32 of nothing: a copy of
+    it is all header, and every header field is checked against the index unit (swarm seed
+    6051: such a copy was refused as CRC-less for ever, and the replica never converged)."""
+    dirs = []
+    for name in ("a", "b"):
+        d = str(tmp_path / name)
+        s = open_small(d, durability)
+        s.persist_term(1, None)
+        append_bodies(s, [body(0, BODY), b"", body(2, BODY)])
+        s.update_committed_index(2)
+        s.close()
+        dirs.append(d)
+    a, b = dirs
+    copy = _records(b, 3)[1]
+    assert len(copy) == BODY_OFFSET
+    loc = record_location(a, 1, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    flip_bit(loc.path, loc.offset + 23, 0)               # the record's term
+    s = open_small(a, durability)
+    try:
+        with pytest.raises(CorruptStoreError):
+            s.get(1)
+        assert 1 in s.damaged()
+        s.repair(1, copy)
+        assert s.get_raw(1) == copy and s.damaged() == {}
+    finally:
+        s.close()
+    assert segment_bytes(a) == segment_bytes(b)

@@ -30,7 +30,7 @@ intact, else None), ``damaged`` (the list it fills), ``store_dir`` and ``warn``.
 
 from __future__ import annotations
 
-from dledger.entry import BODY_OFFSET, VALID_MAGICS, IndexUnit, RecordHeader
+from dledger.entry import BODY_OFFSET, VALID_MAGICS, IndexUnit, RecordHeader, crc_vouches
 from dledger.errors import CorruptEntryError, CorruptStoreError
 
 
@@ -71,7 +71,7 @@ class DamageJudge:
             h = self.read_record(f, pos - f.file_from_offset)
         except CorruptEntryError:
             return None
-        if h.index != k or not h.body_crc or h.pos != pos:
+        if h.index != k or not crc_vouches(h.body_crc, h.size) or h.pos != pos:
             return None
         end, fsize = pos + h.size, self.data.mapped_file_size
         nxt = self.unit_at(k + 1)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGICS, IndexUnit,
-                           decode, matches_unit)
+                           crc_vouches, decode, matches_unit)
 from dledger.errors import INDEX_OUT_OF_RANGE, CorruptEntryError, CorruptStoreError, DLedgerError
 from dledger.store.log_store import RepairRefusedError
 from dledger.store.mmap_file_list import read_index_unit
@@ -187,7 +187,7 @@ class Repair:
             e = decode(f.mm, off, limit=f.wrote_position)
         except CorruptEntryError:
             return False
-        return e.index == unit.index and e.pos == unit.pos and bool(e.body_crc)
+        return e.index == unit.index and e.pos == unit.pos and crc_vouches(e.body_crc, e.size)
 
     @staticmethod
     def _intact_copy(index: int, record: bytes):
@@ -196,7 +196,8 @@ class Repair:
             cand = decode(record, 0, limit=len(record))
         except CorruptEntryError as exc:
             raise RepairRefusedError(f"entry {index}: the copy is damaged: {exc}") from None
-        if cand.size != len(record) or not cand.body_crc or cand.channel or cand.chain_crc:
+        if cand.size != len(record) or not crc_vouches(cand.body_crc, cand.size) or cand.channel \
+                or cand.chain_crc:
             raise RepairRefusedError(f"entry {index}: the copy has no CRC or is not one whole "
                                      f"record ({len(record)} bytes)")
         return cand
@@ -279,7 +280,7 @@ class Repair:
             except CorruptEntryError:
                 continue
             unit = IndexUnit(e.magic, pos, e.size, e.index, e.term)
-            if (e.index != index or not e.body_crc or e.channel or e.chain_crc or e.pos != pos
+            if (e.index != index or not crc_vouches(e.body_crc, e.size) or e.channel or e.chain_crc or e.pos != pos
                     or e.term < low_term or (nxt is not None and (nxt.term < e.term
                                                                    or not self._follows(unit, nxt.pos)))):
                 continue
