@@ -47,6 +47,9 @@ FIXED_LONG: dict[tuple, str] = {
     (6051, 3, "page_cache"): "L1, replicas did not converge: a damaged no-op (empty body, CRC 0, "
                              "the CRC-32 of nothing) was never repaired, every peer's copy refused "
                              "as CRC-less",
+    (6100, 5, "page_cache"): "I4, committed prefixes differ at index 0: a flipped bit in the chain "
+                             "CRC of a no-op (empty body, CRC 0) was taken for a Java record's and "
+                             "served, its bytes unlike every other replica's",
 }
 LONG_SAFETY_MS = 20_000
 

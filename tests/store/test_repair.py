@@ -333,11 +333,14 @@ def test_a_damaged_index_unit_in_the_scanned_tail_is_rebuilt_not_a_refused_open(
 
 
 @pytest.mark.parametrize("durability", ["page_cache", "fsync"])
+@pytest.mark.parametrize("byte", [23, 35, 36])       # its term; channel and chain CRC (reserved, 0)
 def test_a_damaged_empty_record_a_no_op_is_repaired_from_a_copy_its_crc_is_0_and_vouches_for_nothing_missing(
-        tmp_path, durability):
+        tmp_path, durability, byte):
     """An entry with an empty body (a leader's no-op) has CRC 0, the CRC-32 of nothing: a copy of
     it is all header, and every header field is checked against the index unit (swarm seed
-    6051: such a copy was refused as CRC-less for ever, and the replica never converged)."""
+    6051: such a copy was refused as CRC-less for ever, and the replica never converged); its
+    reserved fields must be 0 as in a record with a CRC (swarm seed 6100: a flipped bit of its
+    chain CRC was read as a Java record's and served, bytes unlike every other replica's)."""
     dirs = []
     for name in ("a", "b"):
         d = str(tmp_path / name)
@@ -351,7 +354,7 @@ def test_a_damaged_empty_record_a_no_op_is_repaired_from_a_copy_its_crc_is_0_and
     copy = _records(b, 3)[1]
     assert len(copy) == BODY_OFFSET
     loc = record_location(a, 1, INDEX_FILE_SIZE, DATA_FILE_SIZE)
-    flip_bit(loc.path, loc.offset + 23, 0)               # the record's term
+    flip_bit(loc.path, loc.offset + byte, 0)
     s = open_small(a, durability)
     try:
         with pytest.raises(CorruptStoreError):

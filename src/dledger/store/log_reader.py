@@ -24,7 +24,7 @@ from collections.abc import Callable
 from itertools import accumulate
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE,
-                           RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode,
+                           RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, crc_vouches, decode,
                            matches_unit)
 from dledger.errors import (INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE, CorruptEntryError,
                             CorruptStoreError, DLedgerError)
@@ -83,7 +83,7 @@ class LogReader:
         except CorruptEntryError as exc:
             raise CorruptStoreError(f"entry {index} is corrupt: {exc.args[0].split(' (')[0]}",
                                     path=f.path, offset=off, position=unit.pos) from None
-        if entry.body_crc and (entry.channel or entry.chain_crc):
+        if (entry.channel or entry.chain_crc) and crc_vouches(entry.body_crc, entry.size):
             raise CorruptStoreError(f"entry {index} is corrupt: reserved fields channel="
                                     f"{entry.channel} chain_crc={entry.chain_crc} are not 0",
                                     path=f.path, offset=off, position=unit.pos)
@@ -198,7 +198,7 @@ class LogReader:
                                         offset=base_off + off)
             magic, size, index, term, pos, ch, cc, body_crc, body_size = unpack(chunk, off)
             if (index != i or body_size != size - BODY_OFFSET or size < BODY_OFFSET
-                    or (body_crc and (ch or cc))
+                    or ((ch or cc) and (body_crc or size == BODY_OFFSET))
                     or magic not in VALID_MAGICS
                     or not matches_unit(unit, magic, size, index, term, pos, body_crc)
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):

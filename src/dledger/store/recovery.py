@@ -56,7 +56,7 @@ import logging
 from typing import NamedTuple
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE,
-                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, decode_header,
+                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, crc_vouches, decode_header,
                            iter_segment_records, matches_unit)
 from dledger.errors import CorruptEntryError, CorruptStoreError
 from dledger.store.checkpoint import Checkpoint, read_checkpoint
@@ -129,7 +129,7 @@ def _check_body(f: MmapFile, off: int, h: RecordHeader, *, after_crc: bool = Fal
     layouts on every replica, so its records after ours carry their own position."""
     if h.body_crc and crc32(f.mm[off + BODY_OFFSET:off + h.size]) != h.body_crc:
         raise CorruptEntryError(f"body CRC mismatch for index {h.index}", path=f.path, offset=off)
-    if h.body_crc and (h.channel or h.chain_crc):
+    if (h.channel or h.chain_crc) and crc_vouches(h.body_crc, h.size):
         raise CorruptEntryError(f"reserved fields of index {h.index} are not 0 (channel "
                                 f"{h.channel}, chain_crc {h.chain_crc})", path=f.path, offset=off)
     if (h.body_crc or after_crc or h.pos == 0) and h.pos != f.file_from_offset + off:
