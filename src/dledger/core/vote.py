@@ -12,9 +12,10 @@ The candidate:
   the missing answers (``Majority.vote_result``); ``REJECT_ALREADY_HAS_LEADER`` delays the
   next round by half to one heartbeat interval only;
 - "taking leadership" (a transferee) uses the short vote delays;
-- a candidate whose term was relearnt (``core.recovery``, a vote for no member) campaigns
-  above it only after one election timeout: a leader of that term may be alive, and would be
-  deposed by the higher term for nothing (its heartbeat makes the node a follower first).
+- a candidate whose term was relearnt (``core.recovery``, a vote for no member) from answers
+  that named a leader of that term campaigns above it only after one election timeout: that
+  leader may be alive, and would be deposed by the higher term for nothing (its heartbeat
+  makes the node a follower first).
 
 The voter applies DLedger's rules in DLedger's order (log check before term check). A voter
 asked for a higher term first catches up its own term, durably, and answers
@@ -290,11 +291,14 @@ class Voting:
         self.next_time_to_request_vote = now + delay
 
     def _hearing_out_relearnt_term(self, now: int) -> bool:
-        """A relearnt term (``core.recovery``: a vote for no member) may have a live leader
-        this node has not heard yet: a round above it would depose that leader (its answers
+        """A relearnt term (``core.recovery``: a vote for no member) whose answers named a
+        leader of that term: a round above it would depose that leader (this node's answers
         would carry the higher term), so the node waits one election timeout from the first
         round it would have run, as a follower waits before it stands; a heartbeat of that
-        leader makes it a follower meanwhile."""
+        leader makes it a follower meanwhile. With no leader named it campaigns at once."""
+        term = self.member_state.curr_term
+        if not any(r.leader_id is not None and r.term == term for r, _late in self.recovery.answers.values()):
+            return False
         if self._relearnt_since is None:
             self._relearnt_since = now
         return now - self._relearnt_since < election_timeout_ms(self.cfg)
