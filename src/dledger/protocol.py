@@ -16,8 +16,9 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - Protocol-aware recovery (docs/architecture.md) adds ``VoteResult.REJECT_RECOVERING``,
   ``VoteRequest.unanimous``, ``VoteResponse.recovering``, ``PushEntryResponse.recovering``,
   ``HeartBeatResponse.recovering``
-  and ``MetadataResponse.ledger_end_index``/``vote_for``, each at the end of its message with a
-  default: a frame from a peer that does not send them yet decodes with the defaults.
+  and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
+  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``. Each is at the end of its
+  message with a default: a frame from a peer that does not send them yet decodes with the defaults.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
@@ -301,6 +302,12 @@ class MetadataResponse(RequestOrResponse):
     #: the answering node's log end and vote (a recovering node relearns its term from them)
     ledger_end_index: int = -1
     vote_for: str | None = None
+    #: what ``dledger status`` shows: the node's role (``LEADER``, ``FOLLOWER``,
+    #: ``CANDIDATE``; empty from a node that does not send it), the term of its last entry,
+    #: and its commit index (-1 from a node that does not send them)
+    role: str = ""
+    ledger_end_term: int = -1
+    committed_index: int = -1
 
 
 @_dc
@@ -398,7 +405,8 @@ _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ i
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
 _ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",), HeartBeatResponse: ("recovering",),
-                 PushEntryResponse: ("recovering",), MetadataResponse: ("ledger_end_index", "vote_for")}
+                 PushEntryResponse: ("recovering",),
+                 MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
 
