@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import zlib
 
+import msgpack
 import pytest
 
 from dledger import AppendOutcomeUnknown
 from dledger.entry import MAGIC_NORMAL
 from dledger.errors import DLedgerError
-from dledger.protocol import DLedgerResponseCode as Code, Envelope, VoteRequest
+from dledger.protocol import (_TAG_OF, CRC_BYTES, WIRE_VERSION, DLedgerResponseCode as Code, Envelope,
+                              MetadataRequest, MetadataResponse, VoteRequest)
 from dledger.store import open_store
-from dledger.transport.auth import Peer
-from dledger.transport.frames import encode_frame
+from dledger.transport.auth import CLIENT, Peer
+from dledger.transport.frames import FrameDecoder, encode_frame
 
 from transport.node_processes import SECRET, NodeProcesses, wait_for
 from transport.tcp_helpers import closed_by_peer, raw_connect
@@ -207,3 +210,38 @@ def test_a_wrong_secret_an_unauthenticated_peer_and_bad_frames_change_no_term_no
     with n.client([lead, member]) as c:                 # still serving
         append_all(c, "after", 2, acked)
     assert len(acked) == 5 and max(acked) == 4
+
+
+def test_a_request_of_another_wire_version_is_answered_unsupported_and_the_node_keeps_serving(nodes):
+    """Scenario BI-03 against a node process: a client's metadata request packed as wire
+    version 3 gets a MetadataResponse with code UNSUPPORTED and the request id back on the
+    client's connection (which then closes: the rest of a stream of another version cannot be
+    read either); a version 2 request on a new connection is served as before."""
+    n = nodes().start_all()
+    node = n.leader()
+    peer = Peer("g", "app-1", node, CLIENT)
+
+    def metadata_frame(version: int, request_id: int) -> bytes:
+        body = msgpack.packb([version, "app-1", node, request_id, False, _TAG_OF[MetadataRequest],
+                              ["g", node, "app-1", 200, None, -1]], use_bin_type=True)
+        payload = body + zlib.crc32(body).to_bytes(CRC_BYTES, "big")
+        return len(payload).to_bytes(4, "big") + payload
+
+    async def ask(version: int, request_id: int):
+        r, w, _h, _p = await raw_connect(n.ports[node], peer, [SECRET.encode()])
+        w.write(metadata_frame(version, request_id))
+        decoder = FrameDecoder()
+        while True:
+            data = await asyncio.wait_for(r.read(4096), 10)
+            assert data, "closed without an answer"
+            envs = decoder.feed(data)
+            if envs:
+                closed = await closed_by_peer(r, 10) if version != WIRE_VERSION else None
+                w.close()
+                return envs[0], closed
+
+    env, closed = asyncio.run(ask(3, 77))
+    assert env.is_response and env.request_id == 77 and env.dst == "app-1"
+    assert isinstance(env.msg, MetadataResponse) and env.msg.code == Code.UNSUPPORTED and closed
+    env, _ = asyncio.run(ask(WIRE_VERSION, 78))
+    assert env.request_id == 78 and env.msg.code == Code.SUCCESS and env.msg.role == "LEADER"
