@@ -245,3 +245,51 @@ def test_a_request_of_another_wire_version_is_answered_unsupported_and_the_node_
     assert isinstance(env.msg, MetadataResponse) and env.msg.code == Code.UNSUPPORTED and closed
     env, _ = asyncio.run(ask(WIRE_VERSION, 78))
     assert env.request_id == 78 and env.msg.code == Code.SUCCESS and env.msg.role == "LEADER"
+
+
+def test_the_fault_proxy_forwards_delays_blackholes_and_cuts():
+    """The proxy the partition test relies on, against an echo server: it forwards, delays,
+    swallows (the connection stays open) and cuts (open connections closed, new ones refused)."""
+    import threading
+    import time
+
+    from helpers.tcp_proxy import TcpProxy
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def echo():
+        while True:
+            try:
+                conn, _a = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda c=conn: [c.sendall(d) for d in iter(lambda: c.recv(4096), b"")],
+                             daemon=True).start()
+
+    threading.Thread(target=echo, daemon=True).start()
+    proxy = TcpProxy(server.getsockname()[1])
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
+            s.sendall(b"ping")
+            assert s.recv(16) == b"ping"
+            proxy.delay(300)
+            t0 = time.monotonic()
+            s.sendall(b"slow")
+            assert s.recv(16) == b"slow" and time.monotonic() - t0 >= 0.3
+            proxy.blackhole()
+            s.sendall(b"lost")
+            s.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                s.recv(16)
+            proxy.cut()
+            s.settimeout(5)
+            assert s.recv(16) == b""                   # closed by the cut
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
+            assert s.recv(16) == b""                   # refused while cut
+        proxy.heal()
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
+            s.sendall(b"back")
+            assert s.recv(16) == b"back"
+    finally:
+        proxy.close()
+        server.close()
