@@ -178,6 +178,7 @@ def test_a_wrong_secret_an_unauthenticated_peer_and_bad_frames_change_no_term_no
     term = n.metadata(lead)["term"]
     wait_for(lambda: (n.metadata(stranger, secret_file=wrong) or {}).get("role") == "CANDIDATE",
              f"{stranger} (wrong secret) to stand for election")
+    wait_for(lambda: "refused a connection" in n.log(lead), f"{lead} to refuse {stranger}'s handshake")
 
     # an outsider: frames without a handshake, a handshake with the wrong key, garbage, a
     # frame over the size limit; each connection is closed and the node keeps serving
