@@ -194,3 +194,28 @@ def test_append_response_ok_flag():
 def test_hostile_bodies_with_a_valid_checksum_raise_frame_error(body):
     with pytest.raises(FrameError):
         decode_envelope(body + zlib.crc32(body).to_bytes(4, "big"))
+
+
+@pytest.mark.parametrize("version", [0, 1, 3, 1 << 40, -1])
+@pytest.mark.parametrize("tag", range(len(MESSAGE_TYPES)))
+def test_a_request_of_another_wire_version_carries_its_unsupported_answer(version, tag):
+    """Scenario BI-03: a frame of another version is refused (a ``FrameError`` naming the
+    version); when it is a request of a known type, the error carries the answer to send back:
+    that type's response, at this version, code UNSUPPORTED, the request id echoed, addressed
+    to the sender. A response or an unknown tag gets no answer."""
+    from dledger.protocol import UnsupportedVersion, decode_envelope, encode_envelope
+    cls, code = MESSAGE_TYPES[tag]
+    for is_response in (False, True):
+        with pytest.raises(UnsupportedVersion, match="version") as exc:
+            decode_envelope(frame([version, "c1", "n0", 41, is_response, tag, ["g", "x"]]))
+        answer = exc.value.answer
+        if is_response or cls.__name__.endswith("Response"):
+            assert answer is None
+            continue
+        assert (answer.src, answer.dst, answer.request_id, answer.is_response) == ("n0", "c1", 41, True)
+        assert type(answer.msg).__name__.endswith("Response") and answer.msg.code == 303      # UNSUPPORTED
+        assert dict(MESSAGE_TYPES)[type(answer.msg)] == code and answer.msg.group == "g"
+        assert decode_envelope(encode_envelope(answer)) == answer
+    with pytest.raises(UnsupportedVersion) as exc:
+        decode_envelope(frame([version, "c1", "n0", 41, False, len(MESSAGE_TYPES), []]))
+    assert exc.value.answer is None

@@ -16,13 +16,16 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - Protocol-aware recovery (docs/architecture.md) adds ``VoteResult.REJECT_RECOVERING``,
   ``VoteRequest.unanimous``, ``VoteResponse.recovering``, ``PushEntryResponse.recovering``,
   ``HeartBeatResponse.recovering``
-  and ``MetadataResponse.ledger_end_index``/``vote_for``, each at the end of its message with a
-  default: a frame from a peer that does not send them yet decodes with the defaults.
+  and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
+  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``. Each is at the end of its
+  message with a default: a frame from a peer that does not send them yet decodes with the defaults.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
 the CRC-32 of those bytes (4 bytes, big-endian). Decoding checks the checksum first (a frame
-damaged in transit is refused, never read as a different message), then the version, the tag,
+damaged in transit is refused, never read as a different message), then the version (a request
+of another version raises ``UnsupportedVersion``, a ``FrameError`` carrying the UNSUPPORTED
+answer to send back), the tag,
 the field count (fields added later may be missing, see above), every field's type and the
 items of list and dict fields. Any bytes either decode to a valid envelope or raise
 ``FrameError`` (a ``ValueError``); it never trusts a length.
@@ -49,6 +52,17 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 class FrameError(ValueError):
     """Bytes that do not decode to a valid envelope."""
+
+
+class UnsupportedVersion(FrameError):
+    """A frame with a sound checksum and envelope header but another wire version. ``answer``
+    is what to send back when the frame is a request of a known type: that type's response,
+    at this version, with code UNSUPPORTED, the request id echoed (else None: nothing to
+    answer). The envelope layout and the checksum trailer are what every version keeps."""
+
+    def __init__(self, message: str, answer: "Envelope | None") -> None:
+        super().__init__(message)
+        self.answer = answer
 
 
 class DLedgerRequestCode(IntEnum):
@@ -301,6 +315,12 @@ class MetadataResponse(RequestOrResponse):
     #: the answering node's log end and vote (a recovering node relearns its term from them)
     ledger_end_index: int = -1
     vote_for: str | None = None
+    #: what ``dledger status`` shows: the node's role (``LEADER``, ``FOLLOWER``,
+    #: ``CANDIDATE``; empty from a node that does not send it), the term of its last entry,
+    #: and its commit index (-1 from a node that does not send them)
+    role: str = ""
+    ledger_end_term: int = -1
+    committed_index: int = -1
 
 
 @_dc
@@ -398,7 +418,8 @@ _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ i
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
 _ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",), HeartBeatResponse: ("recovering",),
-                 PushEntryResponse: ("recovering",), MetadataResponse: ("ledger_end_index", "vote_for")}
+                 PushEntryResponse: ("recovering",),
+                 MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
 
@@ -446,6 +467,24 @@ def encode_envelope(env: Envelope) -> bytes:
     return body + zlib.crc32(body).to_bytes(CRC_BYTES, "big")
 
 
+#: request code -> the response class of that code
+_RESPONSE_OF = {code: cls for cls, code in MESSAGE_TYPES if cls.__name__.endswith("Response")}
+
+
+def _unsupported_answer(src: str, dst: str, request_id: int, is_response: bool, tag, values) -> Envelope | None:
+    """UNSUPPORTED, as the response type of a request of another wire version (None for a
+    response or an unknown tag: nothing to answer). Its group is the request's first field
+    when that is a string, as in every version so far."""
+    if is_response or type(tag) is not int or not 0 <= tag < len(MESSAGE_TYPES):
+        return None
+    cls, code = MESSAGE_TYPES[tag]
+    if cls is _RESPONSE_OF.get(code):
+        return None
+    group = values[0] if isinstance(values, list) and values and isinstance(values[0], str) else ""
+    return Envelope(dst, src, request_id, True, _RESPONSE_OF[code](
+        group=group, local_id=dst, remote_id=src, code=DLedgerResponseCode.UNSUPPORTED))
+
+
 def decode_envelope(data: bytes) -> Envelope:
     """Decode one frame; ``FrameError`` says what is wrong with it (nothing else is raised)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -468,10 +507,14 @@ def decode_envelope(data: bytes) -> Envelope:
     if not isinstance(obj, list) or len(obj) != 7:
         raise FrameError("an envelope is a list of 7 items")
     version, src, dst, request_id, is_response, tag, values = obj
+    header_ok = (isinstance(src, str) and isinstance(dst, str) and isinstance(is_response, bool)
+                 and _is_int(request_id))
     if type(version) is not int or version != WIRE_VERSION:         # 2.0 == 2, True == 1: not versions
-        raise FrameError(f"unsupported wire version {reprlib.repr(version)}")
-    if not (isinstance(src, str) and isinstance(dst, str) and isinstance(is_response, bool)
-            and isinstance(request_id, int) and not isinstance(request_id, bool)):
+        why = f"unsupported wire version {reprlib.repr(version)}"
+        if type(version) is int and header_ok:
+            raise UnsupportedVersion(why, _unsupported_answer(src, dst, request_id, is_response, tag, values))
+        raise FrameError(why)
+    if not header_ok:
         raise FrameError("bad envelope header")
     if not isinstance(tag, int) or isinstance(tag, bool) or not 0 <= tag < len(MESSAGE_TYPES):
         raise FrameError(f"unknown message tag {reprlib.repr(tag)}")

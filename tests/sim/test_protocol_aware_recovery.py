@@ -17,6 +17,7 @@ import pytest
 
 from dledger.core import Role
 from dledger.core.recovery import NO_MEMBER
+from dledger.protocol import MetadataResponse
 from dledger.sim import Cluster
 from dledger.store.suspect import SuspectReason
 
@@ -204,4 +205,27 @@ def test_a_failed_store_stands_down_and_gives_no_vote():
         c.run_for(2_000)
         assert c.servers[lead].role is not Role.LEADER
         _acked(c, b"a", 2)
+        c.check()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_node_that_relearns_its_term_after_the_first_election_follows_the_leader_rather_than_deposing_it(seed):
+    """The three-process test's flake: a node whose first term queries went unanswered (its
+    peers' processes were not listening yet) relearns its term only after the others elected
+    a leader, so the term comes with a vote for no member. It used to campaign above that
+    term at once; the leader's next push got EXPIRED_TERM back with the higher term, stepped
+    down and failed its pending appends with EXPIRED_TERM. It now waits one election timeout
+    for the leader's heartbeat and follows it: one leader, one term, every append acknowledged."""
+    with Cluster(n=3, seed=seed, heart_beat_time_interval_ms=500) as c:
+        # the answers to n2's first queries are lost (only the queries sent at boot: t=0)
+        c.network.drop_if = lambda env: env.dst == "n2" and isinstance(env.msg, MetadataResponse) and c.now_ms < 100
+        lead = _leader(c)
+        term = c.servers[lead].node.term
+        futures = [c.append(b"x-%d" % i) for i in range(3)]
+        for _ in range(80):                     # four election timeouts
+            c.run_for(50)
+            assert (c.leader(), c.servers[lead].node.term) == (lead, term)
+        assert all(f.done() and f.result().ok for f in futures)
+        assert c.servers["n2"].store.vote_for == NO_MEMBER and c.servers["n2"].node.term == term
+        assert c.servers["n2"].role is Role.FOLLOWER
         c.check()

@@ -234,10 +234,13 @@ class AsyncDLedgerClient:
         if resp.code != Code.SUCCESS:
             raise DLedgerError(f"{node_id} answered code {resp.code}", resp.code)
         return {"group": resp.group, "node_id": node_id, "address": self.peers[node_id],
-                "leader_id": resp.leader_id, "term": resp.term, "peers": dict(resp.peers)}
+                "leader_id": resp.leader_id, "term": resp.term, "peers": dict(resp.peers),
+                "role": resp.role, "ledger_end_index": resp.ledger_end_index,
+                "ledger_end_term": resp.ledger_end_term, "committed_index": resp.committed_index}
 
     async def metadata(self) -> dict[str, Any]:
-        """The leader's view of the group: group, node_id, address, leader_id, term, peers."""
+        """The leader's view of the group: group, node_id, address, leader_id, term, peers, role,
+        ledger_end_index, ledger_end_term, committed_index."""
         target, _resp = await self._leader_call(
             lambda t: MetadataRequest(group=self.group, local_id=self.client_id, remote_id=t),
             resend_after_loss=True)

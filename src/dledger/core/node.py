@@ -478,7 +478,9 @@ class Node:
         if isinstance(req, MetadataRequest):
             return MetadataResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                     leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map),
-                                    ledger_end_index=self.store.ledger_end_index, vote_for=member.curr_vote_for)
+                                    ledger_end_index=self.store.ledger_end_index, vote_for=member.curr_vote_for,
+                                    role=member.role.value, ledger_end_term=self.store.ledger_end_term,
+                                    committed_index=member.committed_index)
         if req.remote_id != member.self_id:
             return self._error(req, Code.UNKNOWN_MEMBER)
         if isinstance(req, HeartBeatRequest):

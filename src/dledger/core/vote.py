@@ -11,7 +11,11 @@ The candidate:
 - a round that cannot pass any more, or has passed, is decided at once without waiting for
   the missing answers (``Majority.vote_result``); ``REJECT_ALREADY_HAS_LEADER`` delays the
   next round by half to one heartbeat interval only;
-- "taking leadership" (a transferee) uses the short vote delays.
+- "taking leadership" (a transferee) uses the short vote delays;
+- a candidate whose term was relearnt (``core.recovery``, a vote for no member) from answers
+  that named a leader of that term campaigns above it only after one election timeout: that
+  leader may be alive, and would be deposed by the higher term for nothing (its heartbeat
+  makes the node a follower first).
 
 The voter applies DLedger's rules in DLedger's order (log check before term check). A voter
 asked for a higher term first catches up its own term, durably, and answers
@@ -143,6 +147,8 @@ class Voting:
         self.round_deadline = 0
         #: the last round found more than a minority recovering: ask for a unanimous vote
         self.unanimous_next = False
+        #: when this candidate first found its term relearnt (see ``_hearing_out_relearnt_term``)
+        self._relearnt_since: int | None = None
 
     # -- timing ----------------------------------------------------------------------------
     def vote_delay(self) -> int:
@@ -208,6 +214,9 @@ class Voting:
         recovery = self.recovery
         if not recovery.may_stand():
             # recovering with its term unknown, or a failed store: no candidacy
+            self.next_time_to_request_vote = now + self.vote_delay()
+            return
+        if member.curr_vote_for == NO_MEMBER and self._hearing_out_relearnt_term(now):
             self.next_time_to_request_vote = now + self.vote_delay()
             return
         if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
@@ -280,6 +289,19 @@ class Voting:
                 or tally.unanimous and tally.bigger_ledger:
             delay += c.max_vote_interval_ms     # a more up to date member should win: let it
         self.next_time_to_request_vote = now + delay
+
+    def _hearing_out_relearnt_term(self, now: int) -> bool:
+        """A relearnt term (``core.recovery``: a vote for no member) whose answers named a
+        leader of that term: a round above it would depose that leader (this node's answers
+        would carry the higher term), so the node waits one election timeout from the first
+        round it would have run, as a follower waits before it stands; a heartbeat of that
+        leader makes it a follower meanwhile. With no leader named it campaigns at once."""
+        term = self.member_state.curr_term
+        if not any(r.leader_id is not None and r.term == term for r, _late in self.recovery.answers.values()):
+            return False
+        if self._relearnt_since is None:
+            self._relearnt_since = now
+        return now - self._relearnt_since < election_timeout_ms(self.cfg)
 
     # -- the voter --------------------------------------------------------------------------
     def handle_vote(self, now: int, req: VoteRequest, self_vote: bool = False) -> VoteResponse:

@@ -12,6 +12,9 @@ Connections (each one carries one direction of one link, so routing never looks 
   and refuses groups and ids it does not serve, and senders that are not the group's peers;
 - every envelope on a connection must come from its sender and be addressed to its receiver,
   else the connection is closed (an authenticated peer cannot speak for another);
+- a request of another wire version (``protocol.UnsupportedVersion``) is answered UNSUPPORTED
+  (a client's on its own connection, a member's over this node's link to it), then the
+  connection closes like one with any bad frame;
 - a lost connection is re-opened with jittered exponential backoff (``backoff_min_ms`` doubled
   up to ``backoff_max_ms``, each delay drawn from its upper half), so a peer restarted on the
   same port is reached again within a backoff step; frames wait meanwhile in the link's bounded
@@ -45,7 +48,7 @@ import threading
 from typing import Sequence
 
 from dledger.protocol import (AppendEntryRequest, BatchAppendEntryRequest, Envelope, FrameError,
-                              GetEntriesRequest, LeadershipTransferRequest, MetadataRequest)
+                              GetEntriesRequest, LeadershipTransferRequest, MetadataRequest, UnsupportedVersion)
 from dledger.transport import EndpointInUseError, Receiver
 from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
@@ -109,7 +112,7 @@ class TcpNetwork:
         self.on_connection_closed: list = []
         #: what happened on this listener, for operators and tests
         self.stats = {"accepted": 0, "refused_cap": 0, "handshake_failed": 0, "bad_frame": 0,
-                      "authenticated": 0, "client_refused": 0}
+                      "authenticated": 0, "client_refused": 0, "unsupported_version": 0}
 
     # -- the process-wide registry ---------------------------------------------------------
     @classmethod
@@ -259,14 +262,16 @@ class TcpNetwork:
         if peer.kind == CLIENT:
             # answers go back on this connection
             queue = SendQueue(o.max_queue_frames, o.max_queue_bytes)
-            conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver_client(peer, env))
+            conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver_client(peer, env),
+                              lambda exc: self._unsupported(conn, peer, exc))
             old = ep.clients.get(peer.src)
             ep.clients[peer.src] = conn
             if old is not None:
                 old.close("the client connected again")
         else:
             queue = SendQueue(1, 1 << 10)       # this side sends keepalives only
-            conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver(peer, env))
+            conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver(peer, env),
+                              lambda exc: self._unsupported(conn, peer, exc))
         conn.peer = peer
         self.inbound.add(conn)
         reason = "cancelled"
@@ -287,6 +292,23 @@ class TcpNetwork:
         writer.write(frame_payload(hs.on_hello(hello)))
         await writer.drain()
         return hs.on_proof(await read_payload(reader, decoder, self.options.read_chunk))
+
+    def _unsupported(self, conn: Connection, peer: Peer, exc: UnsupportedVersion) -> None:
+        """Answer a request of another wire version UNSUPPORTED: a client on its own
+        connection (written before it closes), a member over this node's link to it."""
+        answer = exc.answer
+        self.stats["unsupported_version"] += 1
+        if answer.src != peer.dst or answer.dst != peer.src:
+            return                              # it spoke for another node: no answer
+        if peer.kind == CLIENT:
+            try:
+                conn.writer.write(encode_frame(answer, self.options.max_frame_bytes))
+            except (ConnectionError, OSError, RuntimeError):
+                pass
+            return
+        ep = self.endpoints.get((peer.group, peer.dst))
+        if ep is not None:
+            ep.send(answer)
 
     def _deliver(self, peer: Peer, env: Envelope) -> None:
         if env.src != peer.src or env.dst != peer.dst:

@@ -12,7 +12,8 @@ What it guarantees:
 - a silent peer is detected: both ends send a keepalive frame whenever they have sent nothing
   for ``keepalive_ms``, and a read that sees no byte for ``idle_timeout_ms`` closes the
   connection (a half-open connection, a partitioned or frozen peer);
-- a malformed or oversized frame closes this connection only (``FrameError``); frames that
+- a malformed or oversized frame closes this connection only (``FrameError``); a request of
+  another wire version is first answered UNSUPPORTED (``on_unsupported``); frames that
   were whole before it were delivered, the partial one never is.
 Everything runs on the event loop's thread.
 """
@@ -25,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError
+from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion
 from dledger.transport.frames import KEEPALIVE, FrameDecoder
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: FrameDecoder,
                  queue: SendQueue, options: TcpOptions, name: str,
-                 on_envelope: Callable[[Envelope], None]) -> None:
+                 on_envelope: Callable[[Envelope], None],
+                 on_unsupported: Callable[[UnsupportedVersion], None] | None = None) -> None:
         self.reader = reader
         self.writer = writer
         self.decoder = decoder
@@ -124,6 +126,8 @@ class Connection:
         self.options = options
         self.name = name
         self.on_envelope = on_envelope
+        #: a request of another wire version arrived: answer it (before the connection closes)
+        self.on_unsupported = on_unsupported
         self.closed = False
         self.reason: str | None = None
         #: who is on the other side (set by the listener after the handshake)
@@ -180,6 +184,8 @@ class Connection:
                 envs = self.decoder.feed(data)
         except FrameError as exc:
             log.warning("%s: bad frame, closing the connection: %s", self.name, exc)
+            if isinstance(exc, UnsupportedVersion) and exc.answer is not None and self.on_unsupported is not None:
+                self.on_unsupported(exc)
             self._fail(f"bad frame: {exc}")
         except (ConnectionError, OSError) as exc:
             self._fail(f"read failed: {exc!r}")
