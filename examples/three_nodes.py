@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,8 +25,11 @@ def node(self_id: str, peers: str, store_dir: str) -> None:
     """One node: a host process embedding one member of group ``orders``."""
     from dledger import DLedgerConfig, DLedgerServer
 
+    # small segments for a demonstration (the default data segment is 1 GiB, allocated up front)
     config = DLedgerConfig(group="orders", self_id=self_id, peers=peers, store_base_dir=store_dir,
-                           durability="fsync", heart_beat_time_interval_ms=200)
+                           durability="fsync", heart_beat_time_interval_ms=200,
+                           mapped_file_size_for_entry_data=16 << 20,
+                           mapped_file_size_for_entry_index=32 << 16)
     server = DLedgerServer(config)
     server.add_role_change_handler(lambda change: print(f"{self_id}: {change.role.name} in term "
                                                         f"{change.term}", flush=True))
@@ -48,7 +52,8 @@ def free_ports(n: int) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", help="where the three stores go (default: a temporary folder)")
+    parser.add_argument("--dir", help="where the three stores go, kept (default: a temporary folder, "
+                                      "removed at the end)")
     args = parser.parse_args()
     from dledger.client import DLedgerClient
 
@@ -77,7 +82,10 @@ def main() -> int:
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
-    print(f"stores in {store_dir}")
+    if args.dir:
+        print(f"stores in {store_dir}")
+    else:
+        shutil.rmtree(store_dir, ignore_errors=True)
     return 0
 
 
