@@ -1,6 +1,6 @@
 """IndexFile: a hash index from ``topic#key`` to physical offsets, in RocketMQ's layout.
 
-One file (``<root>/index/<yyyyMMddHHmmssSSS>``, named after the store time of its first key)::
+One file (``<root>/keyindex/<yyyyMMddHHmmssSSS>``, named after the store time of its first key)::
 
     header (40 bytes): beginTimestamp:i64 endTimestamp:i64 beginPhyOffset:i64
                        endPhyOffset:i64 hashSlotCount:i32 indexCount:i32

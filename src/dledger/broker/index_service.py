@@ -1,6 +1,6 @@
 """IndexService: the key index over several ``IndexFile``s (RocketMQ's ``IndexService``).
 
-For each dispatched message it indexes ``topic#UNIQ_KEY`` and ``topic#key`` for every key of
+Files live in ``<root>/keyindex/``. For each dispatched message it indexes ``topic#UNIQ_KEY`` and ``topic#key`` for every key of
 ``KEYS`` (split on spaces) in the newest file, opening a new file (named after the message's
 store time) when that one is full. A message whose physical offset is below the newest file's
 ``endPhyOffset`` was indexed already and is skipped (RocketMQ's rule; it makes a replay after a
@@ -13,10 +13,14 @@ import os
 
 from dledger.broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOTS, IndexFile, file_name_for
 
+#: RocketMQ's directory is ``index``; in a node's store directory that name is DLedger's own
+#: (its index segments), so the key index lives beside it
+INDEX_DIR = "keyindex"
+
 
 class IndexService:
     def __init__(self, root: str, *, slots: int = DEFAULT_SLOTS, index_num: int = DEFAULT_INDEX_NUM) -> None:
-        self.dir = os.path.join(root, "index")
+        self.dir = os.path.join(root, INDEX_DIR)
         self.slots, self.index_num = slots, index_num
         os.makedirs(self.dir, exist_ok=True)
         names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 17)

@@ -197,7 +197,7 @@ def decode(buf, *, inflate: bool = True) -> Message:
     (m.total_size, m.magic_code, m.body_crc, m.queue_id, m.flag, m.queue_offset,
      m.physical_offset, m.sys_flag, m.born_timestamp) = _FIXED.unpack_from(buf, 0)
     if m.magic_code not in (MAGIC_V1, MAGIC_V2):
-        raise MessageFormatError("magicCode", f"{m.magic_code:#x} is not a message's (v1 or v2)")
+        raise MessageFormatError("magicCode", f"not a message: magic code {m.magic_code:#x} is neither v1 nor v2")
     if m.total_size != n:
         raise MessageFormatError("totalSize", f"{m.total_size} differs from the {n} bytes given")
     off = _FIXED.size
