@@ -153,3 +153,19 @@ def test_messages_across_segment_ends_keep_their_real_offsets(tmp_path):
                 assert m.physical_offset == r.wrote_offset and m.body == bytes([i]) * 1000
                 assert r.wrote_offset // seg == (r.wrote_offset + r.wrote_bytes - 1) // seg
         assert all(log.min_offset() == 0 and log.confirm_offset() <= log.max_offset() for log in g.logs.values())
+
+
+def test_leadership_back_and_forth_continues_queue_offsets_on_each_new_master(tmp_path):
+    """A node that led before must not reuse its old table: offsets go on from the log."""
+    with BrokerGroup(tmp_path, seed=13) as g:
+        a = g.elected()
+        b = next(i for i in g.c.ids if i != a)
+        sent = produce(g, 6)
+        for target in (b, a, b):
+            f = g.c.servers[g.leader()].transfer_leadership(target)
+            assert g.c.run_until(lambda: f.done() and g.leader() == target, 5_000)
+            sent += produce(g, 6, start=len(sent))
+        g.settle()
+        acked = check_exactly_once(g, sent)
+        assert len(acked) == 24
+        assert [r.queue_offset for (t, q, _b), r in acked if (t, q) == ("A", 0)] == list(range(8))
