@@ -152,7 +152,8 @@ def test_messages_across_segment_ends_keep_their_real_offsets(tmp_path):
                 m = decode(log.get_message(r.wrote_offset, r.wrote_bytes))
                 assert m.physical_offset == r.wrote_offset and m.body == bytes([i]) * 1000
                 assert r.wrote_offset // seg == (r.wrote_offset + r.wrote_bytes - 1) // seg
-        assert all(log.min_offset() == 0 and log.confirm_offset() <= log.max_offset() for log in g.logs.values())
+        assert all(log.min_offset() == 0 and log.confirm_offset() == log.max_offset() <= log.written_offset()
+                   and log.max_offset() == rs[-1].wrote_offset + rs[-1].wrote_bytes for log in g.logs.values())
 
 
 def test_leadership_back_and_forth_continues_queue_offsets_on_each_new_master(tmp_path):

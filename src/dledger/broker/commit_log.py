@@ -53,6 +53,7 @@ _STATUS_FOR_CODE = {
     Code.NOT_LEADER: PutMessageStatus.SERVICE_NOT_AVAILABLE,
     Code.LEADER_TRANSFERRING: PutMessageStatus.SERVICE_NOT_AVAILABLE,
     Code.EXPIRED_TERM: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    Code.DISK_FULL: PutMessageStatus.SERVICE_NOT_AVAILABLE,
     Code.LEADER_PENDING_FULL: PutMessageStatus.OS_PAGECACHE_BUSY,
     Code.WAIT_QUORUM_ACK_TIMEOUT: PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
 }
@@ -296,6 +297,13 @@ class DLedgerCommitLog:
         return self._on_runtime(lambda: entry_end(srv.store, min(srv.node.committed_index, srv.store.ledger_end_index)))
 
     def max_offset(self) -> int:
+        """As RocketMQ's DLedgerCommitLog: the committed position (what readers may see), or
+        the log's first position while nothing is committed."""
+        confirm = self.confirm_offset()
+        return confirm if confirm > 0 else self.min_offset()
+
+    def written_offset(self) -> int:
+        """Where the next record will be written (committed or not)."""
         return self._on_runtime(lambda: max_position(self.server.store))
 
     def min_offset(self) -> int:
