@@ -141,9 +141,9 @@ class DLedgerCommitLog:
         self._table, self._table_term = table, term
 
     def _on_role_change(self, change) -> None:
+        # what was stamped stays until its append is answered: an entry of a term this node
+        # left can still commit (and be answered SUCCESS) once it leads again
         self.roles.on_change(change)
-        if not self.roles.writable:
-            self._stamped.clear()
         if self._timer is None and not self.closed:
             self._start_dispatch()
 

@@ -7,7 +7,8 @@ commit-log (physical) offset i64, message size i32, tags hash code i64; unit ``q
 full size, as RocketMQ preallocates them). A unit whose offset is negative or whose size is 0
 ends the queue (RocketMQ's ``ConsumeQueue.recover`` rule).
 
-Writes are plain file writes (a process crash keeps them: the page cache survives); ``flush``
+Units are gathered and written by ``commit`` (one write per file per batch), as plain file
+writes (a process crash keeps them: the page cache survives); ``flush``
 syncs. ``truncate_from_physical(offset)`` drops every unit whose message starts at or after
 ``offset`` (recovery: units beyond what the dispatcher's checkpoint vouches for).
 """
@@ -33,6 +34,8 @@ class ConsumeQueue:
         self.dir = os.path.join(root, "consumequeue", topic, str(queue_id))
         self.file_size = units_per_file * CQ_UNIT_SIZE
         self._fds: dict[int, int] = {}
+        self._pending: list[bytes] = []
+        self._pending_from = 0
         #: queue offset of the next unit (the number of units)
         self.max_offset = 0
         #: physical offset just past the last unit's message (0 when empty)
@@ -96,28 +99,54 @@ class ConsumeQueue:
 
     # -- units ----------------------------------------------------------------------------
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
-        """Write the unit of ``queue_offset``; it must be the next one (no gap, no overwrite)."""
+        """Add the unit of ``queue_offset``; it must be the next one (no gap, no overwrite). It
+        reaches the file at the next ``commit`` (the reput service commits every batch)."""
         if queue_offset != self.max_offset:
             raise ValueError(f"consume queue {self.topic}/{self.queue_id}: unit {queue_offset} "
                              f"arrives while the next is {self.max_offset}")
-        byte = queue_offset * CQ_UNIT_SIZE
-        start = byte - byte % self.file_size
-        os.pwrite(self._fd(start, True), _UNIT.pack(physical_offset, size, tags_code), byte - start)
+        if not self._pending:
+            self._pending_from = queue_offset
+        self._pending.append(_UNIT.pack(physical_offset, size, tags_code))
         self.max_offset = queue_offset + 1
         self.max_physical_offset = physical_offset + size
 
+    def commit(self) -> None:
+        """Write the units ``put`` since the last commit: one write per file they fall in."""
+        if not self._pending:
+            return
+        byte = self._pending_from * CQ_UNIT_SIZE
+        data = b"".join(self._pending)
+        self._pending.clear()
+        while data:
+            start = byte - byte % self.file_size
+            room = start + self.file_size - byte
+            os.pwrite(self._fd(start, True), data[:room], byte - start)
+            data, byte = data[room:], byte + room
+
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         """``(physical offset, size, tags code)`` of ``queue_offset`` (< ``max_offset``)."""
+        self.commit()
         byte = queue_offset * CQ_UNIT_SIZE
         start = byte - byte % self.file_size
         return _UNIT.unpack(os.pread(self._fd(start, False), CQ_UNIT_SIZE, byte - start))
 
     def units(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
-        end = min(self.max_offset, queue_offset + max_count)
-        return [self.unit(q) for q in range(max(queue_offset, 0), end)]
+        """Up to ``max_count`` units from ``queue_offset`` on, read with one read per file."""
+        self.commit()
+        q, end = max(queue_offset, 0), min(self.max_offset, queue_offset + max_count)
+        out = []
+        while q < end:
+            byte = q * CQ_UNIT_SIZE
+            start = byte - byte % self.file_size
+            n = min(end - q, (start + self.file_size - byte) // CQ_UNIT_SIZE)
+            data = os.pread(self._fd(start, False), n * CQ_UNIT_SIZE, byte - start)
+            out.extend(_UNIT.iter_unpack(data))
+            q += n
+        return out
 
     def truncate_from_physical(self, physical_offset: int) -> int:
         """Drop units whose message starts at or after ``physical_offset``; how many went."""
+        self.commit()
         keep = self.max_offset
         while keep > 0 and self.unit(keep - 1)[0] >= physical_offset:
             keep -= 1
@@ -129,10 +158,12 @@ class ConsumeQueue:
         return dropped
 
     def flush(self) -> None:
+        self.commit()
         for fd in self._fds.values():
             os.fsync(fd)
 
     def close(self) -> None:
+        self.commit()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

@@ -2,7 +2,7 @@
 every replica (RocketMQ's ``DefaultMessageStore.ReputMessageService``).
 
 It walks the log's committed entries in index order, from its checkpoint on. Each NORMAL
-entry whose body is a message (``message_codec.decode``) becomes one consume-queue unit
+entry whose body is a message (``message_codec.dispatch_info``) becomes one consume-queue unit
 (physical offset = entry position + the 48-byte entry header, size, tags hash code) at the
 queue offset stamped in the message, and index keys for its UNIQ_KEY and KEYS. Other entries
 (NOOP, membership, bodies that are not messages) are passed over. Blank padding at segment ends
@@ -24,7 +24,8 @@ import os
 
 from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
-from dledger.broker.message_codec import MessageFormatError, decode, tags_hash_code
+from dledger.broker.message_codec import (KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
+                                          dispatch_info, tags_hash_code)
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
 
 CHECKPOINT = "dispatch.checkpoint"
@@ -38,8 +39,8 @@ class ReputService:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.index = IndexService(root, **(index_options or {}))
         self.problems: list[str] = []
-        #: (physical offset, store timestamp) of every dispatched message, when recording
-        self.dispatched: list[tuple[int, int]] | None = None
+        #: ``listener(physical_offset, store_timestamp)`` after each message is dispatched (off: None)
+        self.on_dispatch = None
         self.next_index, self.next_physical_offset = self._read_checkpoint()
         for topic, qid in list_queues(root):
             self.queue(topic, qid).truncate_from_physical(self.next_physical_offset)
@@ -94,23 +95,27 @@ class ReputService:
                 self.dispatch_message(entry.body, entry.pos + BODY_OFFSET)
             self.next_index = i + 1
             self.next_physical_offset = entry.pos + entry.size
+        for cq in self.queues.values():
+            cq.commit()
         self._write_checkpoint()
         return end - begin + 1
 
     def dispatch_message(self, body: bytes, physical_offset: int) -> None:
-        try:
-            m = decode(body, inflate=False)
-        except MessageFormatError:
+        info = dispatch_info(body)
+        if info is None:
             return
-        cq = self.queue(m.topic, m.queue_id)
-        if m.queue_offset != cq.max_offset:
-            self.problems.append(f"{m.topic}/{m.queue_id}: message at {physical_offset} carries queue "
-                                 f"offset {m.queue_offset}, the queue's next is {cq.max_offset}")
-        cq.put(cq.max_offset, physical_offset, m.total_size, tags_hash_code(m.tags))
-        keys = ([m.uniq_key] if m.uniq_key else []) + m.key_list
-        self.index.build_index(m.topic, keys, physical_offset, m.store_timestamp)
-        if self.dispatched is not None:
-            self.dispatched.append((physical_offset, m.store_timestamp))
+        topic, queue_id, queue_offset, size, store_timestamp, props = info
+        cq = self.queue(topic, queue_id)
+        if queue_offset != cq.max_offset:
+            self.problems.append(f"{topic}/{queue_id}: message at {physical_offset} carries queue "
+                                 f"offset {queue_offset}, the queue's next is {cq.max_offset}")
+        tags = props.get(PROPERTY_TAGS)
+        cq.put(cq.max_offset, physical_offset, size, tags_hash_code(tags))
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        keys = ([uniq] if uniq else []) + [k for k in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+        self.index.build_index(topic, keys, physical_offset, store_timestamp)
+        if self.on_dispatch is not None:
+            self.on_dispatch(physical_offset, store_timestamp)
 
     def flush(self) -> None:
         for cq in self.queues.values():
