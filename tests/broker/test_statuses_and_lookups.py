@@ -122,3 +122,21 @@ def test_the_key_index_file_follows_rocketmqs_layout(tmp_path):
         entry = struct.unpack_from(">iqii", data, HEADER_SIZE + f.slots * SLOT_SIZE + 20)
         assert entry == (h, r.wrote_offset, 0, 0)
         assert len(os.path.basename(f.path)) == 17
+
+
+def test_a_put_answered_after_a_step_down_and_back_keeps_its_stamp(tmp_path):
+    """Found by the benchmark: a starved leader told CANDIDATE then LEADER again (same term)
+    while puts were in flight answered them UNKNOWN_ERROR (their stamps had been dropped)."""
+    from dledger.core import Role, RoleChange
+
+    with BrokerGroup(tmp_path) as g:
+        lead = g.elected()
+        log = g.logs[lead]
+        f = log.put_message_async("T", 0, b"x")
+        assert g.c.run_until(lambda: log._stamped, 1_000)
+        term = g.c.servers[lead].node.term
+        log._on_role_change(RoleChange(term, Role.CANDIDATE, None))
+        log._on_role_change(RoleChange(term, Role.LEADER, lead))
+        assert g.c.run_until(f.done, 2_000)
+        r = f.result()
+        assert r.status is OK and r.queue_offset == 0 and r.msg_id
