@@ -2,7 +2,7 @@
 one process (real asyncio runtime, in-process transport, file stores in a temporary directory,
 page_cache durability), every node wrapped in a ``DLedgerCommitLog``.
 
-    python benchmarks/bench_broker.py [--messages N] [--producers K] [--window W]
+    python benchmarks/bench_broker.py [--messages N] [--producers K] [--window W] [--no-dispatch]
 
 For each body size (128 B, 1 KiB) and each way of putting (``put_message_async`` from K
 threads each keeping W puts in flight; ``put_messages_async`` of 64 messages from K threads
@@ -10,7 +10,8 @@ keeping W/64 batches in flight) it prints one row: PUT_OK messages/s (clock from
 put to the last answer), the put latency (call to answer, p50/p99) and the dispatch lag
 (store timestamp stamped by the append hook to the moment a replica's reput service wrote the
 consume-queue unit; p50/p99 over every message on every replica). Messages go to 4 topics x 4
-queues with a tag and a key each. Heartbeats every 500 ms (a 1.5 s election timeout, as
+queues with a tag and a key each. ``--no-dispatch`` leaves the reput services idle, to
+measure the put path (encode, append hook, replication) alone. Heartbeats every 500 ms (a 1.5 s election timeout, as
 docs/operations.md advises for a machine whose processes can be starved of CPU): with the
 100 ms default a leader starved by the put load itself steps down mid-run.
 """
@@ -40,7 +41,7 @@ PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
 BATCH = 64
 
 
-def group(base: str):
+def group(base: str, dispatch: bool = True):
     runtime, hub = AsyncioRuntime(), Hub()
     elected = threading.Event()
     logs = []
@@ -50,7 +51,7 @@ def group(base: str):
                             max_pending_requests_num=100_000, heart_beat_time_interval_ms=500)
         s = DLedgerServer(cfg, runtime=runtime, hub=hub)
         s.add_role_change_handler(lambda ch: ch.role is Role.LEADER and elected.set())
-        logs.append(DLedgerCommitLog(s.startup()))
+        logs.append(DLedgerCommitLog(s.startup(), dispatch_interval_ms=5 if dispatch else 10**9))
     assert elected.wait(10), "no leader"
     deadline = time.monotonic() + 10
     while not any(log.roles.writable for log in logs):
@@ -64,9 +65,9 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def run(messages: int, size: int, producers: int, window: int, batched: bool) -> dict:
+def run(messages: int, size: int, producers: int, window: int, batched: bool, dispatch: bool = True) -> dict:
     base = tempfile.mkdtemp(prefix="dledger-bench-broker-")
-    logs = group(base)
+    logs = group(base, dispatch)
     try:
         master = next(log for log in logs if log.roles.writable)
         lags: list[float] = []
@@ -116,7 +117,7 @@ def run(messages: int, size: int, producers: int, window: int, batched: bool) ->
         elapsed = time.perf_counter() - t0
         total = per * producers
         deadline = time.monotonic() + 30
-        while len(lags) < 3 * total and time.monotonic() < deadline:
+        while dispatch and len(lags) < 3 * total and time.monotonic() < deadline:
             time.sleep(0.01)
         return {"rate": total / elapsed, "p50": pct(lat, 0.5) * 1000, "p99": pct(lat, 0.99) * 1000,
                 "lag50": pct(lags, 0.5), "lag99": pct(lags, 0.99), "failures": failures[0],
@@ -134,12 +135,14 @@ def main(argv=None) -> None:
     ap.add_argument("--messages", type=int, default=100_000, help="messages per row (default 100000)")
     ap.add_argument("--producers", type=int, default=4, help="producer threads (default 4)")
     ap.add_argument("--window", type=int, default=256, help="messages in flight per producer (default 256)")
+    ap.add_argument("--no-dispatch", action="store_true",
+                    help="leave the reput service idle (the put path alone; lag columns empty)")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}\ncommand: {command()}")
     rows = []
     for size in (128, 1024):
         for batched in (False, True):
-            r = run(args.messages, size, args.producers, args.window, batched)
+            r = run(args.messages, size, args.producers, args.window, batched, not args.no_dispatch)
             rows.append([f"put_messages ({BATCH} per call)" if batched else "put_message", f"{size} B",
                          f"{r['rate']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['lag50']:.1f}",
                          f"{r['lag99']:.1f}", r["failures"], f"{r['dispatched']}/{r['expected']}"])

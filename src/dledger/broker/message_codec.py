@@ -27,6 +27,7 @@ past the buffer; ``decode_message`` never raises for bad bytes: it returns a ``M
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -148,6 +149,12 @@ def parse_message_id(msg_id: str) -> tuple[str, int]:
     port = _I32.unpack_from(raw, n)[0]
     host = f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
     return host, _I64.unpack_from(raw, n + 4)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _packed_address(addr: str) -> bytes:
+    """The 4 or 16 bytes of an IP address (parsed once per distinct text)."""
+    return ipaddress.ip_address(addr).packed
 
 
 def split_host(host) -> tuple[str, int]:
@@ -278,24 +285,24 @@ def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0,
     stored_body = zlib.compress(body) if sys_flag & COMPRESSED_FLAG else bytes(body)
     try:
         born_addr, born_port = split_host(born_host)
-        born = ipaddress.ip_address(born_addr)
+        born = _packed_address(born_addr)
     except ValueError as exc:
         raise MessageFormatError("bornHost", str(exc)) from None
     try:
         store_addr, store_port = split_host(store_host)
-        store = ipaddress.ip_address(store_addr)
+        store = _packed_address(store_addr)
     except ValueError as exc:
         raise MessageFormatError("storeHost", str(exc)) from None
     sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-    if born.version == 6:
+    if len(born) == 16:
         sys_flag |= BORNHOST_V6_FLAG
-    if store.version == 6:
+    if len(store) == 16:
         sys_flag |= STOREHOST_V6_FLAG
     v2 = len(topic_b) > MAX_TOPIC_SIZE_V1
     topic_field = (_I16.pack(len(topic_b)) if v2 else bytes([len(topic_b)])) + topic_b
     try:
-        tail = (_I64.pack(born_timestamp) + born.packed + _I32.pack(born_port)
-                + _I64.pack(store_timestamp) + store.packed + _I32.pack(store_port)
+        tail = (_I64.pack(born_timestamp) + born + _I32.pack(born_port)
+                + _I64.pack(store_timestamp) + store + _I32.pack(store_port)
                 + _I32.pack(reconsume_times) + _I64.pack(prepared_transaction_offset)
                 + _I32.pack(len(stored_body)) + stored_body + topic_field
                 + _I16.pack(len(props)) + props)
