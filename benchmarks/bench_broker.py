@@ -115,7 +115,8 @@ def run(messages: int, size: int, producers: int, window: int, batched: bool, di
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - t0
-        total = per * producers
+        step = BATCH if batched else 1
+        total = producers * len(range(0, per, step)) * step      # what the producers really sent
         deadline = time.monotonic() + 30
         while dispatch and len(lags) < 3 * total and time.monotonic() < deadline:
             time.sleep(0.01)
