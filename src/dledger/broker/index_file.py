@@ -121,7 +121,9 @@ class IndexFile:
     def truncate_from_physical(self, phy_offset: int) -> int:
         """Drop the entries (from the end) whose offset is at or beyond ``phy_offset``: the
         slots are rebuilt from the kept entries. How many went."""
-        kept = [e for e in self.entries()]
+        if self.index_count <= 1 or self.end_phy_offset < phy_offset:
+            return 0                       # offsets only grow: nothing at or beyond phy_offset
+        kept = self.entries()
         n = len(kept)
         while kept and kept[-1][1] >= phy_offset:
             kept.pop()
