@@ -170,3 +170,20 @@ def test_leadership_back_and_forth_continues_queue_offsets_on_each_new_master(tm
         acked = check_exactly_once(g, sent)
         assert len(acked) == 24
         assert [r.queue_offset for (t, q, _b), r in acked if (t, q) == ("A", 0)] == list(range(8))
+
+
+def test_a_follower_cut_off_catches_up_and_dispatches_what_it_missed_once(tmp_path):
+    with BrokerGroup(tmp_path, seed=17) as g:
+        sent = produce(g, 9)
+        g.settle()
+        lead = g.leader()
+        lagger = next(i for i in g.c.ids if i != lead)
+        others = [i for i in g.c.ids if i != lagger]
+        g.c.partition(others, [lagger])
+        sent += produce(g, 30, start=9)
+        g.c.run_for(500)
+        assert g.logs[lagger].max_queue_offset("A", 0) == 3          # nothing committed reached it
+        g.c.heal()
+        g.settle()
+        check_exactly_once(g, sent)
+        assert g.logs[lagger].max_queue_offset("A", 0) == 13
