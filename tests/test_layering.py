@@ -24,7 +24,8 @@ ALLOWED = {
     "__init__": LOWER | {"client"},
 }
 # demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function).
-EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark"}, "sim": set(), "spark": set(), "client": set(), "broker": set(),
+# spark reads broker messages with the broker's codec (dledger.broker.message_codec, its one home).
+EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark"}, "sim": set(), "spark": {"broker"}, "client": set(), "broker": set(),
                "cli_client": {"client"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 

@@ -2,7 +2,7 @@
 
 Reads the same store directories, partitions and index-range pushdown as ``dledger`` (it
 reuses ``DLedgerReader``) and decodes each NORMAL entry's body with
-``dledger.spark.messages.decode_message``. NOOP and config entries are left out. A body that
+``dledger.broker.message_codec.decode_message``. NOOP and config entries are left out. A body that
 is not a valid message gives a row with ``error`` set, never a failed job. ``tags`` and
 ``keys`` are the ``TAGS`` / ``KEYS`` properties; timestamps are epoch milliseconds.
 """
@@ -16,7 +16,7 @@ from dledger.entry import MAGIC_NORMAL
 from dledger.spark import scan
 from dledger.spark.datasource import (DLedgerPushdownReader, DLedgerReader, SegmentPartition,
                                       _flag)
-from dledger.spark.messages import decode_message
+from dledger.broker.message_codec import decode_message
 
 MESSAGE_FIELDS = [
     ("replica", pa.string(), "STRING"),

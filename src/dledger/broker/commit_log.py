@@ -1,0 +1,364 @@
+"""DLedgerCommitLog: a RocketMQ-style CommitLog whose log is a ``DLedgerServer``.
+
+As in RocketMQ's ``DLedgerCommitLog``, each message is one DLedger entry whose body is the
+message in the CommitLog layout (``message_codec``), and the message's physical offset is the
+entry's position plus the 48-byte entry header. ``put_message`` encodes the message (born
+time, born and store host) and appends it through the server; an **append hook** runs on the
+leader just before the record is written and stamps three fields: the queue offset (the next of
+the message's topic-queue: offsets are assigned in log order, so never a gap nor a repeat),
+the physical offset and the store timestamp. Followers store the leader's bytes unchanged, so
+the stamped offset is the real position on every replica.
+
+The queue-offset table is rebuilt, at the first message a leader appends in a new term, from
+the consume queues (everything dispatched) plus the local log's undispatched tail, which holds
+every entry the new leader will commit: the offsets continue from the log with no gap.
+
+The role-change handler (``role_change.RoleTracker``) makes the store writable on the leader
+and read-only elsewhere; a put anywhere else gets SERVICE_NOT_AVAILABLE naming the leader.
+Dispatch (``reput.ReputService``) runs on every replica on a timer of the server's runtime.
+Consumer reads are in ``consumer``. The broker's files live under ``root`` (default: the node's
+store directory ``<store_base_dir>/dledger-<id>``): ``consumequeue/``, ``keyindex/`` (DLedger
+already has an ``index/`` there) and ``dispatch.checkpoint``.
+
+``put_message_async`` returns an ``AwaitableFuture``: ``await`` it on asyncio, or, under the
+simulator, run the cluster until ``done()``; ``put_message`` blocks for it (real runtime only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from concurrent.futures import Future
+
+from dledger.broker import consumer
+from dledger.broker.message_codec import (PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION,
+                                          MessageFormatError, decode, encode_message, locate,
+                                          message_id, split_host)
+from dledger.broker.put_result import PutMessageResult, PutMessageStatus, refused
+from dledger.broker.reput import ReputService
+from dledger.broker.role_change import RoleTracker
+from dledger.broker.store_view import entry_end, max_position, min_position, read_at
+from dledger.core import RoleChange
+from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
+from dledger.protocol import DLedgerResponseCode as Code
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024     # RocketMQ's maxMessageSize default
+DISPATCH_INTERVAL_MS = 5
+_STAMP = struct.Struct(">q")
+
+_STATUS_FOR_CODE = {
+    Code.NOT_LEADER: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    Code.LEADER_TRANSFERRING: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    Code.EXPIRED_TERM: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    Code.DISK_FULL: PutMessageStatus.SERVICE_NOT_AVAILABLE,
+    Code.LEADER_PENDING_FULL: PutMessageStatus.OS_PAGECACHE_BUSY,
+    Code.WAIT_QUORUM_ACK_TIMEOUT: PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+}
+
+
+class AwaitableFuture(Future):
+    """A ``concurrent.futures.Future`` that asyncio code can also ``await``."""
+
+    def __await__(self):
+        return asyncio.wrap_future(self).__await__()
+
+
+def _done(value) -> AwaitableFuture:
+    f = AwaitableFuture()
+    f.set_result(value)
+    return f
+
+
+class DLedgerCommitLog:
+    def __init__(self, server, *, root: str | None = None, max_message_size: int = MAX_MESSAGE_SIZE,
+                 dispatch_interval_ms: int = DISPATCH_INTERVAL_MS, cq_units_per_file: int | None = None,
+                 index_options: dict | None = None) -> None:
+        self.server = server
+        cfg = server.config
+        self.root = root or cfg.default_path
+        self.store_host = split_host(cfg.peer_map.get(cfg.self_id, "127.0.0.1:0"))
+        self.max_message_size = max_message_size
+        self.dispatch_interval_ms = dispatch_interval_ms
+        self.reput = ReputService(self.root, units_per_file=cq_units_per_file, index_options=index_options)
+        self.roles = RoleTracker(cfg.self_id)
+        #: per topic-queue next offset, valid for the leader term ``_table_term``
+        self._table: dict[tuple[str, int], int] = {}
+        self._table_term = -1
+        #: what the hook stamped, by entry position, until the put's answer takes it
+        self._stamped: dict[int, tuple[int, int]] = {}
+        self._timer = None
+        self.closed = False
+        server.add_append_hook(self._hook)
+        server.add_role_change_handler(self._on_role_change)
+        if server.started:
+            server.runtime.run_sync(self._adopt_current_role)
+            self._start_dispatch()
+
+    def _adopt_current_role(self) -> None:
+        """Wrapped after startup: take the role the node holds now (later changes are told)."""
+        node = self.server.node
+        if node is not None:
+            self.roles.on_change(RoleChange(node.term, node.role, node.leader_id))
+
+    # =====================================================================================
+    # the append hook and the queue-offset table (runtime thread, leader)
+    # =====================================================================================
+    def _hook(self, entry, view, body_offset: int) -> None:
+        if entry.magic != MAGIC_NORMAL:
+            return
+        found = locate(view, body_offset)
+        if found is None:
+            return
+        topic, queue_id, ts_pos = found
+        if entry.term != self._table_term:
+            self._rebuild_table(entry.term)
+        key = (topic, queue_id)
+        qo = self._table.get(key, 0)
+        self._table[key] = qo + 1
+        now = int(self.server.runtime.wall_time() * 1000)
+        _STAMP.pack_into(view, body_offset + QUEUE_OFFSET_POSITION, qo)
+        _STAMP.pack_into(view, body_offset + PHYSICAL_OFFSET_POSITION, entry.pos + body_offset)
+        _STAMP.pack_into(view, body_offset + ts_pos, now)
+        self._stamped[entry.pos] = (qo, now)
+
+    def _rebuild_table(self, term: int) -> None:
+        """Next queue offsets from the consume queues and the local log's undispatched tail."""
+        table = self.reput.max_queue_offsets()
+        store = self.server.store
+        for i in range(self.reput.next_index, store.ledger_end_index + 1):
+            e = store.get(i)
+            if e.magic != MAGIC_NORMAL or not e.body:
+                continue
+            try:
+                m = decode(e.body, inflate=False)
+            except MessageFormatError:
+                continue
+            key = (m.topic, m.queue_id)
+            table[key] = max(table.get(key, 0), m.queue_offset + 1)
+        self._table, self._table_term = table, term
+
+    def _on_role_change(self, change) -> None:
+        # what was stamped stays until its append is answered: an entry of a term this node
+        # left can still commit (and be answered SUCCESS) once it leads again
+        self.roles.on_change(change)
+        if self._timer is None and not self.closed:
+            self._start_dispatch()
+
+    # =====================================================================================
+    # dispatch (runtime thread, every replica)
+    # =====================================================================================
+    def _start_dispatch(self) -> None:
+        rt = self.server.runtime
+        self._timer = rt.call_soon_threadsafe(self._dispatch_tick)
+
+    def _dispatch_tick(self) -> None:
+        srv = self.server
+        if self.closed or not srv.started or srv.node is None:
+            self._timer = None
+            return
+        n = self.dispatch_committed()
+        rt = srv.runtime
+        self._timer = rt.call_soon(self._dispatch_tick) if n >= 4096 else \
+            rt.call_at(rt.now_ms() + self.dispatch_interval_ms, self._dispatch_tick)
+
+    def dispatch_committed(self) -> int:
+        """Dispatch what is committed and not dispatched yet (runtime thread); how many entries."""
+        srv = self.server
+        return self.reput.dispatch_up_to(srv.store, srv.node.committed_index)
+
+    # =====================================================================================
+    # puts
+    # =====================================================================================
+    def _encode(self, topic, queue_id, body, tags, keys, properties, born_host, flag) -> bytes | PutMessageResult:
+        if not isinstance(topic, str) or not topic:
+            return refused(PutMessageStatus.MESSAGE_ILLEGAL, "topic: is empty")
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"body: must be bytes, got {type(body).__name__}")
+        if not isinstance(queue_id, int) or not 0 <= queue_id < 2**31:
+            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"queue_id: {queue_id!r} is not in 0..2**31-1")
+        if isinstance(keys, str):
+            keys = [keys]
+        props = dict(properties or {})
+        if tags:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = " ".join(keys)
+        born = born_host if born_host is not None else self.store_host
+        try:
+            raw = encode_message(topic=topic, body=bytes(body), queue_id=queue_id, flag=flag, properties=props,
+                                 born_timestamp=int(self.server.runtime.wall_time() * 1000), born_host=born,
+                                 store_host=self.store_host)
+        except MessageFormatError as exc:
+            status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if exc.field == "properties"
+                      else PutMessageStatus.MESSAGE_ILLEGAL)
+            return refused(status, str(exc))
+        except (TypeError, AttributeError) as exc:
+            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad value: {exc}")
+        limit = min(self.max_message_size, getattr(self.server.store, "max_entry_size", 1 << 62) - BODY_OFFSET)
+        if len(raw) > limit:
+            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"message: {len(raw)} bytes; at most {limit}")
+        return raw
+
+    def _not_writable(self) -> PutMessageResult | None:
+        srv = self.server
+        if self.closed or not srv.started:
+            return refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the server is not running")
+        if not (self.roles.writable and srv.is_leader):
+            leader = srv.leader_id
+            return refused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                           f"{srv.config.self_id} is not the master; the leader is {leader or 'unknown'}", leader)
+        return None
+
+    def _result(self, resp, pos: int, size: int) -> PutMessageResult:
+        stamped = self._stamped.pop(pos, None)
+        if resp.code != Code.SUCCESS:
+            status = _STATUS_FOR_CODE.get(resp.code, PutMessageStatus.UNKNOWN_ERROR)
+            return refused(status, f"append answered {Code(resp.code).name if resp.code in Code._value2member_map_ else resp.code}",
+                           resp.leader_id)
+        if stamped is None:
+            return refused(PutMessageStatus.UNKNOWN_ERROR, f"no stamp recorded for the entry at {pos}")
+        offset = pos + BODY_OFFSET
+        return PutMessageResult(PutMessageStatus.PUT_OK, offset, size, stamped[0],
+                                message_id(self.store_host, offset), stamped[1], resp.leader_id)
+
+    def put_message_async(self, topic: str, queue_id: int, body: bytes, *, tags: str | None = None,
+                          keys=(), properties: dict | None = None, born_host=None, flag: int = 0) -> AwaitableFuture:
+        """Put one message; a future of ``PutMessageResult`` (bad input: a status, at once)."""
+        raw = self._encode(topic, queue_id, body, tags, keys, properties, born_host, flag)
+        if isinstance(raw, PutMessageResult):
+            return _done(raw)
+        return self._append([raw], single=True)
+
+    def put_messages_async(self, messages) -> AwaitableFuture:
+        """Put a batch: ``messages`` are dicts of ``put_message``'s arguments. A future of the
+        list of results, one per message; a refused message stops the whole batch."""
+        raws = []
+        for m in messages:
+            m = dict(m)
+            raw = self._encode(m.pop("topic", None), m.pop("queue_id", 0), m.pop("body", None), m.pop("tags", None),
+                               m.pop("keys", ()), m.pop("properties", None), m.pop("born_host", None),
+                               m.pop("flag", 0))
+            if isinstance(raw, PutMessageResult):
+                return _done([raw])
+            raws.append(raw)
+        if not raws:
+            return _done([])
+        return self._append(raws, single=False)
+
+    def _append(self, raws: list[bytes], single: bool) -> AwaitableFuture:
+        out = AwaitableFuture()
+        no = self._not_writable()
+        if no is not None:
+            out.set_result(no if single else [no] * len(raws))
+            return out
+        try:
+            inner = self.server.append(raws[0]) if single else self.server.batch_append(raws)
+        except (RuntimeError, ValueError) as exc:
+            r = refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, str(exc))
+            out.set_result(r if single else [r] * len(raws))
+            return out
+
+        def done(f: Future) -> None:
+            try:
+                resp = f.result()
+            except BaseException as exc:  # noqa: BLE001 - a failed append is a status, never a raise
+                r = refused(PutMessageStatus.UNKNOWN_ERROR, f"append failed: {exc}")
+                out.set_result(r if single else [r] * len(raws))
+                return
+            if single:
+                out.set_result(self._result(resp, resp.pos, len(raws[0])))
+            else:
+                positions = resp.positions or [-1] * len(raws)
+                out.set_result([self._result(resp, p, len(r)) for p, r in zip(positions, raws)])
+
+        inner.add_done_callback(done)
+        return out
+
+    def put_message(self, topic: str, queue_id: int, body: bytes, *, timeout: float | None = 10.0,
+                    **kwargs) -> PutMessageResult:
+        """Blocking ``put_message_async`` (a real runtime; under the simulator run the cluster)."""
+        return self.put_message_async(topic, queue_id, body, **kwargs).result(timeout)
+
+    def put_messages(self, messages, *, timeout: float | None = 10.0) -> list[PutMessageResult]:
+        return self.put_messages_async(messages).result(timeout)
+
+    # =====================================================================================
+    # reads (any replica; committed data only)
+    # =====================================================================================
+    def _on_runtime(self, fn):
+        return self.server.runtime.run_sync(fn)
+
+    def confirm_offset(self) -> int:
+        """The position just past the last committed entry (RocketMQ's confirm offset)."""
+        srv = self.server
+        return self._on_runtime(lambda: entry_end(srv.store, min(srv.node.committed_index, srv.store.ledger_end_index)))
+
+    def max_offset(self) -> int:
+        """As RocketMQ's DLedgerCommitLog: the committed position (what readers may see), or
+        the log's first position while nothing is committed."""
+        confirm = self.confirm_offset()
+        return confirm if confirm > 0 else self.min_offset()
+
+    def written_offset(self) -> int:
+        """Where the next record will be written (committed or not)."""
+        return self._on_runtime(lambda: max_position(self.server.store))
+
+    def min_offset(self) -> int:
+        return self._on_runtime(lambda: min_position(self.server.store))
+
+    def get_message(self, physical_offset: int, size: int) -> bytes | None:
+        """The ``size`` bytes of the committed message at ``physical_offset`` (None if none)."""
+        srv = self.server
+
+        def read() -> bytes | None:
+            end = entry_end(srv.store, min(srv.node.committed_index, srv.store.ledger_end_index))
+            if physical_offset + size > end:
+                return None
+            return read_at(srv.store, physical_offset, size)
+
+        return self._on_runtime(read)
+
+    def get_message_at(self, physical_offset: int) -> bytes | None:
+        """The committed message at ``physical_offset``, its size read from its first 4 bytes."""
+        head = self.get_message(physical_offset, 4)
+        if head is None:
+            return None
+        size = struct.unpack(">i", head)[0]
+        return self.get_message(physical_offset, size) if size > 0 else None
+
+    # -- consumers (see consumer.py) ----------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32):
+        return consumer.get_messages(self, topic, queue_id, queue_offset, max_count)
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32):
+        return consumer.query_by_key(self, topic, key, max_num)
+
+    def look_message_by_id(self, msg_id: str):
+        return consumer.look_message_by_id(self, msg_id)
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        def read() -> int:
+            cq = self.reput.find_queue(topic, queue_id)
+            return cq.max_offset if cq is not None else 0
+        return self._on_runtime(read)
+
+    # =====================================================================================
+    def close(self) -> None:
+        """Stop dispatching and close the broker's files (the server is the host's to stop)."""
+        if self.closed:
+            return
+
+        def stop() -> None:
+            self.closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.reput.close()
+
+        try:
+            self._on_runtime(stop)
+        except Exception:   # the runtime is gone (a killed simulated process): close here
+            stop()

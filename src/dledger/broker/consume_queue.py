@@ -1,0 +1,182 @@
+"""ConsumeQueue: one topic-queue's index into the CommitLog, byte-compatible with RocketMQ's.
+
+Files live at ``<root>/consumequeue/<topic>/<queueId>/<start>``, where ``<start>`` is the
+20-digit, zero-padded byte offset of the file's first unit. A unit is 20 bytes, big-endian:
+commit-log (physical) offset i64, message size i32, tags hash code i64; unit ``q`` (queue offset
+``q``) lies at byte ``q * 20``. A file holds 300,000 units (6,000,000 bytes, created sparse at
+full size, as RocketMQ preallocates them). A unit whose offset is negative or whose size is 0
+ends the queue (RocketMQ's ``ConsumeQueue.recover`` rule).
+
+Units are gathered and written by ``commit`` (one write per file per batch), as plain file
+writes (a process crash keeps them: the page cache survives); ``flush``
+syncs. ``truncate_from_physical(offset)`` drops every unit whose message starts at or after
+``offset`` (recovery: units beyond what the dispatcher's checkpoint vouches for).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+CQ_UNIT_SIZE = 20
+UNITS_PER_FILE = 300_000
+_UNIT = struct.Struct(">qiq")
+
+
+def file_name(start_byte: int) -> str:
+    return f"{start_byte:020d}"
+
+
+class ConsumeQueue:
+    def __init__(self, root: str, topic: str, queue_id: int, *, units_per_file: int = UNITS_PER_FILE) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = os.path.join(root, "consumequeue", topic, str(queue_id))
+        self.file_size = units_per_file * CQ_UNIT_SIZE
+        self._fds: dict[int, int] = {}
+        self._pending: list[bytes] = []
+        self._pending_from = 0
+        #: queue offset of the next unit (the number of units)
+        self.max_offset = 0
+        #: physical offset just past the last unit's message (0 when empty)
+        self.max_physical_offset = 0
+        self._load()
+
+    # -- files ----------------------------------------------------------------------------
+    def _starts(self) -> list[int]:
+        if not os.path.isdir(self.dir):
+            return []
+        return sorted(int(n) for n in os.listdir(self.dir) if n.isdigit() and len(n) == 20)
+
+    def _fd(self, start: int, create: bool) -> int | None:
+        fd = self._fds.get(start)
+        if fd is None:
+            path = os.path.join(self.dir, file_name(start))
+            if not create and not os.path.exists(path):
+                return None
+            os.makedirs(self.dir, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < self.file_size:
+                os.ftruncate(fd, self.file_size)
+            self._fds[start] = fd
+        return fd
+
+    def _load(self) -> None:
+        """Find the end: the first unit with a negative offset or size 0."""
+        starts = self._starts()
+        end = 0
+        for start in reversed(starts):
+            fd = self._fd(start, False)
+            data = os.pread(fd, self.file_size, 0)
+            count = 0
+            while count * CQ_UNIT_SIZE < len(data):
+                off, size, _tags = _UNIT.unpack_from(data, count * CQ_UNIT_SIZE)
+                if off < 0 or size <= 0:
+                    break
+                count += 1
+            if count:
+                end = start + count * CQ_UNIT_SIZE
+                break
+        self.max_offset = end // CQ_UNIT_SIZE
+        if self.max_offset:
+            off, size, _ = self.unit(self.max_offset - 1)
+            self.max_physical_offset = off + size
+        self._zero_from(end)
+
+    def _zero_from(self, end_byte: int) -> None:
+        """Zero everything from byte ``end_byte`` on (a torn tail or units truncated away)."""
+        for start in self._starts():
+            if start + self.file_size <= end_byte:
+                continue
+            fd = self._fd(start, False)
+            begin = max(0, end_byte - start)
+            if begin == 0 and start > 0:
+                os.close(self._fds.pop(start))
+                os.unlink(os.path.join(self.dir, file_name(start)))
+                continue
+            os.ftruncate(fd, begin)
+            os.ftruncate(fd, self.file_size)
+
+    # -- units ----------------------------------------------------------------------------
+    def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
+        """Add the unit of ``queue_offset``; it must be the next one (no gap, no overwrite). It
+        reaches the file at the next ``commit`` (the reput service commits every batch)."""
+        if queue_offset != self.max_offset:
+            raise ValueError(f"consume queue {self.topic}/{self.queue_id}: unit {queue_offset} "
+                             f"arrives while the next is {self.max_offset}")
+        if not self._pending:
+            self._pending_from = queue_offset
+        self._pending.append(_UNIT.pack(physical_offset, size, tags_code))
+        self.max_offset = queue_offset + 1
+        self.max_physical_offset = physical_offset + size
+
+    def commit(self) -> None:
+        """Write the units ``put`` since the last commit: one write per file they fall in."""
+        if not self._pending:
+            return
+        byte = self._pending_from * CQ_UNIT_SIZE
+        data = b"".join(self._pending)
+        self._pending.clear()
+        while data:
+            start = byte - byte % self.file_size
+            room = start + self.file_size - byte
+            os.pwrite(self._fd(start, True), data[:room], byte - start)
+            data, byte = data[room:], byte + room
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """``(physical offset, size, tags code)`` of ``queue_offset`` (< ``max_offset``)."""
+        self.commit()
+        byte = queue_offset * CQ_UNIT_SIZE
+        start = byte - byte % self.file_size
+        return _UNIT.unpack(os.pread(self._fd(start, False), CQ_UNIT_SIZE, byte - start))
+
+    def units(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to ``max_count`` units from ``queue_offset`` on, read with one read per file."""
+        self.commit()
+        q, end = max(queue_offset, 0), min(self.max_offset, queue_offset + max_count)
+        out = []
+        while q < end:
+            byte = q * CQ_UNIT_SIZE
+            start = byte - byte % self.file_size
+            n = min(end - q, (start + self.file_size - byte) // CQ_UNIT_SIZE)
+            data = os.pread(self._fd(start, False), n * CQ_UNIT_SIZE, byte - start)
+            out.extend(_UNIT.iter_unpack(data))
+            q += n
+        return out
+
+    def truncate_from_physical(self, physical_offset: int) -> int:
+        """Drop units whose message starts at or after ``physical_offset``; how many went."""
+        self.commit()
+        keep = self.max_offset
+        while keep > 0 and self.unit(keep - 1)[0] >= physical_offset:
+            keep -= 1
+        dropped = self.max_offset - keep
+        if dropped:
+            self._zero_from(keep * CQ_UNIT_SIZE)
+            self.max_offset = keep
+            self.max_physical_offset = sum(self.unit(keep - 1)[:2]) if keep else 0
+        return dropped
+
+    def flush(self) -> None:
+        self.commit()
+        for fd in self._fds.values():
+            os.fsync(fd)
+
+    def close(self) -> None:
+        self.commit()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def list_queues(root: str) -> list[tuple[str, int]]:
+    """Every ``(topic, queue id)`` with a consume queue directory under ``root``."""
+    base = os.path.join(root, "consumequeue")
+    out = []
+    if os.path.isdir(base):
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            for q in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else ():
+                if q.isdigit():
+                    out.append((topic, int(q)))
+    return out

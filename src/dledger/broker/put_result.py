@@ -1,0 +1,46 @@
+"""What a put returns: RocketMQ's ``PutMessageStatus`` and ``PutMessageResult``.
+
+``status`` is PUT_OK when a quorum holds the message. The others, and when they happen:
+SERVICE_NOT_AVAILABLE (this node is not the writable master; ``leader_id`` names the leader
+when it is known), FLUSH_SLAVE_TIMEOUT (no quorum acknowledged in time; the message may still
+commit later), MESSAGE_ILLEGAL (an empty or oversized topic or message, a bad host, a queue id
+out of range), PROPERTIES_SIZE_EXCEEDED (properties over 32767 bytes), OS_PAGECACHE_BUSY (the
+leader's pending window is full), UNKNOWN_ERROR (anything else: ``detail`` says what). Only
+PUT_OK carries ``wrote_offset`` (the message's physical offset), ``wrote_bytes``,
+``queue_offset`` and ``msg_id``; a refused message was not written.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class PutMessageResult:
+    status: PutMessageStatus
+    wrote_offset: int = -1
+    wrote_bytes: int = 0
+    queue_offset: int = -1
+    msg_id: str | None = None
+    store_timestamp: int = 0
+    leader_id: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+def refused(status: PutMessageStatus, detail: str, leader_id: str | None = None) -> PutMessageResult:
+    return PutMessageResult(status, leader_id=leader_id, detail=detail)
