@@ -1,7 +1,7 @@
 """One benchmark node process: a ``DLedgerServer`` on TCP, driven by JSON lines on stdin.
 
     python -m dledger.bench.node --id n0 --peers "n0-127.0.0.1:P0;..." --store-dir DIR \
-        [--group bench] [--durability page_cache|fsync]
+        [--group bench] [--durability page_cache|fsync] [--heart-beat-leak 3]
 
 It prints ``{"op": "ready"}`` once the server listens, then answers each command line with one
 JSON line on stdout (``progress`` lines may come before a ``load`` answer):
@@ -55,7 +55,7 @@ def build_config(args: argparse.Namespace):
     return DLedgerConfig(group=args.group, self_id=args.id, peers=args.peers, store_base_dir=args.store_dir,
                          durability=args.durability, mapped_file_size_for_entry_data=256 << 20,
                          mapped_file_size_for_entry_index=32 << 20, max_pending_requests_num=100_000,
-                         max_wait_ack_time_ms=10_000).validate()
+                         max_wait_ack_time_ms=10_000, max_heart_beat_leak=args.heart_beat_leak).validate()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store-dir", required=True)
     p.add_argument("--group", default="bench")
     p.add_argument("--durability", choices=("page_cache", "fsync"), default="page_cache")
+    p.add_argument("--heart-beat-leak", type=int, default=3,
+                   help="heartbeats (100 ms) a follower misses before it stands for election (default 3)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 # cProfile of the node's event-loop thread (where the node's work runs), from
                 # ``{"op": "profile", "on": true}`` to ``{"op": "profile", "path": FILE}``
                 if cmd.get("on"):
-                    profiler = cProfile.Profile()
+                    profiler = cProfile.Profile(time.thread_time)
                     runtime.run_sync(profiler.enable)
                 elif profiler is not None:
                     runtime.run_sync(profiler.disable)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 if warm is not None:
                     _say({"op": "load", "id": args.id, "error": warm})
                     continue
-                load_profiler = cProfile.Profile() if cmd.get("profile") else None
+                load_profiler = cProfile.Profile(time.thread_time) if cmd.get("profile") else None
                 if load_profiler is not None:
                     runtime.run_sync(load_profiler.enable)
                 res = embedded_load(server, int(cmd["payload"]), float(cmd["seconds"]), rate=cmd.get("rate"),
