@@ -20,8 +20,9 @@ import sys
 
 from dledger.bench.runner import MODES, PAYLOADS, Plan
 
-EPILOG = """examples:
+EPILOG = """example:
   dledger bench --payload 128 --mode page_cache --seconds 5
+more examples:
   dledger bench --payload 16,128,1024,16384 --mode page_cache,fsync --via embedded,client --json
   dledger bench --failover
   dledger bench --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912' --group g --payload 128 --secret-file key

@@ -185,13 +185,13 @@ class ProcessCluster:
         self.close()
 
 
-def dledger_node_argv(durability: str, heart_beat_leak: int = 3, python: str = sys.executable
-                      ) -> Callable[[str, str, str], list[str]]:
+def dledger_node_argv(durability: str, heart_beat_leak: int = 3, python: str = sys.executable,
+                      extra: Sequence[str] = ()) -> Callable[[str, str, str], list[str]]:
     """``argv_for`` of a dledger benchmark node in ``durability`` mode, standing for election
     after ``heart_beat_leak`` missed 100 ms heartbeats."""
     def argv(node_id: str, peers: str, store_dir: str) -> list[str]:
         return [python, "-m", "dledger.bench.node", "--id", node_id, "--peers", peers, "--store-dir", store_dir,
-                "--durability", durability, "--heart-beat-leak", str(heart_beat_leak)]
+                "--durability", durability, "--heart-beat-leak", str(heart_beat_leak), *extra]
     return argv
 
 

@@ -55,7 +55,9 @@ def build_config(args: argparse.Namespace):
     return DLedgerConfig(group=args.group, self_id=args.id, peers=args.peers, store_base_dir=args.store_dir,
                          durability=args.durability, mapped_file_size_for_entry_data=256 << 20,
                          mapped_file_size_for_entry_index=32 << 20, max_pending_requests_num=100_000,
-                         max_wait_ack_time_ms=10_000, max_heart_beat_leak=args.heart_beat_leak).validate()
+                         max_wait_ack_time_ms=10_000, max_heart_beat_leak=args.heart_beat_leak,
+                         **({"max_batch_append_size": args.push_bytes} if args.push_bytes else {}),
+                         **({"max_push_in_flight": args.push_window} if args.push_window else {})).validate()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--durability", choices=("page_cache", "fsync"), default="page_cache")
     p.add_argument("--heart-beat-leak", type=int, default=3,
                    help="heartbeats (100 ms) a follower misses before it stands for election (default 3)")
+    p.add_argument("--push-bytes", type=int, default=None, help="max_batch_append_size (default the config's)")
+    p.add_argument("--push-window", type=int, default=None, help="max_push_in_flight (default the config's)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
