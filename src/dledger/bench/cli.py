@@ -124,9 +124,17 @@ def print_rows(rows, as_json: bool) -> None:
     for r in rows:
         line = (f"{r.system:<10}{r.via:<10}{r.mode:<12}{r.payload:>8}  {r.load:<11}{r.committed_per_s:>13,.0f}"
                 f"{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}")
-        if has_peer and "pysyncobj_committed_per_s" in r.extra:
-            ratio = r.extra.get("ratio")
-            line += f"{r.extra['pysyncobj_committed_per_s']:>13,.0f}{(f'{ratio:.1f}x' if ratio else '-'):>8}"
+        if has_peer:
+            if "pysyncobj_committed_per_s" in r.extra:
+                ratio = r.extra.get("ratio")
+                line += f"{r.extra['pysyncobj_committed_per_s']:>13,.0f}{(f'{ratio:.1f}x' if ratio else '-'):>8}"
+            else:
+                line += " " * 21
+        cpu = r.extra.get("cpu")
+        if cpu and r.load == "saturation":
+            # CPU per committed entry of each node process, the leader first (whole run)
+            parts = sorted(cpu.items(), key=lambda kv: not kv[0].endswith("L"))
+            line += "  cpu us/entry " + " ".join(f"{k}:{v['us_per_entry']:.1f}" for k, v in parts)
         print(line, flush=True)
 
 

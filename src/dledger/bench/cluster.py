@@ -125,6 +125,19 @@ class ProcessCluster:
         self.send(node_id, cmd)
         return self.expect(node_id, cmd["op"], timeout_s, on_progress)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system, all threads) each live child has used so far; empty where
+        ``/proc`` is not there."""
+        out = {}
+        for i, child in self.children.items():
+            try:
+                with open(f"/proc/{child.proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[i] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
     def alive(self) -> list[str]:
         return [i for i, c in self.children.items() if c.proc.poll() is None]
 

@@ -72,13 +72,32 @@ def _load_cmd(plan: Plan, payload: int, load: str, window: int | None = None) ->
             "batch": plan.batch_for(payload), "window": window or plan.window, "warmup_s": plan.warmup_s}
 
 
+def _cpu_per_entry(cluster: ProcessCluster, before: dict, wall_s: float, committed: int, leader: str | None
+                   ) -> dict:
+    """CPU of each node process over a run: microseconds per committed entry and share of one
+    core ("L" marks the leader)."""
+    after = cluster.cpu_seconds()
+    out = {}
+    for i in after:
+        if i in before and committed:
+            used = after[i] - before[i]
+            out[i + ("L" if i == leader else "")] = {"us_per_entry": round(used / committed * 1e6, 2),
+                                                     "core_share": round(used / wall_s, 2) if wall_s else None}
+    return out
+
+
 def _embedded(cluster: ProcessCluster, cmd: dict, progress) -> tuple[dict, str]:
-    """Run ``cmd`` in the leader's process (a new leader is found if it moved)."""
+    """Run ``cmd`` in the leader's process (a new leader is found if it moved); the answer
+    carries the node processes' CPU per committed entry (whole run, warm-up included)."""
     for _attempt in range(3):
         leader = cluster.wait_leader()
+        before, t0 = cluster.cpu_seconds(), time.monotonic()
         res = cluster.ask(leader, cmd, cmd["seconds"] + cmd["warmup_s"] + 60,
                           lambda m: _say(progress, f"    {m['committed']:,} committed"))
         if "error" not in res:
+            wall = time.monotonic() - t0
+            total = res.get("committed", 0) * (cmd["seconds"] + cmd["warmup_s"]) / max(res.get("seconds") or 1e-9, 1e-9)
+            res["cpu"] = _cpu_per_entry(cluster, before, wall, int(total), leader)
             return res, leader
     raise NodeFailed(f"the leader kept moving: {res['error']}")
 
@@ -135,9 +154,13 @@ def run_dledger(plan: Plan, progress: Callable[[str], None] | None = None) -> li
                         if via == "embedded":
                             res, leader = _embedded(cluster, cmd, progress)
                         else:
+                            before, t0 = cluster.cpu_seconds(), time.monotonic()
                             res = _via_client(cluster.peers, "bench", None, cmd, progress)
+                            wall = time.monotonic() - t0
+                            total = res.get("committed", 0) * wall / max(res.get("seconds") or 1e-9, 1e-9)
+                            res["cpu"] = _cpu_per_entry(cluster, before, wall, int(total), None)
                         rows.append(_row("dledger", via, payload, mode, load, res,
-                                         failure_codes=res.get("failure_codes") or None))
+                                         failure_codes=res.get("failure_codes") or None, cpu=res.get("cpu")))
                         _say(progress, f"  -> {res['committed_per_s']:,.0f} committed/s, p50 {res['p50_ms']:.2f} ms, "
                                        f"p99 {res['p99_ms']:.2f} ms")
     return rows
@@ -155,7 +178,7 @@ def run_peer(system: str, argv_for, plan: Plan, progress=None, window: int = 100
                 cmd = _load_cmd(plan, payload, load, window)
                 _say(progress, f"  {load}")
                 res, _leader = _embedded(cluster, cmd, progress)
-                rows.append(_row(system, "embedded", payload, "page_cache", load, res))
+                rows.append(_row(system, "embedded", payload, "page_cache", load, res, cpu=res.get("cpu")))
                 _say(progress, f"  -> {res['committed_per_s']:,.0f} committed/s, p50 {res['p50_ms']:.2f} ms, "
                                f"p99 {res['p99_ms']:.2f} ms")
     return rows
