@@ -59,7 +59,7 @@ def load_average() -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("Examples:")[1],
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="examples:" + __doc__.split("Examples:")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.add_argument("--vs-pysyncobj", action="store_true", help="also run PySyncObj with the same payloads")
