@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench venv clean
+.PHONY: run test bench bench-tcp venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_store_append.py
 	$(PY) benchmarks/bench_inproc_cluster.py
 	$(PY) benchmarks/bench_sim.py
+	$(PY) benchmarks/bench_tcp_cluster.py --quick
+
+# the 3-process benchmark side by side with PySyncObj (installed for the benchmark only)
+bench-tcp: $(STAMP)
+	$(PY) -m pip install --quiet pysyncobj uvloop
+	$(PY) benchmarks/bench_tcp_cluster.py --vs-pysyncobj --failover
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

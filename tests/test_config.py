@@ -128,3 +128,43 @@ def test_tls_needs_certificate_key_and_ca_together():
         DLedgerConfig(tls_cert_file="c.pem", tls_key_file="k.pem").validate()
     assert exc.value.field == "tls_ca_file"
     DLedgerConfig(tls_cert_file="c.pem", tls_key_file="k.pem", tls_ca_file="ca.pem").validate()
+
+
+def test_the_frame_limit_copies_the_wire_and_store_limits():
+    from dledger import config, entry, protocol
+    assert config.MAX_FRAME_BYTES == protocol.MAX_FRAME_BYTES
+    assert config.MAX_RECORD_SIZE == entry.MAX_RECORD_SIZE and config.MIN_BLANK_LEN == entry.MIN_BLANK_LEN
+    assert DLedgerConfig().validate().max_frame_bytes == protocol.MAX_FRAME_BYTES
+
+
+@pytest.mark.parametrize("changes", [
+    {"max_frame_bytes": 0}, {"max_frame_bytes": True}, {"max_frame_bytes": 64 * 1024 * 1024 + 1},
+    # a 4 MiB record (the default largest) cannot fit a 1 MiB frame
+    {"max_frame_bytes": 1024 * 1024},
+    # nor a 2 MiB push, although small segments keep records small
+    {"max_frame_bytes": 1024 * 1024, "mapped_file_size_for_entry_data": 256 * 1024,
+     "max_batch_append_size": 2 * 1024 * 1024},
+])
+def test_a_frame_limit_that_could_not_carry_a_push_is_refused(changes):
+    with pytest.raises(ConfigError) as exc:
+        DLedgerConfig(**changes).validate()
+    assert exc.value.field == "max_frame_bytes"
+
+
+@given(segment=st.integers(4096, 8 * 1024 * 1024), batch=st.integers(1, 8 * 1024 * 1024),
+       frame=st.integers(1, 64 * 1024 * 1024))
+def test_a_valid_frame_limit_holds_a_full_push_or_the_largest_record_with_room(segment, batch, frame):
+    c = DLedgerConfig(mapped_file_size_for_entry_data=segment, max_batch_append_size=batch, max_frame_bytes=frame)
+    try:
+        c.validate()
+    except ConfigError as exc:
+        assert exc.field == "max_frame_bytes"
+        assert frame < max(batch, c.largest_record()) + 64 * 1024
+        return
+    assert frame >= max(batch, min(4 * 1024 * 1024, segment - 8)) + 64 * 1024
+
+
+def test_the_tcp_options_take_the_configured_frame_limit():
+    from dledger.transport.tcp_setup import options_for
+    c = DLedgerConfig(max_frame_bytes=8 * 1024 * 1024).validate()
+    assert options_for(c).max_frame_bytes == 8 * 1024 * 1024

@@ -6,7 +6,8 @@ Subcommands:
 - ``verify <store dir>``: read and check every entry, report damage with file and offset;
 - ``audit <dir> <dir> ...``: compare replicas with a Spark job (needs the ``spark`` extra);
 - ``node``: run a node of one or several groups (``cli_node``);
-- ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli_client``).
+- ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli_client``);
+- ``bench``: committed entries/s and commit latency of a 3-process cluster (``bench.cli``).
 Errors of ``node`` and the client commands are one line on stderr and a non-zero exit code:
 2 for a bad flag or configuration, 1 for a group that cannot be reached or a node that cannot
 start, 3 for an append whose outcome is unknown.
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     from dledger import cli_client, cli_node
     cli_node.add_parser(sub)
     cli_client.add_parsers(sub)
+    from dledger.bench import cli as bench_cli
+    bench_cli.add_parser(sub)
     return parser
 
 
@@ -117,7 +120,7 @@ def _guarded(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("node", "append", "get", "status", "transfer-leader"):
+        if args.command in ("node", "append", "get", "status", "transfer-leader", "bench"):
             return _guarded(args)
         return args.func(args)
     except KeyboardInterrupt:  # pragma: no cover

@@ -21,6 +21,13 @@ from dataclasses import dataclass, field, fields, replace
 
 FILE = "file"
 MEMORY = "memory"
+#: the wire's frame limit (``protocol.MAX_FRAME_BYTES``; this module imports nothing of dledger)
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+#: the largest record a store holds (``entry.MAX_RECORD_SIZE``) and the blank a segment keeps
+MAX_RECORD_SIZE = 4 * 1024 * 1024
+MIN_BLANK_LEN = 8
+#: room for a push's envelope (ids, terms, indexes, msgpack and CRC framing) beyond its records
+FRAME_HEADROOM = 64 * 1024
 
 
 class ConfigError(ValueError):
@@ -124,6 +131,9 @@ class DLedgerConfig:
     tls_key_file: str | None = None             # its private key
     tls_ca_file: str | None = None              # the cluster CA that signs every node's certificate
     max_connections: int = 256                  # inbound connections one listening port accepts
+    max_frame_bytes: int = MAX_FRAME_BYTES      # largest frame sent or accepted on a connection; at
+                                                # least a push (max_batch_append_size) or the largest
+                                                # record, plus FRAME_HEADROOM, so every push fits one frame
 
     # -- storage ----------------------------------------------------------------------------
     store_base_dir: str = "/tmp/dledgerstore"  # node dir = <store_base_dir>/dledger-<self_id> (DLedger's)
@@ -209,7 +219,8 @@ class DLedgerConfig:
                     "min_vote_interval_ms", "max_vote_interval_ms", "min_take_leadership_vote_interval_ms",
                     "max_take_leadership_vote_interval_ms", "max_leadership_transfer_wait_index",
                     "leadership_transfer_wait_timeout", "preferred_leader_check_interval_ms",
-                    "rpc_timeout_ms", "flush_file_interval", "file_reserved_hours", "max_connections")
+                    "rpc_timeout_ms", "flush_file_interval", "file_reserved_hours", "max_connections",
+                    "max_frame_bytes")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -220,6 +231,7 @@ class DLedgerConfig:
         if self.mapped_file_size_for_entry_data < 4096:
             raise ConfigError("mapped_file_size_for_entry_data",
                               f"must be at least 4096, got {self.mapped_file_size_for_entry_data}")
+        self._check_frame_size()
         if self.max_vote_interval_ms < self.min_vote_interval_ms:
             raise ConfigError("max_vote_interval_ms", f"{self.max_vote_interval_ms} is below "
                               f"min_vote_interval_ms {self.min_vote_interval_ms}")
@@ -243,6 +255,22 @@ class DLedgerConfig:
                 if pid not in self.peer_map:
                     raise ConfigError("preferred_leader_ids", f"{pid!r} is not a peer")
         return self
+
+    def largest_record(self) -> int:
+        """The largest record this node's store accepts (a segment keeps room for its blank)."""
+        return min(MAX_RECORD_SIZE, self.mapped_file_size_for_entry_data - MIN_BLANK_LEN)
+
+    def _check_frame_size(self) -> None:
+        """A push holds at most ``max_batch_append_size`` bytes of records, or one record when
+        that record alone is larger; both must fit one frame, or the push would be refused
+        every time it is resent."""
+        if self.max_frame_bytes > MAX_FRAME_BYTES:
+            raise ConfigError("max_frame_bytes", f"{self.max_frame_bytes} exceeds the wire's limit {MAX_FRAME_BYTES}")
+        need = max(self.max_batch_append_size, self.largest_record()) + FRAME_HEADROOM
+        if self.max_frame_bytes < need:
+            raise ConfigError("max_frame_bytes", f"{self.max_frame_bytes} cannot carry a push: at least {need} "
+                              f"(the larger of max_batch_append_size {self.max_batch_append_size} and the "
+                              f"largest record {self.largest_record()}, plus {FRAME_HEADROOM} for the envelope)")
 
     def preferred_leader_id_list(self) -> list[str]:
         if not self.preferred_leader_ids:

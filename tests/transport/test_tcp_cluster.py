@@ -106,3 +106,25 @@ def test_the_in_process_transport_is_still_chosen_by_config(tmp_path):
         assert g.leader().append(b"inproc").result(WAIT).code == Code.SUCCESS
     finally:
         g.stop_all()
+
+
+def test_appends_larger_than_the_frame_limit_together_are_pushed_in_frames_that_fit(tmp_path):
+    """With a frame limit just above one push, a burst of appends many times the limit is
+    split into pushes that each fit one frame, and every replica gets every entry."""
+    frame = 256 * 1024 + 64 * 1024
+    g = TcpGroup(tmp_path, max_frame_bytes=frame, max_batch_append_size=256 * 1024,
+                 mapped_file_size_for_entry_data=256 * 1024).start_all()
+    try:
+        lead = g.leader()
+        body = bytes(range(256)) * 64                       # 16 KiB
+        futures = [lead.batch_append([body] * 8) for _ in range(16)]   # 2 MiB: 7 frame limits
+        assert [f.result(WAIT).code for f in futures] == [Code.SUCCESS] * 16
+        end = lead.store.ledger_end_index
+        assert end >= 127
+        for s in g.servers.values():
+            assert s._transport.network.options.max_frame_bytes == frame
+            assert when(s, lambda s: s.node.committed_index >= end).wait(WAIT), s.metadata()
+            assert s.get(end).body == body
+        assert lead._transport.unsendable == 0              # no push was too large to send
+    finally:
+        g.stop_all()

@@ -13,7 +13,10 @@ added). Every call has ``timeout_s`` seconds:
   resent: a resend could store the body twice (the leader does not de-duplicate). When every
   attempt failed before the append was taken, it raises ``ClusterUnavailableError``: nothing
   was appended;
-- reads (``get``, ``metadata``) and leadership transfers are retried after any failure.
+- reads (``get``, ``metadata``) and leadership transfers are retried after any failure;
+- appends made while four requests are already in flight wait and then travel together as one
+  batch append (``client.coalesce``; ``coalesce=False`` sends each alone); each caller still
+  gets its own entry's index and position, and the rules above hold for each of them.
 The secret: ``secret`` (bytes or str; a list of keys for rotation), else ``secret_file`` (one
 key a line), else the ``DLEDGER_SECRET`` environment variable, else none, as for the nodes.
 ``tls=(cert_file, key_file, ca_file)`` connects with mutual TLS (a certificate the cluster CA
@@ -25,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets as _secrets
+from dataclasses import replace
 from typing import Any, Sequence
 
+from dledger.client.coalesce import AppendCoalescer
 from dledger.client.connection import AnswerLost, NodeConnection, NotSent
 from dledger.client.errors import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError
 from dledger.config import parse_peers
@@ -57,7 +62,8 @@ def _keys(secret, secret_file: str | None) -> tuple[bytes, ...]:
 class AsyncDLedgerClient:
     def __init__(self, peers: str, group: str, secret: bytes | str | Sequence | None = None,
                  timeout_s: float = 3.0, *, secret_file: str | None = None, client_id: str | None = None,
-                 tls: tuple[str, str, str] | None = None, rng: random.Random | None = None) -> None:
+                 tls: tuple[str, str, str] | None = None, rng: random.Random | None = None,
+                 coalesce: bool = True) -> None:
         self.peers = parse_peers(peers)
         if not self.peers:
             raise ValueError("peers names no node")
@@ -76,6 +82,7 @@ class AsyncDLedgerClient:
         self._conns = {nid: NodeConnection(group, self.client_id, nid, addr, keys, self._ssl)
                        for nid, addr in self.peers.items()}
         self._closed = False
+        self._coalescer = AppendCoalescer(self._send_appends) if coalesce else None
 
     # -- plumbing ----------------------------------------------------------------------------
     def _learn(self, peers: Any) -> None:
@@ -132,11 +139,13 @@ class AsyncDLedgerClient:
                 return resp.leader_id
         return None
 
-    async def _leader_call(self, make, *, resend_after_loss: bool) -> tuple[str, Any]:
+    async def _leader_call(self, make, *, resend_after_loss: bool, deadline: float | None = None
+                           ) -> tuple[str, Any]:
         """Send ``make(leader_id)`` to the leader until an answer other than NOT_TAKEN comes.
         ``resend_after_loss=False`` (appends): a lost answer raises ``AppendOutcomeUnknown``."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
+        if deadline is None:
+            deadline = loop.time() + self.timeout_s
         attempt, why = 0, "no node answered"
         while True:
             if self._remaining(deadline) <= 0:
@@ -185,14 +194,34 @@ class AsyncDLedgerClient:
         raise AppendRefusedError(f"{target} refused the append: {name}", resp)
 
     async def append(self, body: bytes) -> AppendEntryResponse:
-        """Append one entry; the leader's SUCCESS answer (``index``, ``term``, ``pos``)."""
+        """Append one entry; the leader's SUCCESS answer (``index``, ``term``, ``pos``).
+        Appends made while earlier ones are in flight may travel together (``client.coalesce``)."""
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"body must be bytes, got {type(body).__name__}")
         body = bytes(body)
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        if self._coalescer is None or not self._coalescer.groupable(body):
+            return (await self._send_appends([body], deadline))[0]
+        return await self._coalescer.append(body, deadline)
+
+    async def _send_appends(self, bodies: list[bytes], deadline: float) -> list[AppendEntryResponse]:
+        """One request for ``bodies`` (a single append, or a batch when several waited
+        together); each body's own answer."""
+        if len(bodies) == 1:
+            body = bodies[0]
+            target, resp = await self._leader_call(
+                lambda t: AppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t, body=body),
+                resend_after_loss=False, deadline=deadline)
+            return [self._check_append(target, resp)]
         target, resp = await self._leader_call(
-            lambda t: AppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t, body=body),
-            resend_after_loss=False)
-        return self._check_append(target, resp)
+            lambda t: BatchAppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t,
+                                              batch_msgs=bodies),
+            resend_after_loss=False, deadline=deadline)
+        resp = self._check_append(target, resp)
+        n, positions = len(bodies), resp.positions
+        first = resp.index - n + 1
+        return [replace(resp, index=first + k, pos=positions[k] if len(positions) == n else -1, positions=[])
+                for k in range(n)]
 
     async def batch_append(self, bodies: Sequence[bytes]) -> AppendEntryResponse:
         """Append several entries as one batch (all or none); ``index`` is the last one's and

@@ -9,7 +9,9 @@ Rules it keeps (h11-style: bytes in, events out, no I/O):
 - the declared length is checked against ``max_frame_bytes`` before anything is allocated for
   it, so a prefix of ``0xFFFFFFFF`` costs nothing but a ``FrameError``;
 - ``FrameDecoder`` holds at most one partial frame (prefix + at most ``max_frame_bytes``)
-  between calls; every complete frame is taken out of the buffer as soon as it is whole;
+  between calls; every complete frame is taken out of the buffer as soon as it is whole. Frames
+  that arrive whole in one read are decoded from that read's bytes without being copied into
+  the buffer first (only a trailing partial frame is kept);
 - any bytes either decode to envelopes or raise ``FrameError`` naming the problem; after an
   error the decoder is spent (a stream that lost its framing cannot be resynchronised), and
   its owner closes the connection.
@@ -74,44 +76,67 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
-    def feed_payloads(self, data: bytes = b"", limit: int | None = None) -> list[bytes]:
-        """The payloads of the frames ``data`` completes, at most ``limit`` of them (the rest
-        stay buffered for the next call, which may pass no data)."""
+    def _scan(self, data, limit: int | None, emit) -> int:
+        """Call ``emit(view)`` with each complete frame's payload (a memoryview valid only
+        during the call), at most ``limit`` of them; keep the rest; return how many."""
         if self._failed is not None:
             raise FrameError(f"the stream is unusable after an earlier error: {self._failed}")
         buf = self._buf
-        buf += data
-        out: list[bytes] = []
-        start = 0
+        buffered = bool(buf) or not isinstance(data, bytes)
+        if buffered:
+            buf += data
+            src = memoryview(buf)
+        else:
+            src = memoryview(data)       # the common case: parse the bytes read, in place
+        count = start = 0
+        size = len(src)
         max_bytes = self.max_frame_bytes
-        while len(buf) - start >= PREFIX_BYTES and (limit is None or len(out) < limit):
-            need = int.from_bytes(buf[start:start + PREFIX_BYTES], "big")
-            if need > max_bytes:
-                self._failed = f"declared frame length {need} exceeds the limit {max_bytes}"
-                buf.clear()
-                raise FrameError(self._failed)
-            end = start + PREFIX_BYTES + need
-            if len(buf) < end:
-                break
-            if need == 0:
-                self.keepalives += 1
-            else:
-                out.append(bytes(buf[start + PREFIX_BYTES:end]))
-                self.frames += 1
-            start = end
-        del buf[:start]
+        try:
+            while size - start >= PREFIX_BYTES and (limit is None or count < limit):
+                need = int.from_bytes(src[start:start + PREFIX_BYTES], "big")
+                if need > max_bytes:
+                    self._failed = f"declared frame length {need} exceeds the limit {max_bytes}"
+                    raise FrameError(self._failed)
+                end = start + PREFIX_BYTES + need
+                if size < end:
+                    break
+                if need == 0:
+                    self.keepalives += 1
+                else:
+                    self.frames += 1
+                    count += 1
+                    emit(src[start + PREFIX_BYTES:end])
+                start = end
+        except FrameError:
+            src.release()
+            buf.clear()
+            raise
+        src.release()
+        if buffered:                     # drop what was parsed
+            del buf[:start]
+        elif start < size:
+            buf += memoryview(data)[start:]
+        return count
+
+    def feed_payloads(self, data: bytes = b"", limit: int | None = None) -> list[bytes]:
+        """The payloads of the frames ``data`` completes, at most ``limit`` of them (the rest
+        stay buffered for the next call, which may pass no data)."""
+        out: list[bytes] = []
+        self._scan(data, limit, lambda view: out.append(bytes(view)))
         return out
 
     def feed(self, data: bytes = b"") -> list[Envelope]:
         """The envelopes completed by ``data``; ``FrameError`` on a bad prefix or payload."""
-        out = []
-        for payload in self.feed_payloads(data):
+        out: list[Envelope] = []
+
+        def emit(view) -> None:
             try:
-                out.append(decode_envelope(payload))
+                out.append(decode_envelope(view))
             except FrameError as exc:
                 self._failed = str(exc)
-                self._buf.clear()
                 raise
+
+        self._scan(data, None, emit)
         return out
 
 

@@ -5,8 +5,9 @@ What it guarantees:
   ``max_queue_bytes`` bytes; when a new frame does not fit, the *oldest* frames are dropped (and
   counted in ``dropped``). Raft tolerates loss, and the newest message is the one worth sending:
   a later heartbeat carries a later commit index, and an unacknowledged push is resent by its
-  dispatcher anyway. The writer awaits ``drain()`` after every batch, so the socket's own buffer
-  stays near asyncio's high-water mark;
+  dispatcher anyway. The writer hands every waiting frame to the socket at once
+  (``writelines``, no joined copy) and awaits ``drain()`` after each batch, so the socket's own
+  buffer stays near asyncio's high-water mark;
 - a stuck peer is detected: a ``drain()`` that does not finish within ``write_timeout_ms``
   (the peer stopped reading: half-open or hung) closes the connection;
 - a silent peer is detected: both ends send a keepalive frame whenever they have sent nothing
@@ -47,7 +48,7 @@ class TcpOptions:
     backoff_min_ms: int = 20                 # first reconnect delay (then doubled, with jitter)
     backoff_max_ms: int = 1000               # largest reconnect delay
     max_connections: int = 256               # inbound connections one listener keeps
-    read_chunk: int = 64 * 1024              # bytes per read
+    read_chunk: int = 256 * 1024             # bytes per read at most
 
     def validate(self) -> "TcpOptions":
         for name in self.__slots__:
@@ -113,7 +114,13 @@ async def read_payload(reader: asyncio.StreamReader, decoder: FrameDecoder, chun
 
 class Connection:
     """A connection past its handshake. ``run()`` reads and writes until either side fails or
-    ``close()`` is called; ``on_envelope`` gets every envelope read, ``on_closed`` the reason."""
+    ``close()`` is called; ``on_envelope`` gets every envelope read, ``on_closed`` the reason.
+
+    Three tasks: the reader, the writer, and one watchdog that wakes every quarter keepalive
+    to send a keepalive after ``keepalive_ms`` without sending, and to close the connection
+    after ``idle_timeout_ms`` without a byte received or a ``drain()`` pending for
+    ``write_timeout_ms``. The reader and writer themselves await plainly (no timer per read
+    or per write), which keeps a frame's trip through the loop short."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: FrameDecoder,
                  queue: SendQueue, options: TcpOptions, name: str,
@@ -133,11 +140,15 @@ class Connection:
         #: who is on the other side (set by the listener after the handshake)
         self.peer = None
         self._tasks: list[asyncio.Task] = []
+        self._last_read = self._last_write = 0.0
+        self._drain_since: float | None = None
 
     async def run(self) -> str:
         """Serve until closed; returns why it closed."""
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
+        self._last_read = self._last_write = loop.time()
+        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop()),
+                       loop.create_task(self._watchdog())]
         try:
             await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -165,22 +176,20 @@ class Connection:
 
     async def _read_loop(self) -> None:
         o = self.options
-        idle = o.idle_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        read, chunk, on_envelope = self.reader.read, o.read_chunk, self.on_envelope
         try:
             envs = self.decoder.feed()          # what arrived together with the handshake
             while True:
                 for env in envs:
                     if self.closed:
                         return
-                    self.on_envelope(env)
-                try:
-                    data = await asyncio.wait_for(self.reader.read(o.read_chunk), idle)
-                except asyncio.TimeoutError:
-                    self._fail(f"nothing received for {o.idle_timeout_ms} ms")
-                    return
+                    on_envelope(env)
+                data = await read(chunk)
                 if not data:
                     self._fail("the peer closed the connection")
                     return
+                self._last_read = loop.time()
                 envs = self.decoder.feed(data)
         except FrameError as exc:
             log.warning("%s: bad frame, closing the connection: %s", self.name, exc)
@@ -194,27 +203,50 @@ class Connection:
             self._fail(str(exc))
 
     async def _write_loop(self) -> None:
-        o = self.options
+        loop = asyncio.get_running_loop()
         queue, writer = self.queue, self.writer
-        keepalive, write_timeout = o.keepalive_ms / 1000, o.write_timeout_ms / 1000
         try:
             while not self.closed:
                 if not queue.frames:
-                    try:
-                        await asyncio.wait_for(queue.ready.wait(), keepalive)
-                    except asyncio.TimeoutError:
-                        pass
+                    await queue.ready.wait()
                     if self.closed:
                         return
                 frames = queue.take_all()
-                writer.write(b"".join(frames) if frames else KEEPALIVE)
-                try:
-                    await asyncio.wait_for(writer.drain(), write_timeout)
-                except asyncio.TimeoutError:
-                    self._fail(f"the peer read nothing for {o.write_timeout_ms} ms")
-                    return
+                if not frames:
+                    continue
+                if len(frames) == 1:
+                    writer.write(frames[0])
+                else:
+                    writer.writelines(frames)
+                self._last_write = loop.time()
+                self._drain_since = self._last_write
+                await writer.drain()
+                self._drain_since = None
         except (ConnectionError, OSError) as exc:
             self._fail(f"write failed: {exc!r}")
+
+    async def _watchdog(self) -> None:
+        o = self.options
+        loop = asyncio.get_running_loop()
+        keepalive, idle, write_timeout = o.keepalive_ms / 1000, o.idle_timeout_ms / 1000, o.write_timeout_ms / 1000
+        period = min(keepalive, idle, write_timeout) / 4
+        while not self.closed:
+            await asyncio.sleep(period)
+            now = loop.time()
+            if now - self._last_read >= idle:
+                self._fail(f"nothing received for {o.idle_timeout_ms} ms")
+                return
+            since = self._drain_since
+            if since is not None and now - since >= write_timeout:
+                self._fail(f"the peer read nothing for {o.write_timeout_ms} ms")
+                return
+            if since is None and not self.queue.frames and now - self._last_write >= keepalive:
+                try:
+                    self.writer.write(KEEPALIVE)
+                except (ConnectionError, OSError, RuntimeError) as exc:
+                    self._fail(f"write failed: {exc!r}")
+                    return
+                self._last_write = now
 
 
 class ProtocolViolation(Exception):

@@ -3,9 +3,9 @@
 ``tcp_endpoint(config, runtime)`` reads (duck-typed, so this layer does not import
 ``dledger.config``): ``group``, ``self_id``, ``peer_map`` (the validated ``peers``),
 ``secret_file`` (else the ``DLEDGER_SECRET`` environment variable), ``tls_cert_file`` /
-``tls_key_file`` / ``tls_ca_file`` (mutual TLS when set), ``max_connections`` and the heartbeat
-timing. Timings follow the heartbeat: a keepalive on an idle connection every
-``heart_beat_time_interval_ms``, and a connection that hears nothing for four election
+``tls_key_file`` / ``tls_ca_file`` (mutual TLS when set), ``max_connections``,
+``max_frame_bytes`` and the heartbeat timing. Timings follow the heartbeat: a keepalive on an
+idle connection every ``heart_beat_time_interval_ms``, and a connection that hears nothing for four election
 timeouts (at least two seconds) is closed and re-opened.
 
 Groups whose nodes share an address in one process share its listener, so they share its
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from dledger.protocol import MAX_FRAME_BYTES
 from dledger.transport.auth import client_tls_context, load_secret, server_tls_context
 from dledger.transport.tcp import TcpNetwork, TcpOptions, TcpTransport, split_host_port
 
@@ -34,7 +35,8 @@ def options_for(config) -> TcpOptions:
     idle = max(2000, 4 * election_ms)
     return TcpOptions(keepalive_ms=min(config.heart_beat_time_interval_ms, idle // 2),
                       idle_timeout_ms=idle, write_timeout_ms=idle,
-                      max_connections=config.max_connections)
+                      max_connections=config.max_connections,
+                      max_frame_bytes=getattr(config, "max_frame_bytes", MAX_FRAME_BYTES))
 
 
 def tcp_endpoint(config, runtime, *, environ: Mapping[str, str] = os.environ,
