@@ -25,7 +25,7 @@ ALLOWED = {
 }
 # demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function).
 EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark"}, "sim": set(), "spark": set(), "client": set(), "broker": set(),
-               "cli_client": {"client"}}
+               "cli_client": {"client"}, "cli_node": {"metrics"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 
