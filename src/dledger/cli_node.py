@@ -70,12 +70,9 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _port(value: Any, where: str) -> int:
-    """A metrics port from a flag (text) or the file (an integer), checked."""
-    try:
-        port = int(value) if isinstance(value, str) and value.strip().isdigit() else value
-    except ValueError:
-        port = value
+def _port(value: Any, where: str, *, text: bool = False) -> int:
+    """A metrics port from a flag (``text``) or the file (a TOML integer), checked."""
+    port = int(value) if text and isinstance(value, str) and value.strip().isdigit() else value
     if isinstance(port, bool) or not isinstance(port, int):
         raise NodeConfigError(f"{where}: not a port number: {value!r}")
     if not 0 <= port <= 65535:
@@ -140,7 +137,7 @@ def metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
     ``metrics_port`` and ``metrics_host``; None when no port is given."""
     port, host = args.metrics_port, args.metrics_host
     if port is not None:
-        port = _port(port, "--metrics-port")
+        port = _port(port, "--metrics-port", text=True)
     if args.config is not None and (port is None or host is None):
         import tomllib
         try:
