@@ -166,11 +166,37 @@ class NodeMetrics:
                     req = requests.pop((env.dst, env.request_id), None)
                     if req is not None and msg.code == SUCCESS:
                         flow.observe(now - req[0], req[1], req[2])
+        if completions:
+            self._completed(now, completions)
+
+    def _completed(self, now: float, completions) -> None:
+        """The host's appends that ended in SUCCESS: the histograms inlined (one per call would
+        cost a Python call per operation)."""
+        flow = self.append
+        lat, ent, nb = flow.latency, flow.entries, flow.nbytes
+        lat_bounds, lat_counts, ent_bounds, ent_counts = lat.bounds, lat.counts, ent.bounds, ent.counts
+        nb_bounds, nb_counts = nb.bounds, nb.counts
+        lat_sum = ent_sum = nb_sum = 0
         for c in completions:
+            resp = c.response
+            if resp.code != SUCCESS:
+                continue
             op = c.token
             kind = getattr(op, "kind", None)
-            if (kind == APPEND or kind == WRITE) and c.response.code == SUCCESS:
-                flow.observe(now - op.started_ms, len(c.response.positions) or 1, op.nbytes)
+            if kind != APPEND and kind != WRITE:
+                continue
+            v = now - op.started_ms
+            lat_counts[bisect_left(lat_bounds, v)] += 1
+            lat_sum += v
+            n = len(resp.positions) or 1
+            ent_counts[bisect_left(ent_bounds, n)] += 1
+            ent_sum += n
+            n = op.nbytes
+            nb_counts[bisect_left(nb_bounds, n)] += 1
+            nb_sum += n
+        lat.total += lat_sum
+        ent.total += ent_sum
+        nb.total += nb_sum
 
 
 __all__ = ["MAX_TRACKED", "NodeMetrics", "TimedStateMachine"]
