@@ -21,6 +21,9 @@ fail-stop of a node whose disk failed: as ``kill()``, and every operation the no
 After any of them, inputs are ignored and no timer is armed; ``halted`` names the reason of a
 halt and ``halt_handlers`` hear it once. ``process()`` executes whatever the node has ready; a host that
 changed the node directly (e.g. a test forcing roles) calls it.
+
+Each entry point first stores the driver's ``log_context`` (set by the server) in
+``runtime.log_context.CURRENT``, so that what the node logs can name its group, id and term.
 """
 
 from __future__ import annotations
