@@ -76,3 +76,14 @@ def test_a_push_is_timed_from_leaving_to_its_successful_answer_per_follower():
     assert flow.latency.snapshot()[1] == 1 and flow.latency.total == pytest.approx(4.0)
     assert flow.entries.total == 3 and flow.nbytes.total == 150
     assert delivered == [answer, answer]          # every envelope still reaches the node
+
+
+def test_a_push_refused_by_the_follower_is_not_counted_as_replicated():
+    clock = Clock()
+    m = NodeMetrics("g", "n0", clock)
+    m.replicate["n1"] = type(m.append)()
+    receive = m.receiver(lambda env: None)
+    m.on_ready(Ready([Envelope("n0", "n1", 5, False, PushEntryRequest(count=2, entries=bytes(100)))], []))
+    receive(Envelope("n1", "n0", 5, True, PushEntryResponse(code=502)))     # not SUCCESS
+    flow = m.replicate["n1"]
+    assert flow.latency.snapshot()[1] == 0 and flow.entries.total == 0
