@@ -111,7 +111,8 @@ def test_a_running_cluster_logs_with_each_nodes_own_group_id_and_term():
     servers = []
     try:
         for node_id in ("n0", "n1", "n2"):
-            s = DLedgerServer(DLedgerConfig(group="lg", self_id=node_id, peers=peers, store_type="memory"),
+            s = DLedgerServer(DLedgerConfig(group="lg", self_id=node_id, peers=peers, store_type="memory",
+                                            heart_beat_time_interval_ms=500),
                               runtime=runtime, hub=hub)
             s.add_role_change_handler(lambda ch: ch.role is Role.LEADER and elected.set())
             servers.append(s.startup())

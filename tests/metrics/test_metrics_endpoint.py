@@ -18,6 +18,9 @@ from transport.tcp_helpers import TcpGroup, free_ports
 
 PEERS = "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3"
 IDS = ("n0", "n1", "n2")
+# a 1.5 s election timeout: the suite shares two cores, and a leader starved of CPU for the
+# default 300 ms would lose its leadership between an append and the scrape that checks it
+HEARTBEAT_MS = 500
 
 
 class InprocCluster:
@@ -27,7 +30,8 @@ class InprocCluster:
         self.servers = {}
         for g in groups:
             for node_id in IDS:
-                s = DLedgerServer(DLedgerConfig(group=g, self_id=node_id, peers=PEERS, store_type="memory"),
+                s = DLedgerServer(DLedgerConfig(group=g, self_id=node_id, peers=PEERS, store_type="memory",
+                                                heart_beat_time_interval_ms=HEARTBEAT_MS),
                                   runtime=self.runtime, hub=self.hub,
                                   state_machine=state_machine() if state_machine else None)
                 s.add_role_change_handler(lambda ch, g=g: ch.role is Role.LEADER and self.elected[g].set())
@@ -196,7 +200,7 @@ def test_a_server_attached_after_startup_is_measured_from_then_on():
 
 
 def test_appends_from_a_client_over_tcp_are_measured_on_the_leader(tmp_path):
-    g = TcpGroup(tmp_path)
+    g = TcpGroup(tmp_path, heart_beat_time_interval_ms=HEARTBEAT_MS)
     endpoint = serve(0, host="127.0.0.1")
     try:
         for node_id in g.ids:

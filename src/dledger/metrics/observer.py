@@ -188,8 +188,12 @@ class NodeMetrics:
             v = now - op.started_ms
             lat_counts[bisect_left(lat_bounds, v)] += 1
             lat_sum += v
-            n = len(resp.positions) or 1
-            ent_counts[bisect_left(ent_bounds, n)] += 1
+            n = len(resp.positions)
+            if n <= 1:                  # a single append: the first bucket (le 1)
+                n = 1
+                ent_counts[0] += 1
+            else:
+                ent_counts[bisect_left(ent_bounds, n)] += 1
             ent_sum += n
             n = op.nbytes
             nb_counts[bisect_left(nb_bounds, n)] += 1
