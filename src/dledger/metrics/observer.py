@@ -13,8 +13,8 @@ three places the server already has, on the runtime's thread, and adds nothing t
 - the state machine, when one is registered: each ``on_apply`` call is timed.
 
 The cost with metrics on is per operation and per message (a ``bisect`` and a few additions),
-never per entry of a batch; with metrics off the server pays nothing but a ``None`` check when
-it stamps a call. Gauges (term, indexes, role, lag) are not kept here: the collector reads
+never per entry of a batch; with metrics off the server pays a ``None`` check when it stamps
+a call (and the bodies' length, which it always records on the operation). Gauges (term, indexes, role, lag) are not kept here: the collector reads
 them from the server when scraped. ``clock`` is seconds on a monotonic clock (``time.monotonic``,
 the clock of the asyncio runtime); pass the simulator's virtual clock to measure a simulated
 run. Requests and pushes never answered are forgotten beyond ``MAX_TRACKED`` of each.
