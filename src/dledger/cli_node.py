@@ -8,8 +8,13 @@ read with the standard library): top-level keys are defaults for every group, an
 with ``--config`` override the file's defaults. An unknown key or a bad value is refused before
 anything starts, with one line naming it.
 
-The process runs in the foreground and logs to stderr. SIGTERM or SIGINT shuts every group
-down cleanly (pending appends fail, the stores are flushed and closed) and exits with 0.
+``--metrics-port PORT`` (or a top-level ``metrics_port`` key in the file) serves the metrics of
+every group on ``http://<metrics-host>:PORT/metrics`` (Prometheus text format;
+``dledger.metrics``); ``--metrics-host`` (``metrics_host``) defaults to every interface.
+
+The process runs in the foreground and logs to stderr, each line of a node naming its group,
+node id and term (``runtime.log_context``). SIGTERM or SIGINT shuts every group down cleanly
+(pending appends fail, the stores are flushed and closed) and exits with 0.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from dledger.config import DLedgerConfig
 EXAMPLE = """example:
   dledger node --group g --id n0 --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
       --store-dir /var/lib/dledger --secret-file /etc/dledger/secret
-  dledger node --config /etc/dledger/node.toml
+  dledger node --config /etc/dledger/node.toml --metrics-port 9100
+  curl -s http://127.0.0.1:9100/metrics | grep dledger_term
 """
 
 ALIASES = {"id": "self_id", "store_dir": "store_base_dir"}
+#: top-level keys of the TOML file about the process, not a group
+PROCESS_KEYS = ("metrics_port", "metrics_host")
 FLAG_FIELDS = {"group": "group", "id": "self_id", "peers": "peers", "store_dir": "store_base_dir",
                "durability": "durability", "secret_file": "secret_file", "bootstrap": "bootstrap"}
 
@@ -54,8 +62,22 @@ def add_parser(sub) -> None:
                    help="this node starts a brand-new cluster (its new, empty store may vote at once "
                         "even with a member missing); never for a node whose disk was replaced")
     p.add_argument("--config", help="a TOML file with one or several groups")
+    p.add_argument("--metrics-port", metavar="PORT",
+                   help="serve Prometheus metrics of every group on this port (0: any free port)")
+    p.add_argument("--metrics-host", metavar="HOST",
+                   help="the address the metrics port listens on (default: every interface, 0.0.0.0)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
+
+
+def _port(value: Any, where: str, *, text: bool = False) -> int:
+    """A metrics port from a flag (``text``) or the file (a TOML integer), checked."""
+    port = int(value) if text and isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise NodeConfigError(f"{where}: not a port number: {value!r}")
+    if not 0 <= port <= 65535:
+        raise NodeConfigError(f"{where}: {port} is out of range (0-65535)")
+    return port
 
 
 def _field_names() -> set[str]:
@@ -94,6 +116,8 @@ def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
     except tomllib.TOMLDecodeError as exc:
         raise NodeConfigError(f"{args.config} is not valid TOML: {exc}") from None
     groups = doc.pop("groups", None)
+    for key in PROCESS_KEYS:
+        doc.pop(key, None)
     defaults = {**doc, **flags}
     if groups is None:
         return [_config_from(defaults, args.config)]
@@ -108,11 +132,37 @@ def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
     return configs
 
 
+def metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``(host, port)`` of the metrics endpoint from the flags, else the file's top-level
+    ``metrics_port`` and ``metrics_host``; None when no port is given."""
+    port, host = args.metrics_port, args.metrics_host
+    if port is not None:
+        port = _port(port, "--metrics-port", text=True)
+    if args.config is not None and (port is None or host is None):
+        import tomllib
+        try:
+            with open(args.config, "rb") as f:
+                doc = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError):
+            doc = {}                     # load_configs has said what is wrong with the file
+        if port is None and "metrics_port" in doc:
+            port = _port(doc["metrics_port"], f"{args.config}: metrics_port")
+        if host is None and "metrics_host" in doc:
+            host = doc["metrics_host"]
+            if not isinstance(host, str):
+                raise NodeConfigError(f"{args.config}: metrics_host must be a string, got {host!r}")
+    if port is None:
+        return None
+    return (host if host is not None else "0.0.0.0"), port
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from dledger.runtime.log_context import configure
+
+    configure(args.log_level)
     log = logging.getLogger("dledger.node")
     configs = load_configs(args)
+    address = metrics_address(args)
 
     from dledger.runtime.asyncio_runtime import AsyncioRuntime
     from dledger.server import DLedgerServer
@@ -124,13 +174,21 @@ def run(args: argparse.Namespace) -> int:
         received.append(signum)
         stop.set()
 
+    endpoint = None
+    if address is not None:
+        from dledger.metrics import serve
+        endpoint = serve(address[1], host=address[0])      # MetricsPortError: one line, exit 1
+        log.info("metrics on http://%s:%d/metrics", address[0], endpoint.port)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     runtime = AsyncioRuntime()
     servers: list[DLedgerServer] = []
     try:
         for c in configs:
+            server = DLedgerServer(c, runtime=runtime)
+            if endpoint is not None:
+                endpoint.add(server)
             try:
-                servers.append(DLedgerServer(c, runtime=runtime).startup())
+                servers.append(server.startup())
             except OSError as exc:
                 raise RuntimeError(f"node {c.self_id} of group {c.group} cannot start on "
                                    f"{c.peer_map[c.self_id]}: {exc.strerror or exc}") from None
@@ -148,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             except Exception:  # keep closing the others; the error is logged
                 log.exception("shutting down %s failed", s.config.self_id)
         runtime.close()
+        if endpoint is not None:
+            endpoint.close()
         for s, handler in old.items():
             signal.signal(s, handler)
     log.info("stopped; stores flushed")

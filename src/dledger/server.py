@@ -55,6 +55,7 @@ from dledger.entry import MAGIC_NORMAL, DLedgerEntry
 from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
 from dledger.protocol import AppendEntryResponse, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
+from dledger.runtime.log_context import CURRENT, LogContext
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
 from dledger.store.store_io import LOCAL_IO, StoreIO
 
@@ -105,6 +106,10 @@ class DLedgerServer:
         self.driver: Driver | None = None
         self.started = False
         self._lock = threading.Lock()
+        #: the metrics observer (``dledger.metrics``), or None
+        self._metrics = None
+        #: who this server's log records are about (``runtime.log_context``)
+        self.log_context = LogContext(self.config.group, self.config.self_id)
 
     # =====================================================================================
     # lifecycle
@@ -154,6 +159,15 @@ class DLedgerServer:
             except Exception:
                 log.exception("halt handler %r failed", handler)
 
+    def attach_metrics(self, observer) -> None:
+        """Let ``observer`` (a ``dledger.metrics`` observer) time appends, pushes and the state
+        machine: ``observer.install(server)`` runs on the runtime's thread, now when the server
+        runs, else at ``startup()``; from then on host calls are stamped with
+        ``observer.clock_ms()``. Use ``dledger.metrics.serve`` rather than this."""
+        self._metrics = observer
+        if self.started:
+            self.runtime.run_sync(lambda: observer.install(self))
+
     def add_append_hook(self, hook) -> None:
         """``hook(entry, record_view, body_offset)`` may rewrite body bytes on the leader
         before the record is written (e.g. to stamp the entry's position into it)."""
@@ -183,6 +197,7 @@ class DLedgerServer:
         rt = self.runtime
 
         def start() -> None:
+            self.log_context.bind_here()
             if self._transport is None:
                 self._transport = self._default_transport(rt)
             if self._store is None:
@@ -194,11 +209,16 @@ class DLedgerServer:
                     raise
             for hook in self._append_hooks:
                 self._store.add_append_hook(hook)
+            self.log_context.store = self._store
             self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
                              now_ms=rt.now_ms())
             self.driver = Driver(self.node, rt, self._transport, health=self._store_failure)
             self.driver.role_change_handlers.extend(self._role_handlers)
             self.driver.halt_handlers.append(self._on_halt)
+            self.driver.log_context = self.log_context
+            self.log_context.member_state = self.node.member_state
+            if self._metrics is not None:
+                self._metrics.install(self)
             self.started = True
             self.driver.start()
             # Both timers are armed whatever the store: every store (and a wrapper around one)
@@ -215,6 +235,7 @@ class DLedgerServer:
     def _flush_tick(self) -> None:
         if not self.started:
             return
+        CURRENT.ctx = self.log_context
         rt = self.runtime
         now = rt.now_ms()
         try:
@@ -234,6 +255,7 @@ class DLedgerServer:
         file times, so this one timer reads the runtime's wall clock."""
         if not self.started:
             return
+        CURRENT.ctx = self.log_context
         try:
             self._store.clean(self.runtime.wall_time())
         except (DLedgerError, OSError) as exc:
@@ -301,15 +323,18 @@ class DLedgerServer:
         if items and self.driver is not None:
             self.driver.propose_many(items)
 
-    def _now(self) -> int:
-        return self.runtime.now_ms()
+    def _now(self) -> float:
+        """When a host call started: the runtime's clock, or the metrics' finer one."""
+        metrics = self._metrics
+        return self.runtime.now_ms() if metrics is None else metrics.clock_ms()
 
     def append(self, body: bytes) -> Future:
         """Append one entry; a future of ``AppendEntryResponse``."""
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"body must be bytes, got {type(body).__name__}")
         f: Future = Future()
-        self._submit((Op(f, APPEND, self._now()), [bytes(body)], MAGIC_NORMAL))
+        body = bytes(body)
+        self._submit((Op(f, APPEND, self._now(), len(body)), [body], MAGIC_NORMAL))
         return f
 
     def batch_append(self, bodies: list[bytes]) -> Future:
@@ -319,13 +344,14 @@ class DLedgerServer:
         if not bodies:
             raise ValueError("batch_append needs at least one body")
         f: Future = Future()
-        self._submit((Op(f, APPEND, self._now()), bodies, MAGIC_NORMAL))
+        self._submit((Op(f, APPEND, self._now(), sum(map(len, bodies))), bodies, MAGIC_NORMAL))
         return f
 
     def write(self, body: bytes) -> Future:
         """Append and wait for the state machine: a future of ``(response, state machine resp)``."""
         f: Future = Future()
-        self._submit((Op(f, WRITE, self._now()), [bytes(body)], MAGIC_NORMAL))
+        body = bytes(body)
+        self._submit((Op(f, WRITE, self._now(), len(body)), [body], MAGIC_NORMAL))
         return f
 
     def read(self, mode: ReadMode = ReadMode.RAFT_LOG_READ) -> Future:

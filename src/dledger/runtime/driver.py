@@ -21,6 +21,9 @@ fail-stop of a node whose disk failed: as ``kill()``, and every operation the no
 After any of them, inputs are ignored and no timer is armed; ``halted`` names the reason of a
 halt and ``halt_handlers`` hear it once. ``process()`` executes whatever the node has ready; a host that
 changed the node directly (e.g. a test forcing roles) calls it.
+
+Each entry point first stores the driver's ``log_context`` (set by the server) in
+``runtime.log_context.CURRENT``, so that what the node logs can name its group, id and term.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Callable
 from dledger.core import Node, Ready, RoleChange
 from dledger.errors import DISK_ERROR
 from dledger.protocol import AppendEntryResponse, Envelope, LeadershipTransferResponse
+from dledger.runtime.log_context import CURRENT
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +43,16 @@ APPEND, WRITE, READ, TRANSFER = "append", "write", "read", "transfer"
 
 
 class Op:
-    """A host operation in flight: the future to complete and how."""
+    """A host operation in flight: the future to complete and how. ``started_ms`` (when the
+    host called, on the server's clock) and ``nbytes`` (the bodies' size) are for metrics."""
 
-    __slots__ = ("future", "kind", "started_ms")
+    __slots__ = ("future", "kind", "started_ms", "nbytes")
 
-    def __init__(self, future: Future, kind: str, started_ms: int = 0) -> None:
+    def __init__(self, future: Future, kind: str, started_ms: float = 0, nbytes: int = 0) -> None:
         self.future = future
         self.kind = kind
         self.started_ms = started_ms
+        self.nbytes = nbytes
 
     def finish(self, response: Any, result: Any) -> None:
         try:
@@ -70,19 +76,24 @@ class Driver:
         self.stopped = False
         #: why the node halted (its disk failed), or None
         self.halted: str | None = None
+        #: who log records are about while this driver runs (``runtime.log_context``)
+        self.log_context = None
         transport.set_receiver(self.on_envelope)
 
     # -- inputs ---------------------------------------------------------------------------
     def start(self) -> None:
+        CURRENT.ctx = self.log_context
         self.process()
 
     def on_envelope(self, env: Envelope) -> None:
+        CURRENT.ctx = self.log_context
         if self.stopped:
             return
         self.node.receive(self.runtime.now_ms(), env)
         self.process()
 
     def _on_timer(self) -> None:
+        CURRENT.ctx = self.log_context
         self._timer = None
         self._timer_at = None
         if self.stopped:
@@ -104,6 +115,7 @@ class Driver:
                 pass
 
     def propose_many(self, items: list[tuple[Op, list, int]]) -> None:
+        CURRENT.ctx = self.log_context
         if self.stopped:
             for op, _b, _m in items:
                 self.refuse(op)
@@ -112,6 +124,7 @@ class Driver:
         self.process()
 
     def read(self, op: Op, mode) -> None:
+        CURRENT.ctx = self.log_context
         if self.stopped:
             self.refuse(op)
             return
@@ -119,6 +132,7 @@ class Driver:
         self.process()
 
     def transfer_leadership(self, op: Op, target: str) -> None:
+        CURRENT.ctx = self.log_context
         if self.stopped:
             self.refuse(op)
             return
@@ -127,6 +141,7 @@ class Driver:
 
     def stop(self) -> None:
         """Shut down cleanly: pending operations fail; the last messages are sent."""
+        CURRENT.ctx = self.log_context
         if self.stopped:
             return
         self.node.stop()
@@ -137,6 +152,7 @@ class Driver:
     def kill(self) -> None:
         """Die as a killed process: the timer is cancelled and nothing more is sent; the
         host's pending operations fail (a client sees its connection break)."""
+        CURRENT.ctx = self.log_context
         if self.stopped:
             return
         self.stopped = True
@@ -147,6 +163,7 @@ class Driver:
     def halt(self, reason: str) -> None:
         """Fail-stop (the disk failed): die as ``kill()`` does, and end every operation the
         node had, or answered in this crank, with ``DISK_ERROR``; nothing more is sent."""
+        CURRENT.ctx = self.log_context
         if self.stopped:
             return
         self.stopped = True
