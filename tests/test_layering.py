@@ -23,8 +23,9 @@ ALLOWED = {
     # the package exports the client too (an edge module that itself imports only lower layers)
     "__init__": LOWER | {"client"},
 }
-# demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function).
-EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark"}, "sim": set(), "spark": set(), "client": set(), "broker": set(),
+# demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function),
+# and it drives its node processes through the client.
+EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark", "client"}, "sim": set(), "spark": set(), "client": set(), "broker": set(),
                "cli_client": {"client"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
