@@ -9,7 +9,9 @@ import os
 import pathlib
 import shutil
 import subprocess
+import signal
 import sys
+import time
 
 import pytest
 
@@ -33,7 +35,7 @@ def demo(tmp_path_factory):
 
 
 def node_processes_running(marker: str) -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, timeout=30).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, timeout=30).stdout
     return [line for line in ps.splitlines() if "dledger.cli node" in line and marker in line]
 
 
@@ -156,3 +158,35 @@ def test_demo_help_has_an_example_and_bad_arguments_are_one_line_errors(tmp_path
     r = run_cli("--dir", str(tmp_path), "--no-audit")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "earlier run" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_an_interrupted_demo_leaves_no_node_process_behind(tmp_path, signum):
+    """Ctrl-C and SIGTERM: the demo kills its nodes on the way out; SIGKILL: each node gets
+    its parent death signal (SIGTERM) and stops."""
+    out_dir = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    # SIGINT as a terminal's Ctrl-C delivers it (a background child may inherit it ignored)
+    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'dledger.cli', 'demo', '--no-audit', "
+                f"'--entries', '1000000', '--dir', {str(out_dir)!r}])")
+    demo = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while len(node_processes_running(str(out_dir))) < 3 and demo.poll() is None:
+            assert time.monotonic() < deadline, "the demo never started its nodes"
+            time.sleep(0.1)
+        demo.send_signal(signum)
+        output = demo.communicate(timeout=60)[0].decode()
+        assert demo.returncode != 0, output
+        deadline = time.monotonic() + 30
+        while node_processes_running(str(out_dir)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert node_processes_running(str(out_dir)) == [], output
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(30)
+        for line in node_processes_running(str(out_dir)):      # never leave one behind
+            os.kill(int(line.split()[0]), signal.SIGKILL)

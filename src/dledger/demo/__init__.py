@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -194,6 +195,11 @@ def _finish(r: DemoResult, load, v, t_start: float, keep: bool, out) -> None:
         print(f"{'':<21}  (temporary folder removed; pass --dir to keep the stores, logs and chart)", file=out)
 
 
+def _interrupted(signum, _frame) -> None:
+    """SIGTERM stops the demo as Ctrl-C does: the node processes are killed on the way out."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(args) -> int:
     entries = getattr(args, "entries", 200_000)
     for name, low in (("entries", 10), ("batch", 1), ("in_flight", 1), ("body_size", 8)):
@@ -203,11 +209,14 @@ def main(args) -> int:
                   file=sys.stderr)
             return 2
     kwargs = {k: getattr(args, k) for k in ("batch", "in_flight", "body_size") if getattr(args, k, None) is not None}
+    previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         result = run_demo(getattr(args, "dir", None), entries, audit=getattr(args, "audit", True), **kwargs)
     except DemoSetupError as exc:
         print(f"dledger demo: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     main.last_result = result                 # for callers that want the store directories
     return 0 if result.ok else 1
 
