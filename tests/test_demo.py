@@ -190,3 +190,37 @@ def test_an_interrupted_demo_leaves_no_node_process_behind(tmp_path, signum):
             demo.wait(30)
         for line in node_processes_running(str(out_dir)):      # never leave one behind
             os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+class FakeNodes:
+    """Log ends as a node's metadata would give them; kills recorded."""
+
+    def __init__(self, ends):
+        self.ends, self.killed = ends, []
+
+    def check_alive(self, except_id=None):
+        pass
+
+    async def ledger_ends(self):
+        return dict(self.ends)
+
+    def kill(self, node_id):
+        self.killed.append(node_id)
+
+
+def test_the_leader_is_not_killed_while_a_follower_does_not_hold_its_log(monkeypatch):
+    import asyncio
+    from dledger.demo import failover as fo
+    from dledger.demo.cluster import ClusterError
+    from dledger.demo.load import Ack, LoadResult
+
+    monkeypatch.setattr(fo, "FOLLOW_S", 0.2)
+    load = LoadResult(10, None, None, acks=[Ack(0.1, 0.01, 4, "n1")])
+    nodes = FakeNodes({"n0": 7, "n1": 9, "n2": -1})          # n2 never followed
+    plan = fo.Failover(nodes, 10)
+    with pytest.raises(ClusterError, match="n2 did not reach index 9 of leader n1"):
+        asyncio.run(plan(4, load))
+    assert nodes.killed == [] and plan.killed is None
+    nodes.ends = {"n0": 9, "n1": 9, "n2": 9}
+    asyncio.run(plan(4, load))
+    assert nodes.killed == ["n1"] and plan.killed_t is not None

@@ -68,11 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="run the main job: 3 node processes, the leader SIGKILLed mid-stream",
-                       description="Start a 3-node cluster as three `dledger node` processes on loopback, "
-                                   "append a stream of unique entries through the client, SIGKILL the leader "
-                                   "at 40 %%, restart it at 70 %%, stop the nodes, check every acknowledged "
-                                   "entry on every replica, run the Spark replica audit and write latency.png. "
-                                   "Exit 0 when every check passed, 1 when one failed.",
+                       description="Start a 3-node cluster as three `dledger node` processes on loopback,\n"
+                                   "append a stream of unique entries through the client, SIGKILL the leader\n"
+                                   "at 40 %, restart it at 70 %, stop the nodes, check every acknowledged entry\n"
+                                   "on every replica, write latency.png and run the Spark replica audit.\n"
+                                   "Exit 0 when every check passed, 1 when one failed, 2 for a bad argument.",
                        epilog="example:\n  dledger demo --dir run-output              # what `make run` runs\n"
                               "  dledger demo --entries 20000 --no-audit     # a quick run in a temporary folder",
                        formatter_class=argparse.RawDescriptionHelpFormatter)

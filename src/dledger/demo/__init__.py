@@ -2,10 +2,12 @@
 its leader SIGKILLed mid-stream, then every acknowledged entry checked on every replica.
 
 1. starts n0, n1, n2 as three ``dledger node`` processes on free loopback ports, with a
-   generated secret, stores and logs in the output folder (``cluster``);
+   generated secret, stores and logs in the output folder, and waits until all three follow
+   one leader (``cluster``);
 2. appends ``entries`` unique entries through ``AsyncDLedgerClient`` (``batch_append``,
    several batches in flight), with a progress bar (``load``);
-3. at 40 % it SIGKILLs the leader's process; the appends go on through the new leader; at 70 %
+3. at 40 % (once both followers hold the leader's log) it SIGKILLs the leader's process; the
+   appends go on through the new leader; at 70 %
    it starts the killed node again from its store (``failover``); when every entry is decided
    it waits until all three logs reach the last acknowledged index;
 4. stops the nodes with SIGTERM (each must exit with 0), reopens each store read-only and
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from dledger.client import AsyncDLedgerClient
 from dledger.demo.cluster import GROUP, IDS, ClusterError, NodeProcesses
 from dledger.demo.failover import Failover
-from dledger.demo.load import LoadResult, run_load
+from dledger.demo.load import LoadResult, LoadStalled, run_load
 from dledger.demo.report import percentile_ms, print_report, run_audit, write_chart
 from dledger.demo.verify import Verification, verify_replicas
 
@@ -82,18 +84,11 @@ class DemoResult:
 
 async def _drive(nodes: NodeProcesses, entries: int, failover: Failover, *, body_size: int, batch: int,
                  in_flight: int, progress: bool) -> tuple[LoadResult, dict[str, int | None]]:
-    """Wait for a leader, run the load with the fault plan, restart, wait for the catch-up."""
+    """Wait until the three nodes follow one leader, run the load with the fault plan, restart
+    the killed node if the load ended first, wait for the catch-up."""
     client = AsyncDLedgerClient(nodes.peers, GROUP, secret=nodes.secret, timeout_s=CLIENT_TIMEOUT_S)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            nodes.check_alive()
-            try:
-                await client.metadata()
-                break
-            except Exception as exc:       # no leader yet: ClusterUnavailableError
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"no leader was elected within 30 s: {exc}") from None
+        await nodes.wait_formed(30.0)       # every node follows one leader before the load
         load = await run_load(client, entries, body_size=body_size, batch=batch, in_flight=in_flight,
                               schedule=failover, progress=progress)
         failover.restart(load)
@@ -132,8 +127,12 @@ def run_demo(base_dir: str | None = None, entries: int = 200_000, *, body_size: 
                     r.problems.append(f"{node_id} exited with {code} after SIGTERM: {nodes.log_tail(node_id)}")
             if any(e is None or e < load.last_index for e in ends.values()):
                 r.problems.append(f"not every log reached index {load.last_index} within {CATCH_UP_S:g} s: {ends}")
-    except ClusterError as exc:
+    except (ClusterError, LoadStalled) as exc:
         r.problems.append(str(exc))
+        for node_id in IDS:
+            tail = _log_tail(os.path.join(out_dir, f"{node_id}.log"))
+            if tail:
+                r.problems.append(f"{node_id}.log ends with: {tail}")
         _finish(r, None, None, t_start, keep, out)
         return r
     _fill(r, load, failover)
@@ -190,9 +189,19 @@ def _finish(r: DemoResult, load, v, t_start: float, keep: bool, out) -> None:
             print(f"  - {p}", file=out)
     print(f"{'result':<21}: {'every check passed' if r.ok else 'FAILED'} in {time.perf_counter() - t_start:.1f} s",
           file=out)
-    if not keep:
+    if not keep and r.ok:
         shutil.rmtree(r.out_dir, ignore_errors=True)
         print(f"{'':<21}  (temporary folder removed; pass --dir to keep the stores, logs and chart)", file=out)
+    elif not keep:
+        print(f"{'':<21}  (the stores and node logs are kept in {r.out_dir} to look into)", file=out)
+
+
+def _log_tail(path: str, lines: int = 3) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return " | ".join(line.strip() for line in f.readlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def _interrupted(signum, _frame) -> None:

@@ -10,7 +10,8 @@ each node's metadata answer), and stop them all with SIGTERM, returning their ex
 Every wait on a child is bounded. ``close()`` (also on ``with`` exit, whatever the error,
 Ctrl-C included) SIGKILLs any node still running and reaps it, so no child outlives the demo.
 On Linux each node also asks the kernel for a SIGTERM when the demo's process dies (the parent
-death signal), which covers a demo killed with SIGKILL.
+death signal), which covers a demo killed with SIGKILL. The demo watches the nodes through
+their metadata answers (leader, term, log end), on connections of its own.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class NodeProcesses:
         self.procs[node_id] = subprocess.Popen(
             [sys.executable, "-m", "dledger.cli", "node", "--group", GROUP, "--id", node_id, "--peers", self.peers,
              "--store-dir", self.out_dir, "--secret-file", self.secret_file, "--config", self.config_file,
-             "--log-level", "WARNING"],
+             "--log-level", "INFO"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
@@ -175,22 +176,44 @@ class NodeProcesses:
         self.close()
 
     # -- state, through each node's metadata answer ---------------------------------------
-    async def ledger_ends(self, timeout: float = 2.0) -> dict[str, int | None]:
-        """Each node's last log index (None: it did not answer)."""
+    async def views(self, timeout: float = 2.0) -> dict[str, tuple[str | None, int, int] | None]:
+        """Each node's (leader it names, term, last log index) from its metadata answer (None:
+        it did not answer)."""
         from dledger.config import parse_peers
 
-        out: dict[str, int | None] = {}
+        out: dict[str, tuple[str | None, int, int] | None] = {}
         for node_id, addr in parse_peers(self.peers).items():
             conn = NodeConnection(GROUP, "demo-watch", node_id, addr, (self.secret.encode(),))
             try:
                 resp = await conn.request(MetadataRequest(group=GROUP, local_id="demo-watch", remote_id=node_id),
                                           timeout)
-                out[node_id] = resp.ledger_end_index if resp.code == Code.SUCCESS else None
+                ok = resp.code == Code.SUCCESS
+                out[node_id] = (resp.leader_id, resp.term, resp.ledger_end_index) if ok else None
             except (NotSent, AnswerLost):
                 out[node_id] = None
             finally:
                 await conn.close()
         return out
+
+    async def ledger_ends(self, timeout: float = 2.0) -> dict[str, int | None]:
+        """Each node's last log index (None: it did not answer)."""
+        return {n: (v[2] if v else None) for n, v in (await self.views(timeout)).items()}
+
+    async def wait_formed(self, timeout: float = 30.0) -> str:
+        """Poll until all three nodes name the same leader in the same term; that leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            views = await self.views()
+            named = {(v[0], v[1]) for v in views.values() if v is not None}
+            if all(v is not None for v in views.values()) and len(named) == 1:
+                leader = named.pop()[0]
+                if leader is not None:
+                    return leader
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the nodes did not agree on a leader within {timeout:g} s "
+                                   f"(leader, term, log end of each: {views})")
+            await asyncio.sleep(0.05)
 
     async def wait_caught_up(self, index: int, timeout: float = 60.0) -> dict[str, int | None]:
         """Poll until every node's log reaches ``index`` or ``timeout`` passes; the last ends seen."""

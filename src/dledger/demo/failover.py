@@ -2,18 +2,23 @@
 
 ``Failover(nodes, total)`` is the load's ``schedule``: once ``kill_at`` of the entries are
 decided it SIGKILLs the node that answered the latest acknowledgement (the leader), and once
-``restart_at`` are decided it starts that node again from its store. Between the two it checks
-that the other nodes are still running. Times are seconds since the load started, as in
+``restart_at`` are decided it starts that node again from its store. Before the kill it waits
+(bounded) until both followers' logs reach the leader's end, so the survivors form a quorum
+that holds every acknowledged entry; throughout, it checks that the nodes are still running. Times are seconds since the load started, as in
 ``load.Ack``. ``leaderless_s(acks)`` is the time from the kill to the first acknowledgement by
 another node: how long the group could not commit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-from dledger.demo.cluster import NodeProcesses
+from dledger.demo.cluster import ClusterError, NodeProcesses
 from dledger.demo.load import Ack, LoadResult
+
+
+FOLLOW_S = 10.0
 
 
 class Failover:
@@ -25,11 +30,13 @@ class Failover:
         self.killed_t: float | None = None
         self.restarted_t: float | None = None
 
-    def __call__(self, done: int, load: LoadResult) -> None:
+    async def __call__(self, done: int, load: LoadResult) -> None:
         if self.killed is None:
             self.nodes.check_alive()
             if done >= self.kill_at * self.total and load.acks:
-                self.killed = load.acks[-1].node_id
+                leader = load.acks[-1].node_id
+                await self._check_followers(leader)
+                self.killed = leader
                 self.nodes.kill(self.killed)
                 self.killed_t = time.perf_counter() - load.started_at
         elif self.restarted_t is None:
@@ -38,6 +45,25 @@ class Failover:
                 self.restart(load)
         else:
             self.nodes.check_alive()
+
+    async def _check_followers(self, leader: str) -> None:
+        """Both followers must hold what the leader held a moment ago: killing the leader while
+        one does not follow it would leave no quorum, and the demo would only stall."""
+        ends = await self.nodes.ledger_ends()
+        target = ends.get(leader)
+        if target is None:
+            return                      # it no longer answers: it is not the leader to wait for
+        deadline = time.monotonic() + FOLLOW_S
+        while True:
+            behind = {n: e for n, e in ends.items() if n != leader and (e is None or e < target)}
+            if not behind:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"before the kill: {', '.join(sorted(behind))} did not reach index {target} "
+                                   f"of leader {leader} within {FOLLOW_S:g} s (log ends {ends}); killing the "
+                                   f"leader would leave no quorum")
+            await asyncio.sleep(0.05)
+            ends = await self.nodes.ledger_ends()
 
     def restart(self, load: LoadResult) -> None:
         """Start the killed node again (at ``restart_at``, or at the end if the load ended first)."""

@@ -13,7 +13,8 @@ index and every position). What each call ends in:
 - ``AppendRefusedError``: the leader refused it: a failure of the run.
 
 ``schedule(done, result)`` is called about every 50 ms with the number of entries whose outcome is
-decided (acknowledged or unknown): the demo kills and restarts nodes from it. An exception it
+decided (acknowledged or unknown), and awaited if it returns an awaitable (the appends go on
+meanwhile): the demo kills and restarts nodes from it. An exception it
 raises, or ``stall_s`` seconds without a decided entry, stops the load and is raised. Each
 acknowledgement is recorded as an ``Ack`` (time since the start, latency, entries, node).
 """
@@ -21,6 +22,7 @@ acknowledgement is recorded as an ``Ack`` (time since the start, latency, entrie
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from array import array
 from collections import deque
@@ -41,6 +43,10 @@ def body_for(seq: int, size: int) -> bytes:
 
 def seq_of(body: bytes) -> int:
     return int.from_bytes(body[:SEQ_BYTES], "big")
+
+
+class LoadStalled(RuntimeError):
+    """No append was decided for ``stall_s`` seconds: the group stopped taking appends."""
 
 
 @dataclass
@@ -75,7 +81,7 @@ class LoadResult:
 
 
 async def run_load(client: AsyncDLedgerClient, total: int, *, body_size: int = 128, batch: int = 128,
-                   in_flight: int = 8, schedule: Callable[[int, "LoadResult"], None] | None = None,
+                   in_flight: int = 8, schedule: Callable[[int, "LoadResult"], object] | None = None,
                    progress: bool = True, stall_s: float = 60.0) -> LoadResult:
     result = LoadResult(total, array("q", [-1]) * total, array("q", [-1]) * total, body_size=body_size)
     queue: deque[range] = deque(range(lo, min(lo + batch, total)) for lo in range(0, total, batch))
@@ -121,11 +127,13 @@ async def run_load(client: AsyncDLedgerClient, total: int, *, body_size: int = 1
             if decided != seen:
                 seen, since = decided, time.monotonic()
             elif time.monotonic() - since > stall_s:
-                failure.append(RuntimeError(f"no append was decided for {stall_s:g} s "
+                failure.append(LoadStalled(f"no append was decided for {stall_s:g} s "
                                             f"({decided:,} of {total:,} done)"))
             if schedule is not None and not failure:
                 try:
-                    schedule(decided, result)
+                    step = schedule(decided, result)
+                    if inspect.isawaitable(step):
+                        await step
                 except Exception as exc:     # a node died, or could not be killed or started
                     failure.append(exc)
             if failure:

@@ -76,7 +76,8 @@ def write_chart(path: str, load: LoadResult, failover: Failover) -> str | None:
                color="tab:blue", label="commit latency of a batch")
     ax.set_yscale("log")
     ax.set_ylabel("commit latency (ms, log scale)")
-    ax.set_title(f"dledger demo: {load.acknowledged:,} entries through 3 node processes, leader SIGKILLed and restarted")
+    ax.set_title(f"dledger demo: {load.acknowledged:,} entries acknowledged by 3 node processes, "
+                 "leader SIGKILLed and restarted")
     step = 0.1
     end = max((a.t_s for a in acks), default=0.0) + step
     bins = [0] * (int(end / step) + 1)
