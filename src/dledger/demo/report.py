@@ -78,8 +78,9 @@ def write_chart(path: str, load: LoadResult, failover: Failover) -> str | None:
     ax.set_ylabel("commit latency (ms, log scale)")
     ax.set_title(f"dledger demo: {load.acknowledged:,} entries acknowledged by 3 node processes, "
                  "leader SIGKILLed and restarted")
-    step = 0.1
-    end = max((a.t_s for a in acks), default=0.0) + step
+    last = max((a.t_s for a in acks), default=0.0)
+    step = max(0.1, round(last / 100, 1))          # about a hundred bins, 100 ms at least
+    end = last + step
     bins = [0] * (int(end / step) + 1)
     for a in acks:
         bins[int(a.t_s / step)] += a.entries
