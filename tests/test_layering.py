@@ -23,10 +23,11 @@ ALLOWED = {
     # the package exports the client too (an edge module that itself imports only lower layers)
     "__init__": LOWER | {"client"},
 }
-# demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function).
+# demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function),
+# and it drives its node processes through the client.
 # spark reads broker messages with the broker's codec (dledger.broker.message_codec, its one home).
-EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark"}, "sim": set(), "spark": {"broker"}, "client": set(), "broker": set(),
-               "cli_client": {"client"}, "bench": {"client"}, "cli_node": {"metrics"}}
+EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark", "client"}, "sim": set(), "spark": {"broker"}, "client": set(),
+               "broker": set(), "cli_client": {"client"}, "bench": {"client"}, "cli_node": {"metrics"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 
