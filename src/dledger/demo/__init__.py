@@ -90,7 +90,8 @@ async def _drive(nodes: NodeProcesses, entries: int, failover: Failover, *, body
     try:
         await nodes.wait_formed(30.0)       # every node follows one leader before the load
         load = await run_load(client, entries, body_size=body_size, batch=batch, in_flight=in_flight,
-                              schedule=failover, progress=progress)
+                              schedule=failover, progress=progress,
+                              hold_at=failover.hold_at(batch, in_flight))
         failover.restart(load)
         ends = await nodes.wait_caught_up(load.last_index, CATCH_UP_S)
     finally:

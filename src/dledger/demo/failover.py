@@ -39,6 +39,7 @@ class Failover:
                 self.killed = leader
                 self.nodes.kill(self.killed)
                 self.killed_t = time.perf_counter() - load.started_at
+                load.release()
         elif self.restarted_t is None:
             self.nodes.check_alive(except_id=self.killed)
             if done >= self.restart_at * self.total:
@@ -64,6 +65,12 @@ class Failover:
                                    f"leader would leave no quorum")
             await asyncio.sleep(0.05)
             ends = await self.nodes.ledger_ends()
+
+    def hold_at(self, batch: int, in_flight: int) -> int:
+        """The first entry the load holds back until the kill: the kill point plus what may be
+        in flight then, so that part of the stream always follows the kill."""
+        kill = int(self.kill_at * self.total)
+        return max(kill + 1, min(kill + (in_flight + 1) * batch, self.total - batch))
 
     def restart(self, load: LoadResult) -> None:
         """Start the killed node again (at ``restart_at``, or at the end if the load ended first)."""

@@ -14,7 +14,10 @@ index and every position). What each call ends in:
 
 ``schedule(done, result)`` is called about every 50 ms with the number of entries whose outcome is
 decided (acknowledged or unknown), and awaited if it returns an awaitable (the appends go on
-meanwhile): the demo kills and restarts nodes from it. An exception it
+meanwhile): the demo kills and restarts nodes from it. With ``hold_at``, no batch from that
+entry on is sent until ``result.release()`` (the schedule calls it after the kill): the appends
+in flight at the kill go on, and the rest of the stream certainly comes after it, however fast
+the load runs. An exception it
 raises, or ``stall_s`` seconds without a decided entry, stops the load and is raised. Each
 acknowledgement is recorded as an ``Ack`` (time since the start, latency, entries, node).
 """
@@ -70,6 +73,11 @@ class LoadResult:
     wall_s: float = 0.0
     started_at: float = 0.0           # perf_counter() at the start
     body_size: int = 128
+    released: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
+
+    def release(self) -> None:
+        """Let the batches from ``hold_at`` on go (see the module docstring)."""
+        self.released.set()
 
     @property
     def acknowledged(self) -> int:
@@ -82,7 +90,7 @@ class LoadResult:
 
 async def run_load(client: AsyncDLedgerClient, total: int, *, body_size: int = 128, batch: int = 128,
                    in_flight: int = 8, schedule: Callable[[int, "LoadResult"], object] | None = None,
-                   progress: bool = True, stall_s: float = 60.0) -> LoadResult:
+                   progress: bool = True, stall_s: float = 60.0, hold_at: int | None = None) -> LoadResult:
     result = LoadResult(total, array("q", [-1]) * total, array("q", [-1]) * total, body_size=body_size)
     queue: deque[range] = deque(range(lo, min(lo + batch, total)) for lo in range(0, total, batch))
     decided = 0
@@ -94,6 +102,14 @@ async def run_load(client: AsyncDLedgerClient, total: int, *, body_size: int = 1
         nonlocal decided
         while queue and not stop.is_set():
             seqs = queue.popleft()
+            if hold_at is not None and seqs.start >= hold_at and not result.released.is_set():
+                queue.appendleft(seqs)
+                held = asyncio.ensure_future(result.released.wait())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait((held, stopped), return_when=asyncio.FIRST_COMPLETED)
+                held.cancel()
+                stopped.cancel()
+                continue
             bodies = [body_for(s, body_size) for s in seqs]
             t0 = time.perf_counter()
             try:
