@@ -1,7 +1,7 @@
 """The replica audit: compare the logs of several replicas entry by entry with a Spark job.
 
-``run_audit(paths, ...) -> AuditReport`` and the command ``dledger audit <dir> <dir> ...``
-(``main(argv)``; options ``--master``, ``--out``, ``--committed``).
+``run_audit(paths, ...) -> AuditReport``; the command ``dledger audit <dir> <dir> ...`` is
+``dledger.spark.audit_cli``.
 
 What is compared: every intact entry's (term, pos, size, magic, CRC-32 of the body as read);
 the CRC is recomputed, so bodies are compared even in Java-written stores, whose stored
@@ -16,8 +16,9 @@ What is reported (``AuditReport``):
 - divergent entries (replicas hold different entries at one index) and gaps (an index inside
   every replica's range that some replica does not hold intact);
 - the verdict and exit code: 1 when replicas that all count an index as committed hold different
-  entries there (a safety violation: committed entries never change); else 3 when some entry
-  is corrupt; else 0. A lagging replica or a divergent uncommitted tail is normal Raft life
+  entries there (a safety violation: committed entries never change); else 4 (unknown) when
+  replicas differ and no replica knows its committed index (no checkpoint, as in Java
+  stores); else 3 when some entry is corrupt; else 0. A lagging replica or a divergent uncommitted tail is normal Raft life
   (the leader repairs it) and is reported without failing the audit.
 
 The rule for "committed": a replica counts index ``i`` as committed when ``i`` is at or below
@@ -31,19 +32,16 @@ divergence and corruption markers) in ``out_dir``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 from dledger.entry import segment_name
 from dledger.spark import scan
 
-EXIT_OK = 0
-EXIT_DIVERGED = 1
-EXIT_CORRUPT = 3
+from dledger.spark.exit_codes import (EXIT_CORRUPT, EXIT_DIVERGED, EXIT_ERROR,  # noqa: F401
+                                      EXIT_OK, EXIT_UNKNOWN)
 
 #: how many divergent / corrupt entries are listed in detail
 MAX_LISTED = 100
@@ -267,6 +265,12 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     if viol:
         verdict, code = (f"DIVERGED: {viol} entries differ inside the committed prefix "
                          f"(first at index {stats['viol_first']})"), EXIT_DIVERGED
+    elif divergent_count and committed_index < 0:
+        verdict, code = (f"UNKNOWN: {divergent_count} entries differ from index "
+                         f"{stats['div_first']} and no replica knows its committed index "
+                         f"(no checkpoint); pass --committed N to decide"
+                         + (f"; {corrupt_count} damaged entries" if corrupt_count else "")
+                         ), EXIT_UNKNOWN
     elif corrupt_count:
         verdict, code = f"CORRUPT: {corrupt_count} damaged entries", EXIT_CORRUPT
     else:
@@ -284,49 +288,3 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
         divergent=divergent, gap_count=int(stats["gaps"] or 0), lagging=lagging,
         corrupt_count=corrupt_count, corrupt=corrupt[:max_listed], segments=segments,
         verdict=verdict, exit_code=code)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dledger audit",
-                                description="Compare the logs of several replicas with Spark.")
-    p.add_argument("paths", nargs="+", help="store directories, one per replica (at least two)")
-    p.add_argument("--master", default=None,
-                   help="local[*] (default), spark://host:7077, or sc://host:15002 (Spark Connect)")
-    p.add_argument("--out", default="dledger-audit",
-                   help="directory for audit.json and audit.png (default: ./dledger-audit)")
-    p.add_argument("--committed", type=int, default=None,
-                   help="treat this index as committed on every replica (default: each "
-                        "replica's checkpoint)")
-    p.add_argument("--names", default=None, help="comma-separated replica names, in path order")
-    p.add_argument("--no-recover", action="store_true",
-                   help="skip each store's read-only recovery (faster on big stores without a "
-                        "checkpoint, such as Java's; a torn tail then shows up as corrupt)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    import warnings
-
-    # PySpark 4.3 warns about pandas >= 3 on import; the audit does not use pandas
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    args = build_parser().parse_args(argv)
-    names = [x.strip() for x in args.names.split(",")] if args.names else None
-    try:
-        report = run_audit(args.paths, master=args.master, out_dir=args.out,
-                           committed=args.committed, names=names, recover=not args.no_recover)
-    except (ValueError, OSError) as exc:
-        print(f"dledger audit: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - a store that is not a store, a bad master URL
-        from dledger.errors import DLedgerError
-        if isinstance(exc, DLedgerError):
-            print(f"dledger audit: {exc}", file=sys.stderr)
-            return 2
-        raise
-    for line in report.summary_lines():
-        print(line)
-    return report.exit_code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
