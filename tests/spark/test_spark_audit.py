@@ -62,6 +62,14 @@ def test_divergent_uncommitted_tail_is_reported_but_passes(dl, tmp_path):
     assert report.common_prefix_end == N - 4
     assert report.common_committed_prefix_end == N - 10
     assert report.exit_code == EXIT_OK
+    # each replica's index range per term: c's new leader (term 2) began at N - 3
+    assert report.replicas[0].terms == [{"term": 1, "first": 0, "last": N - 1, "entries": N}]
+    assert report.replicas[2].terms == [
+        {"term": 1, "first": 0, "last": N - 4, "entries": N - 3},
+        {"term": 2, "first": N - 3, "last": N - 1, "entries": 3}]
+    # the chart marks c's copies (the minority) as the divergent ones
+    from dledger.spark.chart import divergent_ranges
+    assert divergent_ranges(report) == {"a": [], "b": [], "c": [(N - 3, N - 1)]}
 
 
 def test_divergence_inside_the_committed_prefix_fails(dl, tmp_path, capsys):

@@ -60,6 +60,9 @@ class ReplicaSummary:
     corrupt: int
     lag: int = 0
     open_error: str | None = None
+    #: the index range of each term held intact: [{"term", "first", "last", "entries"}, ...]
+    #: in log order; a new term is a new leader (a failover or a restart)
+    terms: list = field(default_factory=list)
 
 
 @dataclass
@@ -158,42 +161,78 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
 
 def _audit(spark, F, paths, names, infos, committed_override, max_listed,
            recover) -> AuditReport:
+    from pyspark import StorageLevel
+
     n = len(paths)
     df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
           .option("recover", str(recover).lower())
           .option("replicas", ",".join(names)).load(list(paths)))
-    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+    committed = {}
+    for name, info in zip(names, infos):
+        c = committed_override if committed_override is not None else info.committed
+        committed[name] = -1 if c is None else c
+    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
 
-    # job 1: per replica and segment: counts, index range, corrupt entries (a few listed)
+    # The only scan of the stores: each entry reduced to what the comparison needs (a
+    # fingerprint of term, pos, size, magic and body CRC), kept in memory (spilling to disk)
+    # for the two aggregations below, which then run in the JVM without Python workers.
+    base = df.select(
+        "replica", "segment", "index", "term", "pos", "error",
+        ((F.col("error").isNotNull()) | (~F.col("crc_ok"))).alias("bad"),
+        F.xxhash64("term", "pos", "size", "magic", "crc").alias("fp"),
+        (F.col("index") <= cmap[F.col("replica")]).alias("in_committed"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _compare(F, base, df, n, names, paths, infos, committed, max_listed)
+    finally:
+        base.unpersist()
+
+
+def _compare(F, base, df, n, names, paths, infos, committed, max_listed) -> AuditReport:
+    bad = F.col("bad")
+    # job 1 (reads the stores, fills the cache): per replica, segment and term: counts,
+    # index range, corrupt entries (a few listed)
     corrupt_struct = F.struct("index", "pos", "error")
-    seg_rows = (df.groupBy("replica", "segment")
+    seg_rows = (base.groupBy("replica", "segment", "term")
                 .agg(F.count(F.lit(1)).alias("entries"), F.min("index").alias("first"),
                      F.max("index").alias("last"),
                      F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
                      F.slice(F.collect_list(F.when(bad, corrupt_struct)), 1, max_listed)
                      .alias("corrupt_rows"))
                 .collect())
-    committed = {}
-    for name, info in zip(names, infos):
-        c = committed_override if committed_override is not None else info.committed
-        committed[name] = -1 if c is None else c
 
     per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
                    for name in names}
-    segments, corrupt = [], []
+    by_segment: dict[tuple, dict] = {}
+    term_rows: dict[str, dict] = {name: {} for name in names}
+    corrupt = []
     for r in seg_rows:
         s = per_replica[r["replica"]]
         s["entries"] += r["entries"]
-        s["segments"] += 1
         s["corrupt"] += r["corrupt"]
         s["first"] = r["first"] if s["first"] is None else min(s["first"], r["first"])
         s["last"] = r["last"] if s["last"] is None else max(s["last"], r["last"])
-        segments.append({"replica": r["replica"], "segment": r["segment"], "entries": r["entries"],
-                         "first": r["first"], "last": r["last"], "corrupt": r["corrupt"]})
+        key = (r["replica"], r["segment"])
+        seg = by_segment.setdefault(key, {"replica": r["replica"], "segment": r["segment"],
+                                          "entries": 0, "first": r["first"], "last": r["last"],
+                                          "corrupt": 0})
+        seg["entries"] += r["entries"]
+        seg["corrupt"] += r["corrupt"]
+        seg["first"], seg["last"] = min(seg["first"], r["first"]), max(seg["last"], r["last"])
+        if r["term"] is not None and r["entries"] > r["corrupt"]:
+            t = term_rows[r["replica"]].setdefault(
+                r["term"], {"term": r["term"], "first": r["first"], "last": r["last"],
+                            "entries": 0})
+            t["entries"] += r["entries"] - r["corrupt"]
+            t["first"], t["last"] = min(t["first"], r["first"]), max(t["last"], r["last"])
         for c in r["corrupt_rows"]:
             corrupt.append({"replica": r["replica"], "segment": r["segment"], "index": c["index"],
                             "pos": c["pos"], "error": c["error"]})
-    segments.sort(key=lambda s: (s["replica"], s["segment"]))
+    for (replica, _), seg in by_segment.items():
+        per_replica[replica]["segments"] += 1
+    segments = sorted(by_segment.values(), key=lambda s: (s["replica"], s["segment"]))
+    terms = {name: sorted(rows.values(), key=lambda t: t["first"])
+             for name, rows in term_rows.items()}
     corrupt.sort(key=lambda c: (c["index"], c["replica"]))
     corrupt_count = sum(s["corrupt"] for s in per_replica.values())
 
@@ -202,11 +241,10 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     lo = max(firsts) if len(firsts) == n else 0
     hi_common = min(lasts)
 
-    # job 2: per index, compare the intact copies (fingerprint of term, pos, size, magic, crc)
-    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
-    fp = F.xxhash64("term", "pos", "size", "magic", "crc")
-    in_committed = F.col("index") <= cmap[F.col("replica")]
-    per_index = (df.where(~bad)
+    # job 2 (from the cache): per index, compare the fingerprints of the intact copies
+    fp = F.col("fp")
+    in_committed = F.col("in_committed")
+    per_index = (base.where(~bad)
                  .groupBy("index")
                  .agg(F.min(fp).alias("fp_lo"), F.max(fp).alias("fp_hi"),
                       F.count(F.lit(1)).alias("copies"),
@@ -254,7 +292,9 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
             last_term=info.end_term, committed=committed[name], entries=s["entries"],
             segments=s["segments"], corrupt=s["corrupt"],
             lag=max_last - (s["last"] if s["last"] is not None else -1),
-            open_error=info.error))
+            open_error=info.error, terms=terms[name]))
+        if summaries[-1].last_term is None and terms[name]:
+            summaries[-1].last_term = terms[name][-1]["term"]
     lagging = [{"replica": s.replica, "last": s.last, "behind": s.lag}
                for s in summaries if s.lag > 0]
     committed_index = max(committed.values())
