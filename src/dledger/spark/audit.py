@@ -84,6 +84,10 @@ class AuditReport:
     verdict: str
     exit_code: int
     seconds: float = 0.0
+    #: where the time went, in seconds: opening the stores (driver side), the Spark session,
+    #: the scan with the per-segment job, the per-index comparison, the divergent detail, the
+    #: chart and JSON
+    timings: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -115,6 +119,9 @@ class AuditReport:
                              f"(segment {segment_name(c['segment'])}): {c['error'] or 'body CRC mismatch'}")
         for k, v in self.outputs.items():
             lines.append(f"  {k}: {v}")
+        if self.timings:
+            laps = ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items())
+            lines.append(f"  time: {laps} (total {self.seconds:.1f} s)")
         return lines
 
 
@@ -134,35 +141,58 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     if len(set(names)) != len(names):
         raise ValueError(f"replica names must differ: {names}")
     infos = [scan.store_info(p, n, recover=recover) for p, n in zip(paths, names)]
+    clock = _Clock(t0)
+    clock.mark("open stores")
     owned = False
     if spark is None:
         spark, owned = get_session(master, "dledger-audit")
     else:
         from dledger.spark import register
         register(spark)
+    clock.mark("session")
     try:
-        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover)
+        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover, clock)
     finally:
         if owned:
             spark.stop()
-    report.seconds = round(time.perf_counter() - t0, 3)
+    clock.mark("stop session" if owned else "cleanup")
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         png = os.path.join(out_dir, "audit.png")
         json_path = os.path.join(out_dir, "audit.json")
         from dledger.spark.chart import draw_audit_chart
         draw_audit_chart(report, png)
+        clock.mark("chart")
         report.outputs = {"json": json_path, "chart": png}
         with open(json_path, "w") as f:
             json.dump(report.to_dict(), f, indent=2)
             f.write("\n")
+        clock.mark("json")
+    report.timings = clock.laps
+    report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
-def _audit(spark, F, paths, names, infos, committed_override, max_listed,
-           recover) -> AuditReport:
-    from pyspark import StorageLevel
+#: ``grouping_id()`` of the per replica, segment and term rows (the index column is not
+#: grouped: its bit, the highest of four, is set)
+SEGMENT_SET = 8
 
+
+class _Clock:
+    """Lap times for ``AuditReport.timings``."""
+
+    def __init__(self, t0: float) -> None:
+        self.last = t0
+        self.laps: dict[str, float] = {}
+
+    def mark(self, what: str) -> None:
+        now = time.perf_counter()
+        self.laps[what] = round(self.laps.get(what, 0.0) + now - self.last, 3)
+        self.last = now
+
+
+def _audit(spark, F, paths, names, infos, committed_override, max_listed,
+           recover, clock) -> AuditReport:
     n = len(paths)
     df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
           .option("recover", str(recover).lower())
@@ -172,40 +202,36 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
         c = committed_override if committed_override is not None else info.committed
         committed[name] = -1 if c is None else c
     cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
+    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+    fp = F.xxhash64("term", "pos", "size", "magic", "crc")   # what is compared per entry
+    intact_fp = F.when(~bad, fp)
+    committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
 
-    # The only scan of the stores: each entry reduced to what the comparison needs (a
-    # fingerprint of term, pos, size, magic and body CRC), kept in memory (spilling to disk)
-    # for the two aggregations below, which then run in the JVM without Python workers.
-    base = df.select(
-        "replica", "segment", "index", "term", "pos", "error",
-        ((F.col("error").isNotNull()) | (~F.col("crc_ok"))).alias("bad"),
-        F.xxhash64("term", "pos", "size", "magic", "crc").alias("fp"),
-        (F.col("index") <= cmap[F.col("replica")]).alias("in_committed"),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        return _compare(F, base, df, n, names, paths, infos, committed, max_listed)
-    finally:
-        base.unpersist()
-
-
-def _compare(F, base, df, n, names, paths, infos, committed, max_listed) -> AuditReport:
-    bad = F.col("bad")
-    # job 1 (reads the stores, fills the cache): per replica, segment and term: counts,
-    # index range, corrupt entries (a few listed)
-    corrupt_struct = F.struct("index", "pos", "error")
-    seg_rows = (base.groupBy("replica", "segment", "term")
-                .agg(F.count(F.lit(1)).alias("entries"), F.min("index").alias("first"),
-                     F.max("index").alias("last"),
-                     F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
-                     F.slice(F.collect_list(F.when(bad, corrupt_struct)), 1, max_listed)
-                     .alias("corrupt_rows"))
-                .collect())
+    # The one scan of the stores and the one shuffle: a single aggregation with two grouping
+    # sets, per index (the copies' fingerprints) and per replica, segment and term (counts,
+    # index ranges, damage). What the rest of the audit needs is small: the segment rows and
+    # the indexes where the copies differ or some replica lacks an intact copy. That is
+    # checkpointed in the JVM; the jobs after it never go back to the stores or to Python.
+    agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
+                           "index", "replica", "segment", "term")
+           .agg(F.grouping_id().alias("gid"),
+                F.count(F.lit(1)).alias("entries"),
+                F.min("index").alias("first"), F.max("index").alias("last"),
+                F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
+                F.count(intact_fp).alias("copies"),
+                F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
+                F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
+    per_segment = F.col("gid") == SEGMENT_SET
+    differ = F.col("fp_lo") != F.col("fp_hi")
+    short = (F.col("copies") < n) & (F.col("copies") > 0)
+    kept = agg.where(per_segment | differ | short).localCheckpoint(eager=True)
+    clock.mark("scan and aggregation")
+    seg_rows = kept.where(per_segment).collect()
 
     per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
                    for name in names}
     by_segment: dict[tuple, dict] = {}
     term_rows: dict[str, dict] = {name: {} for name in names}
-    corrupt = []
     for r in seg_rows:
         s = per_replica[r["replica"]]
         s["entries"] += r["entries"]
@@ -219,52 +245,45 @@ def _compare(F, base, df, n, names, paths, infos, committed, max_listed) -> Audi
         seg["entries"] += r["entries"]
         seg["corrupt"] += r["corrupt"]
         seg["first"], seg["last"] = min(seg["first"], r["first"]), max(seg["last"], r["last"])
-        if r["term"] is not None and r["entries"] > r["corrupt"]:
+        if r["term"] is not None and r["copies"]:
             t = term_rows[r["replica"]].setdefault(
                 r["term"], {"term": r["term"], "first": r["first"], "last": r["last"],
                             "entries": 0})
-            t["entries"] += r["entries"] - r["corrupt"]
+            t["entries"] += r["copies"]
             t["first"], t["last"] = min(t["first"], r["first"]), max(t["last"], r["last"])
-        for c in r["corrupt_rows"]:
-            corrupt.append({"replica": r["replica"], "segment": r["segment"], "index": c["index"],
-                            "pos": c["pos"], "error": c["error"]})
     for (replica, _), seg in by_segment.items():
         per_replica[replica]["segments"] += 1
     segments = sorted(by_segment.values(), key=lambda s: (s["replica"], s["segment"]))
     terms = {name: sorted(rows.values(), key=lambda t: t["first"])
              for name, rows in term_rows.items()}
-    corrupt.sort(key=lambda c: (c["index"], c["replica"]))
     corrupt_count = sum(s["corrupt"] for s in per_replica.values())
+    corrupt = []
+    if corrupt_count:   # damage is rare: list it with a second scan only when there is some
+        rows = (df.where(bad).select("replica", "segment", "index", "pos", "error")
+                .orderBy("index", "replica").limit(max_listed).collect())
+        corrupt = [{"replica": r["replica"], "segment": r["segment"], "index": r["index"],
+                    "pos": r["pos"], "error": r["error"]} for r in rows]
+    clock.mark("segments and damage")
 
     firsts = [s["first"] for s in per_replica.values() if s["first"] is not None]
     lasts = [s["last"] if s["last"] is not None else -1 for s in per_replica.values()]
     lo = max(firsts) if len(firsts) == n else 0
     hi_common = min(lasts)
 
-    # job 2 (from the cache): per index, compare the fingerprints of the intact copies
-    fp = F.col("fp")
-    in_committed = F.col("in_committed")
-    per_index = (base.where(~bad)
-                 .groupBy("index")
-                 .agg(F.min(fp).alias("fp_lo"), F.max(fp).alias("fp_hi"),
-                      F.count(F.lit(1)).alias("copies"),
-                      F.min(F.when(in_committed, fp)).alias("cfp_lo"),
-                      F.max(F.when(in_committed, fp)).alias("cfp_hi")))
-    flagged = per_index.where((F.col("fp_lo") != F.col("fp_hi"))
-                              | ((F.col("copies") < n) & F.col("index").between(lo, hi_common)))
-    flagged = flagged.localCheckpoint(eager=True)
-    div = flagged.where(F.col("fp_lo") != F.col("fp_hi"))
+    flagged = kept.where(~per_segment)
+    div = flagged.where(differ)
     violation = F.col("cfp_lo") != F.col("cfp_hi")
+    gap = short & F.col("index").between(lo, hi_common)
     stats = flagged.agg(
-        F.sum(F.when(F.col("fp_lo") != F.col("fp_hi"), 1).otherwise(0)).alias("div"),
-        F.min(F.when(F.col("fp_lo") != F.col("fp_hi"), F.col("index"))).alias("div_first"),
+        F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
+        F.min(F.when(differ, F.col("index"))).alias("div_first"),
         F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
         F.min(F.when(violation, F.col("index"))).alias("viol_first"),
-        F.sum(F.when((F.col("copies") < n) & F.col("index").between(lo, hi_common), 1)
-              .otherwise(0)).alias("gaps")).first()
+        F.sum(F.when(gap, 1).otherwise(0)).alias("gaps")).first()
     divergent_count = int(stats["div"] or 0)
     first_rows = div.select("index", violation.alias("v")).orderBy("index").limit(max_listed)
     listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
+    clock.mark("per-index comparison")
     divergent = []
     if listed:
         idx = [i for i, _ in listed]
@@ -283,6 +302,7 @@ def _compare(F, base, df, n, names, paths, infos, committed, max_listed) -> Audi
             copies = sorted(by_index.get(i, []), key=lambda c: c["replica"])
             divergent.append({"index": i, "inside_committed_prefix": v, "copies": copies})
 
+    clock.mark("divergent detail")
     max_last = max(lasts)
     summaries = []
     for name, path, info in zip(names, paths, infos):

@@ -83,7 +83,7 @@ def draw_audit_chart(report, path: str) -> str:
         note = f"{r.lag} behind" if r.lag else "longest"
         if r.open_error:
             note += ", store refused to open"
-        ax.text(hi + span * 0.01, y, note, va="center", fontsize=8)
+        ax.text(hi + span * 0.02, y, note, va="center", fontsize=8)
         for a, b in div.get(r.replica, []):
             ax.broken_barh([(a, max(min_w, b - a + 1))], (y + 0.32, 0.12), facecolors="red")
             ax.plot(a, y + 0.38, marker="x", color="red", markersize=9, markeredgewidth=2)
