@@ -9,7 +9,9 @@ Writes a log of at least ``--gb`` GiB with DLedgerMmapFileStore (bodies of 50-15
   reader uses, per record, no Spark), in the same run; the ratio is Spark's entries/s over the loop's;
 - the scan engine alone (``dledger.spark.scan``, one process, no Spark), to show where time goes;
 - the audit of 3 replicas x ``--audit-entries`` entries (``run_audit`` on a running session;
-  the session start is reported apart).
+  the session start is reported apart);
+- ``dledger audit`` run from the shell on 3 replicas x ``--cold-audit-entries`` entries, in a
+  new process (JVM start included), with its own breakdown (the report's ``time:`` line).
 
 Each scan is run ``--repeat`` times and the best is reported. Everything generated is deleted at
 the end. Prints one table of figures, with the machine and the command.
@@ -98,6 +100,30 @@ def plain_python_decode(store_dir: str) -> tuple[int, int]:
     return n, total
 
 
+def cold_audit(root: str, entries: int, fig) -> None:
+    """``dledger audit`` of 3 replicas as a user runs it: a new process, its own session."""
+    t = time.perf_counter()
+    a = os.path.join(root, "cold", "dledger-n0")
+    write_log(a, 1 << 62, 64 * 2**20, seed=3, max_entries=entries)
+    for name in ("dledger-n1", "dledger-n2"):
+        shutil.copytree(a, os.path.join(root, "cold", name))
+    paths = [os.path.join(root, "cold", f"dledger-n{i}") for i in range(3)]
+    fig("cold audit replicas", f"3 x {entries:,} entries (written in "
+                               f"{time.perf_counter() - t:.1f} s)")
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "dledger.cli", "audit", *paths,
+                           "--out", os.path.join(root, "cold", "out")],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    secs = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"dledger audit failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    laps = next((ln.strip() for ln in proc.stdout.splitlines() if ln.strip().startswith("time:")),
+                "")
+    fig("`dledger audit` from the shell, 3 replicas, local[*] (new process, JVM start "
+        "included)", f"{secs:.1f} s wall; {laps}")
+    shutil.rmtree(os.path.join(root, "cold"))
+
+
 def best(fn, repeat: int) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeat):
@@ -112,6 +138,9 @@ def main() -> int:
     ap.add_argument("--gb", type=float, default=1.05, help="size of the scanned log in GiB")
     ap.add_argument("--segment-mb", type=int, default=128, help="data segment size in MiB")
     ap.add_argument("--audit-entries", type=int, default=1_000_000)
+    ap.add_argument("--cold-audit-entries", type=int, default=200_000,
+                    help="entries per replica of the `dledger audit` run from the shell "
+                         "(a new process: JVM start included); 0 skips it")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--repeat", type=int, default=3)
@@ -217,6 +246,10 @@ def main() -> int:
         fig("audit, 3 replicas (session already running)",
             f"{secs:.2f} s, verdict {report.verdict}")
         spark.stop()
+        shutil.rmtree(os.path.join(root, "audit"))
+
+        if args.cold_audit_entries:
+            cold_audit(root, args.cold_audit_entries, fig)
 
         print("load average at end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         print("\nfigures")

@@ -19,14 +19,50 @@ import argparse
 import sys
 
 
-def _cmd_read_file(args: argparse.Namespace) -> int:
+def _open_for(command: str, path: str):
+    """Open a store read-only for ``read-file``/``verify``; a missing or foreign directory
+    raises ``_Exit(2)`` after one line on stderr."""
+    from dledger.errors import StoreLayoutError
     from dledger.store import open_store
 
-    with open_store(args.path) as store:
-        print(f"# {store.store_dir}: begin {store.ledger_before_begin_index + 1}, end "
-              f"{store.ledger_end_index}, term {store.ledger_end_term}, current term {store.current_term}")
-        lo = args.begin if args.begin is not None else store.ledger_before_begin_index + 1
-        hi = min(store.ledger_end_index, lo + args.limit - 1)
+    try:
+        return open_store(path)
+    except (StoreLayoutError, OSError) as exc:
+        print(f"dledger {command}: error: {exc}", file=sys.stderr)
+        raise _Exit(2) from None
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _cmd_read_file(args: argparse.Namespace) -> int:
+    from dledger.errors import DLedgerError
+
+    if args.limit < 1:
+        print(f"dledger read-file: error: --limit must be at least 1, got {args.limit}",
+              file=sys.stderr)
+        return 2
+    try:
+        store = _open_for("read-file", args.path)
+    except _Exit as exc:
+        return exc.code
+    except DLedgerError as exc:         # damage the store's recovery refuses
+        print(f"dledger read-file: error: {exc}", file=sys.stderr)
+        return 2
+    with store:
+        first, last = store.ledger_before_begin_index + 1, store.ledger_end_index
+        print(f"# {store.store_dir}: begin {first}, end "
+              f"{last}, term {store.ledger_end_term}, current term {store.current_term}")
+        lo = args.begin if args.begin is not None else first
+        if args.begin is not None and not first <= lo <= last:
+            held = f"entries {first}..{last}" if last >= first else "no entries"
+            print(f"dledger read-file: error: --begin {lo} is outside the log ({held})",
+                  file=sys.stderr)
+            return 2
+        hi = min(last, lo + args.limit - 1)
         for entry in store.iter_entries(lo, hi):
             body = entry.body[:args.body_bytes]
             print(f"{entry.index}\tterm={entry.term}\tpos={entry.pos}\tmagic={entry.magic}\t"
@@ -35,10 +71,17 @@ def _cmd_read_file(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from dledger.errors import DLedgerError
     from dledger.progress import Progress
-    from dledger.store import open_store
 
-    with open_store(args.path) as store:
+    try:
+        store = _open_for("verify", args.path)
+    except _Exit as exc:
+        return exc.code
+    except DLedgerError as exc:         # damage the store's recovery refuses: that is damage
+        print(f"CORRUPT: the store does not open: {exc}")
+        return 1
+    with store:
         total = store.ledger_end_index - store.ledger_before_begin_index
         with Progress(total, "verify", unit="entries") as bar:
             first = store.ledger_before_begin_index + 1
@@ -56,11 +99,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    try:
-        from dledger.spark.audit import main as audit_main
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        print(f"the audit needs the spark extra (pip install 'dledger[spark]'): {exc}", file=sys.stderr)
-        return 2
+    from dledger.spark.audit_cli import main as audit_main   # no pyspark import until it runs
+
     return audit_main(args.rest)
 
 
@@ -88,18 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the Spark replica audit at the end")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("read-file", help="print the entries of a store directory")
+    p = sub.add_parser("read-file", help="print the entries of a store directory",
+                       epilog="example: dledger read-file /data/dledger-n0 --begin 1000 --limit 5; "
+                              "exit 2 for a directory that is not a store or a --begin outside "
+                              "the log")
     p.add_argument("path")
-    p.add_argument("--begin", type=int, default=None)
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--body-bytes", type=int, default=32)
+    p.add_argument("--begin", type=int, default=None, help="first index to print (default: the first)")
+    p.add_argument("--limit", type=int, default=20, help="how many entries (default 20)")
+    p.add_argument("--body-bytes", type=int, default=32, help="body bytes shown per entry")
     p.set_defaults(func=_cmd_read_file)
 
-    p = sub.add_parser("verify", help="check every entry of a store directory")
+    p = sub.add_parser("verify", help="check every entry of a store directory",
+                       epilog="example: dledger verify /data/dledger-n0; exit 0 sound, 1 damage "
+                              "found, 2 not a store")
     p.add_argument("path")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("audit", help="compare replicas with a Spark job", add_help=False)
+    # its own parser (dledger.spark.audit_cli): options go before or after the paths
+    p = sub.add_parser("audit", help="compare replicas with a Spark job (dledger audit --help)",
+                       add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_audit)
 
@@ -131,6 +178,9 @@ def _guarded(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["audit"]:
+        return _cmd_audit(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("node", "append", "get", "status", "transfer-leader", "bench"):

@@ -62,3 +62,21 @@ def test_format_dledger_works_without_register(unregistered, tmp_path):
     store = write_store(str(tmp_path / "dledger-n0"), bodies(30))
     rows = unregistered.read.format("dledger").load(store).select("index").collect()
     assert sorted(r["index"] for r in rows) == list(range(30))
+
+
+def test_format_dledger_works_in_a_session_with_pushdown_off(unregistered, tmp_path):
+    # Spark's default: spark.sql.python.filterPushdown.enabled is false, and Spark refuses
+    # every read of a reader that defines pushFilters (DATA_SOURCE_PUSHDOWN_DISABLED)
+    from dledger.spark import PUSHDOWN_CONF
+
+    unregistered.conf.set(PUSHDOWN_CONF, "false")
+    store = write_store(str(tmp_path / "dledger-n0"), bodies(40))
+    df = unregistered.read.format("dledger").option("body", "false").load(store)
+    assert df.count() == 40
+    rows = df.where("index BETWEEN 10 AND 12").select("index").collect()
+    assert sorted(r["index"] for r in rows) == [10, 11, 12]
+    # the same session with pushdown on gets the pushdown reader, and the same rows
+    unregistered.conf.set(PUSHDOWN_CONF, "true")
+    rows = (unregistered.read.format("dledger").load(store).where("index BETWEEN 10 AND 12")
+            .select("index").collect())
+    assert sorted(r["index"] for r in rows) == [10, 11, 12]

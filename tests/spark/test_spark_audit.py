@@ -7,9 +7,12 @@ import os
 import pytest
 
 from dledger.entry import BODY_OFFSET
-from dledger.spark.audit import EXIT_CORRUPT, EXIT_DIVERGED, EXIT_OK, main, run_audit
+from dledger.spark.audit import (EXIT_CORRUPT, EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, EXIT_UNKNOWN,
+                                 run_audit)
+from dledger.spark.audit_cli import main
 from dledger.store import open_store
-from spark_stores import DATA_FILE_SIZE, bodies, flip_byte, write_store
+from spark_stores import (DATA_FILE_SIZE, bodies, flip_byte, java_entries, write_java_store,
+                          write_store)
 
 N = 300
 
@@ -59,6 +62,14 @@ def test_divergent_uncommitted_tail_is_reported_but_passes(dl, tmp_path):
     assert report.common_prefix_end == N - 4
     assert report.common_committed_prefix_end == N - 10
     assert report.exit_code == EXIT_OK
+    # each replica's index range per term: c's new leader (term 2) began at N - 3
+    assert report.replicas[0].terms == [{"term": 1, "first": 0, "last": N - 1, "entries": N}]
+    assert report.replicas[2].terms == [
+        {"term": 1, "first": 0, "last": N - 4, "entries": N - 3},
+        {"term": 2, "first": N - 3, "last": N - 1, "entries": 3}]
+    # the chart marks c's copies (the minority) as the divergent ones
+    from dledger.spark.chart import divergent_ranges
+    assert divergent_ranges(report) == {"a": [], "b": [], "c": [(N - 3, N - 1)]}
 
 
 def test_divergence_inside_the_committed_prefix_fails(dl, tmp_path, capsys):
@@ -110,3 +121,51 @@ def test_cli_audit_subcommand_runs_the_job(dl, tmp_path, capsys):
 def test_audit_needs_two_replicas(tmp_path):
     with pytest.raises(ValueError, match="at least two"):
         run_audit([str(tmp_path)])
+
+
+def java_replicas(tmp_path, tail=3, n=60):
+    """Two Java DLedger stores (no checkpoint); b's last ``tail`` entries differ (term 3)."""
+    entries = java_entries(n)
+    other = entries[:n - tail] + [(1, 3, bytes([i]) * 20) for i in range(tail)]
+    a, b = str(tmp_path / "ja"), str(tmp_path / "jb")
+    write_java_store(a, entries)
+    write_java_store(b, other, current_term=3)
+    return [a, b]
+
+
+def test_divergence_without_any_known_commit_point_is_unknown(dl, tmp_path, capsys):
+    paths = java_replicas(tmp_path)
+    report = run_audit(paths, spark=dl)
+    assert [r.committed for r in report.replicas] == [-1, -1]
+    assert report.divergent_count == 3 and report.divergent_first == 57
+    assert report.exit_code == EXIT_UNKNOWN
+    assert report.verdict.startswith("UNKNOWN: 3 entries differ from index 57")
+    assert main([*paths, "--out", str(tmp_path / "o")]) == EXIT_UNKNOWN
+    assert "no replica knows its committed index" in capsys.readouterr().out
+    # a committed index settles it either way
+    assert run_audit(paths, spark=dl, committed=56).exit_code == EXIT_OK
+    assert run_audit(paths, spark=dl, committed=57).exit_code == EXIT_DIVERGED
+
+
+def test_identical_stores_without_commit_points_are_ok(dl, tmp_path):
+    paths = java_replicas(tmp_path, tail=0)
+    report = run_audit(paths, spark=dl)
+    assert report.divergent_count == 0 and report.exit_code == EXIT_OK
+
+
+def test_a_spark_failure_is_one_line_and_exit_2(tmp_path):
+    # a fresh process whose JVM cannot start (a wrong JAVA_HOME): Spark fails, not the stores
+    import subprocess
+    import sys
+
+    paths = replicas(tmp_path)
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java"),
+               PYTHONPATH=os.path.abspath(src))
+    proc = subprocess.run([sys.executable, "-m", "dledger.cli", "audit", *paths,
+                           "--out", str(tmp_path / "o")], env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == EXIT_ERROR, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dledger audit")]
+    assert len(lines) == 1 and "Spark failed" in lines[0] and "JAVA_GATEWAY_EXITED" in lines[0]
+    assert "Traceback" not in proc.stderr

@@ -1,7 +1,7 @@
 """The replica audit: compare the logs of several replicas entry by entry with a Spark job.
 
-``run_audit(paths, ...) -> AuditReport`` and the command ``dledger audit <dir> <dir> ...``
-(``main(argv)``; options ``--master``, ``--out``, ``--committed``).
+``run_audit(paths, ...) -> AuditReport``; the command ``dledger audit <dir> <dir> ...`` is
+``dledger.spark.audit_cli``.
 
 What is compared: every intact entry's (term, pos, size, magic, CRC-32 of the body as read);
 the CRC is recomputed, so bodies are compared even in Java-written stores, whose stored
@@ -16,8 +16,9 @@ What is reported (``AuditReport``):
 - divergent entries (replicas hold different entries at one index) and gaps (an index inside
   every replica's range that some replica does not hold intact);
 - the verdict and exit code: 1 when replicas that all count an index as committed hold different
-  entries there (a safety violation: committed entries never change); else 3 when some entry
-  is corrupt; else 0. A lagging replica or a divergent uncommitted tail is normal Raft life
+  entries there (a safety violation: committed entries never change); else 4 (unknown) when
+  replicas differ and no replica knows its committed index (no checkpoint, as in Java
+  stores); else 3 when some entry is corrupt; else 0. A lagging replica or a divergent uncommitted tail is normal Raft life
   (the leader repairs it) and is reported without failing the audit.
 
 The rule for "committed": a replica counts index ``i`` as committed when ``i`` is at or below
@@ -31,19 +32,16 @@ divergence and corruption markers) in ``out_dir``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 from dledger.entry import segment_name
 from dledger.spark import scan
 
-EXIT_OK = 0
-EXIT_DIVERGED = 1
-EXIT_CORRUPT = 3
+from dledger.spark.exit_codes import (EXIT_CORRUPT, EXIT_DIVERGED, EXIT_ERROR,  # noqa: F401
+                                      EXIT_OK, EXIT_UNKNOWN)
 
 #: how many divergent / corrupt entries are listed in detail
 MAX_LISTED = 100
@@ -62,6 +60,9 @@ class ReplicaSummary:
     corrupt: int
     lag: int = 0
     open_error: str | None = None
+    #: the index range of each term held intact: [{"term", "first", "last", "entries"}, ...]
+    #: in log order; a new term is a new leader (a failover or a restart)
+    terms: list = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +84,10 @@ class AuditReport:
     verdict: str
     exit_code: int
     seconds: float = 0.0
+    #: where the time went, in seconds: opening the stores (driver side), the Spark session,
+    #: the scan with the per-segment job, the per-index comparison, the divergent detail, the
+    #: chart and JSON
+    timings: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -114,6 +119,9 @@ class AuditReport:
                              f"(segment {segment_name(c['segment'])}): {c['error'] or 'body CRC mismatch'}")
         for k, v in self.outputs.items():
             lines.append(f"  {k}: {v}")
+        if self.timings:
+            laps = ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items())
+            lines.append(f"  time: {laps} (total {self.seconds:.1f} s)")
         return lines
 
 
@@ -133,102 +141,149 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     if len(set(names)) != len(names):
         raise ValueError(f"replica names must differ: {names}")
     infos = [scan.store_info(p, n, recover=recover) for p, n in zip(paths, names)]
+    clock = _Clock(t0)
+    clock.mark("open stores")
     owned = False
     if spark is None:
         spark, owned = get_session(master, "dledger-audit")
     else:
         from dledger.spark import register
         register(spark)
+    clock.mark("session")
     try:
-        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover)
+        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover, clock)
     finally:
         if owned:
             spark.stop()
-    report.seconds = round(time.perf_counter() - t0, 3)
+    clock.mark("stop session" if owned else "cleanup")
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         png = os.path.join(out_dir, "audit.png")
         json_path = os.path.join(out_dir, "audit.json")
         from dledger.spark.chart import draw_audit_chart
         draw_audit_chart(report, png)
+        clock.mark("chart")
         report.outputs = {"json": json_path, "chart": png}
         with open(json_path, "w") as f:
             json.dump(report.to_dict(), f, indent=2)
             f.write("\n")
+        clock.mark("json")
+    report.timings = clock.laps
+    report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
+#: ``grouping_id()`` of the per replica, segment and term rows (the index column is not
+#: grouped: its bit, the highest of four, is set)
+SEGMENT_SET = 8
+
+
+class _Clock:
+    """Lap times for ``AuditReport.timings``."""
+
+    def __init__(self, t0: float) -> None:
+        self.last = t0
+        self.laps: dict[str, float] = {}
+
+    def mark(self, what: str) -> None:
+        now = time.perf_counter()
+        self.laps[what] = round(self.laps.get(what, 0.0) + now - self.last, 3)
+        self.last = now
+
+
 def _audit(spark, F, paths, names, infos, committed_override, max_listed,
-           recover) -> AuditReport:
+           recover, clock) -> AuditReport:
     n = len(paths)
     df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
           .option("recover", str(recover).lower())
           .option("replicas", ",".join(names)).load(list(paths)))
-    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
-
-    # job 1: per replica and segment: counts, index range, corrupt entries (a few listed)
-    corrupt_struct = F.struct("index", "pos", "error")
-    seg_rows = (df.groupBy("replica", "segment")
-                .agg(F.count(F.lit(1)).alias("entries"), F.min("index").alias("first"),
-                     F.max("index").alias("last"),
-                     F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
-                     F.slice(F.collect_list(F.when(bad, corrupt_struct)), 1, max_listed)
-                     .alias("corrupt_rows"))
-                .collect())
     committed = {}
     for name, info in zip(names, infos):
         c = committed_override if committed_override is not None else info.committed
         committed[name] = -1 if c is None else c
+    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
+    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+    fp = F.xxhash64("term", "pos", "size", "magic", "crc")   # what is compared per entry
+    intact_fp = F.when(~bad, fp)
+    committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
+
+    # The one scan of the stores and the one shuffle: a single aggregation with two grouping
+    # sets, per index (the copies' fingerprints) and per replica, segment and term (counts,
+    # index ranges, damage). What the rest of the audit needs is small: the segment rows and
+    # the indexes where the copies differ or some replica lacks an intact copy. That is
+    # checkpointed in the JVM; the jobs after it never go back to the stores or to Python.
+    agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
+                           "index", "replica", "segment", "term")
+           .agg(F.grouping_id().alias("gid"),
+                F.count(F.lit(1)).alias("entries"),
+                F.min("index").alias("first"), F.max("index").alias("last"),
+                F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
+                F.count(intact_fp).alias("copies"),
+                F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
+                F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
+    per_segment = F.col("gid") == SEGMENT_SET
+    differ = F.col("fp_lo") != F.col("fp_hi")
+    short = (F.col("copies") < n) & (F.col("copies") > 0)
+    kept = agg.where(per_segment | differ | short).localCheckpoint(eager=True)
+    clock.mark("scan and aggregation")
+    seg_rows = kept.where(per_segment).collect()
 
     per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
                    for name in names}
-    segments, corrupt = [], []
+    by_segment: dict[tuple, dict] = {}
+    term_rows: dict[str, dict] = {name: {} for name in names}
     for r in seg_rows:
         s = per_replica[r["replica"]]
         s["entries"] += r["entries"]
-        s["segments"] += 1
         s["corrupt"] += r["corrupt"]
         s["first"] = r["first"] if s["first"] is None else min(s["first"], r["first"])
         s["last"] = r["last"] if s["last"] is None else max(s["last"], r["last"])
-        segments.append({"replica": r["replica"], "segment": r["segment"], "entries": r["entries"],
-                         "first": r["first"], "last": r["last"], "corrupt": r["corrupt"]})
-        for c in r["corrupt_rows"]:
-            corrupt.append({"replica": r["replica"], "segment": r["segment"], "index": c["index"],
-                            "pos": c["pos"], "error": c["error"]})
-    segments.sort(key=lambda s: (s["replica"], s["segment"]))
-    corrupt.sort(key=lambda c: (c["index"], c["replica"]))
+        key = (r["replica"], r["segment"])
+        seg = by_segment.setdefault(key, {"replica": r["replica"], "segment": r["segment"],
+                                          "entries": 0, "first": r["first"], "last": r["last"],
+                                          "corrupt": 0})
+        seg["entries"] += r["entries"]
+        seg["corrupt"] += r["corrupt"]
+        seg["first"], seg["last"] = min(seg["first"], r["first"]), max(seg["last"], r["last"])
+        if r["term"] is not None and r["copies"]:
+            t = term_rows[r["replica"]].setdefault(
+                r["term"], {"term": r["term"], "first": r["first"], "last": r["last"],
+                            "entries": 0})
+            t["entries"] += r["copies"]
+            t["first"], t["last"] = min(t["first"], r["first"]), max(t["last"], r["last"])
+    for (replica, _), seg in by_segment.items():
+        per_replica[replica]["segments"] += 1
+    segments = sorted(by_segment.values(), key=lambda s: (s["replica"], s["segment"]))
+    terms = {name: sorted(rows.values(), key=lambda t: t["first"])
+             for name, rows in term_rows.items()}
     corrupt_count = sum(s["corrupt"] for s in per_replica.values())
+    corrupt = []
+    if corrupt_count:   # damage is rare: list it with a second scan only when there is some
+        rows = (df.where(bad).select("replica", "segment", "index", "pos", "error")
+                .orderBy("index", "replica").limit(max_listed).collect())
+        corrupt = [{"replica": r["replica"], "segment": r["segment"], "index": r["index"],
+                    "pos": r["pos"], "error": r["error"]} for r in rows]
+    clock.mark("segments and damage")
 
     firsts = [s["first"] for s in per_replica.values() if s["first"] is not None]
     lasts = [s["last"] if s["last"] is not None else -1 for s in per_replica.values()]
     lo = max(firsts) if len(firsts) == n else 0
     hi_common = min(lasts)
 
-    # job 2: per index, compare the intact copies (fingerprint of term, pos, size, magic, crc)
-    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
-    fp = F.xxhash64("term", "pos", "size", "magic", "crc")
-    in_committed = F.col("index") <= cmap[F.col("replica")]
-    per_index = (df.where(~bad)
-                 .groupBy("index")
-                 .agg(F.min(fp).alias("fp_lo"), F.max(fp).alias("fp_hi"),
-                      F.count(F.lit(1)).alias("copies"),
-                      F.min(F.when(in_committed, fp)).alias("cfp_lo"),
-                      F.max(F.when(in_committed, fp)).alias("cfp_hi")))
-    flagged = per_index.where((F.col("fp_lo") != F.col("fp_hi"))
-                              | ((F.col("copies") < n) & F.col("index").between(lo, hi_common)))
-    flagged = flagged.localCheckpoint(eager=True)
-    div = flagged.where(F.col("fp_lo") != F.col("fp_hi"))
+    flagged = kept.where(~per_segment)
+    div = flagged.where(differ)
     violation = F.col("cfp_lo") != F.col("cfp_hi")
+    gap = short & F.col("index").between(lo, hi_common)
     stats = flagged.agg(
-        F.sum(F.when(F.col("fp_lo") != F.col("fp_hi"), 1).otherwise(0)).alias("div"),
-        F.min(F.when(F.col("fp_lo") != F.col("fp_hi"), F.col("index"))).alias("div_first"),
+        F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
+        F.min(F.when(differ, F.col("index"))).alias("div_first"),
         F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
         F.min(F.when(violation, F.col("index"))).alias("viol_first"),
-        F.sum(F.when((F.col("copies") < n) & F.col("index").between(lo, hi_common), 1)
-              .otherwise(0)).alias("gaps")).first()
+        F.sum(F.when(gap, 1).otherwise(0)).alias("gaps")).first()
     divergent_count = int(stats["div"] or 0)
     first_rows = div.select("index", violation.alias("v")).orderBy("index").limit(max_listed)
     listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
+    clock.mark("per-index comparison")
     divergent = []
     if listed:
         idx = [i for i, _ in listed]
@@ -247,6 +302,7 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
             copies = sorted(by_index.get(i, []), key=lambda c: c["replica"])
             divergent.append({"index": i, "inside_committed_prefix": v, "copies": copies})
 
+    clock.mark("divergent detail")
     max_last = max(lasts)
     summaries = []
     for name, path, info in zip(names, paths, infos):
@@ -256,7 +312,9 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
             last_term=info.end_term, committed=committed[name], entries=s["entries"],
             segments=s["segments"], corrupt=s["corrupt"],
             lag=max_last - (s["last"] if s["last"] is not None else -1),
-            open_error=info.error))
+            open_error=info.error, terms=terms[name]))
+        if summaries[-1].last_term is None and terms[name]:
+            summaries[-1].last_term = terms[name][-1]["term"]
     lagging = [{"replica": s.replica, "last": s.last, "behind": s.lag}
                for s in summaries if s.lag > 0]
     committed_index = max(committed.values())
@@ -267,6 +325,12 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     if viol:
         verdict, code = (f"DIVERGED: {viol} entries differ inside the committed prefix "
                          f"(first at index {stats['viol_first']})"), EXIT_DIVERGED
+    elif divergent_count and committed_index < 0:
+        verdict, code = (f"UNKNOWN: {divergent_count} entries differ from index "
+                         f"{stats['div_first']} and no replica knows its committed index "
+                         f"(no checkpoint); pass --committed N to decide"
+                         + (f"; {corrupt_count} damaged entries" if corrupt_count else "")
+                         ), EXIT_UNKNOWN
     elif corrupt_count:
         verdict, code = f"CORRUPT: {corrupt_count} damaged entries", EXIT_CORRUPT
     else:
@@ -284,49 +348,3 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
         divergent=divergent, gap_count=int(stats["gaps"] or 0), lagging=lagging,
         corrupt_count=corrupt_count, corrupt=corrupt[:max_listed], segments=segments,
         verdict=verdict, exit_code=code)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dledger audit",
-                                description="Compare the logs of several replicas with Spark.")
-    p.add_argument("paths", nargs="+", help="store directories, one per replica (at least two)")
-    p.add_argument("--master", default=None,
-                   help="local[*] (default), spark://host:7077, or sc://host:15002 (Spark Connect)")
-    p.add_argument("--out", default="dledger-audit",
-                   help="directory for audit.json and audit.png (default: ./dledger-audit)")
-    p.add_argument("--committed", type=int, default=None,
-                   help="treat this index as committed on every replica (default: each "
-                        "replica's checkpoint)")
-    p.add_argument("--names", default=None, help="comma-separated replica names, in path order")
-    p.add_argument("--no-recover", action="store_true",
-                   help="skip each store's read-only recovery (faster on big stores without a "
-                        "checkpoint, such as Java's; a torn tail then shows up as corrupt)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    import warnings
-
-    # PySpark 4.3 warns about pandas >= 3 on import; the audit does not use pandas
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    args = build_parser().parse_args(argv)
-    names = [x.strip() for x in args.names.split(",")] if args.names else None
-    try:
-        report = run_audit(args.paths, master=args.master, out_dir=args.out,
-                           committed=args.committed, names=names, recover=not args.no_recover)
-    except (ValueError, OSError) as exc:
-        print(f"dledger audit: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - a store that is not a store, a bad master URL
-        from dledger.errors import DLedgerError
-        if isinstance(exc, DLedgerError):
-            print(f"dledger audit: {exc}", file=sys.stderr)
-            return 2
-        raise
-    for line in report.summary_lines():
-        print(line)
-    return report.exit_code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

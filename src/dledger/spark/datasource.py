@@ -9,9 +9,10 @@ Options (values are strings, names are case-insensitive):
   The Data Source API has no column pruning, so this is how scans skip shipping bodies;
 - ``verify`` (default ``true``): compute the body CRC-32 (``crc``/``crc_ok``); ``false`` leaves
   both null and makes header-only scans cheaper;
-- ``pushdown`` (default ``true``): ``false`` gives a reader without ``pushFilters``, for
-  sessions where ``spark.sql.python.filterPushdown.enabled`` cannot be set (Spark refuses
-  every read of a reader that pushes filters while that conf is false);
+- ``pushdown`` (default ``true``): ``false`` gives a reader without ``pushFilters``. Not
+  needed for sessions where ``spark.sql.python.filterPushdown.enabled`` is off: Spark then
+  plans the read in a planner that refuses readers defining ``pushFilters``, and ``reader()``
+  hands that planner the plain reader by itself (``_pushdown_disabled_by_caller``);
 - ``recover`` (default ``true``): ``false`` skips the store's read-only recovery when planning
   (see ``scan.store_info``); for big stores without a checkpoint (Java's) that recovery reads
   up to three segments record by record on every query;
@@ -101,9 +102,28 @@ class DLedgerDataSource(DataSource):
         return scan.ENTRY_DDL if _flag(self.options, "body", True) else scan.HEADER_DDL
 
     def reader(self, schema) -> "DLedgerReader":
-        if _flag(self.options, "pushdown", True):
+        if _flag(self.options, "pushdown", True) and not _pushdown_disabled_by_caller():
             return DLedgerPushdownReader(self.options)
         return DLedgerReader(self.options)
+
+
+def _pushdown_disabled_by_caller() -> bool:
+    """True when Spark's read planner calls ``reader()`` with filter pushdown turned off.
+
+    Spark plans a read without pushdown in ``pyspark.sql.worker.plan_data_source_read``,
+    whose ``_main`` holds the session's ``spark.sql.python.filterPushdown.enabled`` in the
+    local ``enable_pushdown`` and refuses a reader that defines ``pushFilters`` when it is
+    false. That planner never calls ``pushFilters``, so handing it the plain reader loses
+    nothing: Spark then applies every filter itself. Any other caller (the pushdown planner,
+    tests, other PySpark versions) gets the default answer, False.
+    """
+    import sys
+
+    try:
+        frame = sys._getframe(2)   # 0: this function, 1: reader(), 2: its caller
+    except ValueError:             # reader() called from the top of a stack
+        return False
+    return frame.f_code.co_name == "_main" and frame.f_locals.get("enable_pushdown") is False
 
 
 class DLedgerReader(DataSourceReader):

@@ -4,7 +4,8 @@
 - ``None``: the active session if there is one (a host that already runs Spark, or the test
   suite), else an embedded ``local[*]`` session;
 - ``local[...]``: an embedded session. Workers run this interpreter (``PYSPARK_PYTHON`` is set
-  to ``sys.executable`` unless already set) and bind to loopback;
+  to ``sys.executable`` unless already set) and bind to loopback; no web UI, and the JVM runs
+  with ``LOCAL_JVM_OPTIONS`` (quicker to start and warm up on a small machine);
 - ``spark://host:7077`` (or ``yarn``, ``k8s://...``): a cluster. Its executors must be able to
   import ``dledger`` (install it on every node, or ship it with ``spark.submit.pyFiles``), and
   the store directories must be readable at the same paths on the executors;
@@ -20,6 +21,10 @@ from __future__ import annotations
 
 import os
 import sys
+
+#: JVM flags of embedded local sessions: C1 only, serial GC. They cut the session start and
+#: the first queries on 2 busy cores (measured in docs/spark.md); ``conf`` can override them.
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def get_session(master: str | None = None, app_name: str = "dledger", conf: dict | None = None):
@@ -48,7 +53,10 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update({"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                         "spark.driver.bindAddress": "127.0.0.1"})
+                         "spark.driver.bindAddress": "127.0.0.1",
+                         # a short-lived job on a small machine: the JIT's top tier and the
+                         # parallel GC compete with the work for the cores (see docs/spark.md)
+                         "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS})
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
