@@ -14,11 +14,11 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
+from dledger.transport.loopback import free_ports
 
 
 def node(self_id: str, peers: str, store_dir: str) -> None:
@@ -40,14 +40,6 @@ def node(self_id: str, peers: str, store_dir: str) -> None:
     server.shutdown()                      # flushes and closes the store
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def main() -> int:

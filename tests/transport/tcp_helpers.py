@@ -5,7 +5,6 @@ the loop's thread), and a raw client that speaks the handshake by hand."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 
 from dledger import DLedgerConfig, DLedgerServer
@@ -14,20 +13,11 @@ from dledger.protocol import Envelope
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.auth import ClientHandshake, HandshakeError, Peer
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
+from dledger.transport.loopback import free_ports
 
 WAIT = 10.0
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def when(server: DLedgerServer, predicate) -> threading.Event:

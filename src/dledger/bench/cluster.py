@@ -16,26 +16,15 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from typing import Callable, Sequence
+from dledger.transport.loopback import free_ports
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` loopback ports free at the time of the call (bound to 0, then released)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class NodeFailed(RuntimeError):
@@ -208,4 +197,4 @@ def dledger_node_argv(durability: str, heart_beat_leak: int = 3, python: str = s
     return argv
 
 
-__all__ = ["NodeFailed", "ProcessCluster", "dledger_node_argv", "free_ports"]
+__all__ = ["NodeFailed", "ProcessCluster", "dledger_node_argv"]

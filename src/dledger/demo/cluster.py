@@ -21,13 +21,13 @@ import ctypes
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from dledger.client.connection import AnswerLost, NodeConnection, NotSent
 from dledger.protocol import DLedgerResponseCode as Code, MetadataRequest
+from dledger.transport.loopback import free_ports
 
 GROUP = "demo"
 IDS = ("n0", "n1", "n2")
@@ -51,18 +51,6 @@ class ClusterError(RuntimeError):
     """A node process could not be started, died on its own, or did not stop in time."""
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 right now."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class NodeProcesses:
