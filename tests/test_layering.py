@@ -26,7 +26,7 @@ ALLOWED = {
 # demo is the cli's main job: like the cli it may call the Spark audit (lazily, inside a function).
 # spark reads broker messages with the broker's codec (dledger.broker.message_codec, its one home).
 EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark"}, "sim": set(), "spark": {"broker"}, "client": set(), "broker": set(),
-               "cli_client": {"client"}}
+               "cli_client": {"client"}, "cli_broker": {"broker", "cli_node"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 
