@@ -181,3 +181,46 @@ def test_a_send_whose_answer_never_comes_is_reported_unknown_and_not_sent_again(
         assert r.status == "UNKNOWN" and not r.certain and r.attempts == 1
     finally:
         lsock.close()
+
+
+def test_a_connection_the_broker_closed_between_sends_is_reopened_and_the_send_stays_certain():
+    import threading
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(2)
+    port = lsock.getsockname()[1]
+
+    def serve_one_request_per_connection():
+        for _ in range(2):
+            conn, _addr = lsock.accept()
+            dec = FrameDecoder()
+            payloads = []
+            while not payloads:
+                payloads = dec.feed_payloads(conn.recv(65536))
+            rid = msgpack.unpackb(payloads[0], raw=False)["id"]
+            conn.sendall(frame_payload(msgpack.packb({"id": rid, "status": "PUT_OK", "queue_offset": rid})))
+            conn.close()                 # the broker goes away after answering
+
+    t = threading.Thread(target=serve_one_request_per_connection, daemon=True)
+    t.start()
+    try:
+        with BrokerClient(f"n0-127.0.0.1:{port}", timeout=5, send_deadline=5) as client:
+            first = client.send("T", 0, b"a")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:       # wait until the close has arrived
+                s = client._socks["n0"][0]
+                s.setblocking(False)
+                try:
+                    if s.recv(1, socket.MSG_PEEK) == b"":
+                        break
+                except BlockingIOError:
+                    pass
+                finally:
+                    s.setblocking(True)
+                time.sleep(0.01)
+            second = client.send("T", 0, b"b")
+        assert first.ok and second.ok and second.attempts == 1, (first, second)
+    finally:
+        t.join(5)
+        lsock.close()

@@ -111,7 +111,19 @@ class BrokerClient:
     # -- one request to one broker ------------------------------------------------------
     def _sock(self, node_id: str):
         if node_id in self._socks:
-            return self._socks[node_id]
+            s = self._socks[node_id][0]
+            try:        # a connection the broker closed before this request is dropped, not used
+                s.setblocking(False)
+                dead = s.recv(1, socket.MSG_PEEK) == b""
+            except (BlockingIOError, InterruptedError):
+                dead = False
+            except OSError:
+                dead = True
+            finally:
+                s.setblocking(True)
+            if not dead:
+                return self._socks[node_id]
+            self._drop(node_id)
         host, port = split_host_port(self.brokers[node_id])
         try:
             s = socket.create_connection((host, port), timeout=self.timeout)
