@@ -9,7 +9,9 @@ resends only when the message certainly was not taken:
   it, and the client goes there next), or OS_PAGECACHE_BUSY (the leader refused it).
 When the request was written and no answer came (connection lost, timeout) the outcome is
 unclear: ``status`` is ``UNKNOWN`` and the message may or may not be in the log; the caller
-decides whether to send it again (at least once) or not (at most once). FLUSH_SLAVE_TIMEOUT
+decides whether to send it again (at least once) or not (at most once). A cached connection the
+broker closed before a send (a killed master's) is noticed and opened again first, so that
+send stays certain. FLUSH_SLAVE_TIMEOUT
 (the message may still commit) is returned as it is, also an unclear outcome (``certain`` is
 False). ``pull(topic, queue_id, offset, max_count)`` reads from the master, or from any broker
 that answers, and returns ``(messages, next_offset)``; it may be retried freely.
