@@ -2,7 +2,7 @@
 on it, serving produce and pull on its broker port.
 
 The node's flags are ``dledger node``'s (``--group --id --peers --store-dir --durability
---secret-file --config``, read the same way; one group only). The broker listens on
+--secret-file --bootstrap --config``, read the same way; one group only). The broker listens on
 ``--broker-port`` at the host of its own peer address, or on its own entry of ``--brokers``
 (``'n0-host:port;n1-host:port;...'``, the same ids as ``--peers``; with the list, a put on a
 follower also names the leader's broker address). The wire is the project's own msgpack frames,
@@ -39,11 +39,13 @@ def add_parser(sub) -> None:
     p.add_argument("--durability", choices=("page_cache", "fsync"),
                    help="page_cache (survives a process crash) or fsync (also power loss)")
     p.add_argument("--secret-file", help="the shared secret of the Raft port (else $DLEDGER_SECRET)")
+    p.add_argument("--bootstrap", action="store_const", const=True, default=None,
+                   help="this node starts a brand-new cluster (as for dledger node); never for a wiped node")
     p.add_argument("--config", help="a TOML file of DLedgerConfig keys (one group)")
     p.add_argument("--broker-port", type=int, help="the port serving produce and pull")
     p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    p.set_defaults(func=run, bootstrap=None)
+    p.set_defaults(func=run)
 
 
 def broker_address(args: argparse.Namespace, config) -> tuple[str, int, dict[str, str]]:
