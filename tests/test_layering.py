@@ -27,7 +27,8 @@ ALLOWED = {
 # and it drives its node processes through the client.
 # spark reads broker messages with the broker's codec (dledger.broker.message_codec, its one home).
 EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark", "client"}, "sim": set(), "spark": {"broker"}, "client": set(),
-               "broker": set(), "cli_client": {"client"}, "bench": {"client"}, "cli_node": {"metrics"}}
+               "broker": set(), "cli_client": {"client"}, "bench": {"client"}, "cli_node": {"metrics"},
+               "cli_broker": {"broker", "cli_node"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 

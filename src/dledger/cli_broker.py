@@ -1,0 +1,132 @@
+"""``dledger broker``: one mini-broker process, a DLedgerServer over TCP with a ``DLedgerCommitLog``
+on it, serving produce and pull on its broker port.
+
+The node's flags are ``dledger node``'s (``--group --id --peers --store-dir --durability
+--secret-file --bootstrap --config``, read the same way; one group only). The broker listens on
+``--broker-port`` at the host of its own peer address, or on its own entry of ``--brokers``
+(``'n0-host:port;n1-host:port;...'``, the same ids as ``--peers``; with the list, a put on a
+follower also names the leader's broker address). The wire is the project's own msgpack frames,
+not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
+listener closes, dispatch stops, the store is flushed and closed, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from dledger.cli_node import NodeConfigError, load_configs
+
+EXAMPLE = """example:
+  dledger broker --group broker-a --id n0 \\
+      --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
+      --brokers 'n0-127.0.0.1:30911;n1-127.0.0.1:30912;n2-127.0.0.1:30913' --store-dir /var/lib/broker
+  dledger broker --config /etc/dledger/broker.toml --id n1 --broker-port 30912
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("broker", help="run a mini broker (a node plus a message store) in the foreground",
+                       description=__doc__.split("\n\n")[0], epilog=EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--group", help="the group's name")
+    p.add_argument("--id", help="this node's id (one of the ids in --peers)")
+    p.add_argument("--peers", help="every member of the group: 'n0-host:port;n1-host:port;...'")
+    p.add_argument("--store-dir", help="the store lives in <store-dir>/dledger-<id>")
+    p.add_argument("--durability", choices=("page_cache", "fsync"),
+                   help="page_cache (survives a process crash) or fsync (also power loss)")
+    p.add_argument("--secret-file", help="the shared secret of the Raft port (else $DLEDGER_SECRET)")
+    p.add_argument("--bootstrap", action="store_const", const=True, default=None,
+                   help="this node starts a brand-new cluster (as for dledger node); never for a wiped node")
+    p.add_argument("--config", help="a TOML file of DLedgerConfig keys (one group)")
+    p.add_argument("--broker-port", type=int, help="the port serving produce and pull")
+    p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.set_defaults(func=run)
+
+
+def broker_address(args: argparse.Namespace, config) -> tuple[str, int, dict[str, str]]:
+    """Where this broker listens, and the list of every broker (maybe empty)."""
+    from dledger.broker.client import parse_brokers
+    from dledger.transport.tcp import split_host_port
+
+    brokers: dict[str, str] = {}
+    if args.brokers is not None:
+        try:
+            brokers = parse_brokers(args.brokers)
+        except ValueError as exc:
+            raise NodeConfigError(f"--brokers: {exc}") from None
+    if args.broker_port is not None:
+        if not 0 < args.broker_port < 65536:
+            raise NodeConfigError(f"--broker-port: {args.broker_port} is not in 1..65535")
+        host = split_host_port(config.peer_map[config.self_id])[0]
+        return host, args.broker_port, brokers
+    if config.self_id not in brokers:
+        raise NodeConfigError(f"give --broker-port, or --brokers with an entry for {config.self_id}")
+    host, port = split_host_port(brokers[config.self_id])
+    return host, port, brokers
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("dledger.broker")
+    configs = load_configs(args)
+    if len(configs) != 1:
+        raise NodeConfigError(f"a broker runs one group; {args.config} has {len(configs)}")
+    config = configs[0]
+    host, port, brokers = broker_address(args, config)
+
+    from dledger.broker import DLedgerCommitLog
+    from dledger.broker.server import BrokerServer
+    from dledger.runtime.asyncio_runtime import AsyncioRuntime
+    from dledger.server import DLedgerServer
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        received.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    runtime = AsyncioRuntime()
+    server = commit_log = broker = None
+    try:
+        try:
+            server = DLedgerServer(config, runtime=runtime).startup()
+        except OSError as exc:
+            raise RuntimeError(f"node {config.self_id} cannot start on {config.peer_map[config.self_id]}: "
+                               f"{exc.strerror or exc}") from None
+        commit_log = DLedgerCommitLog(server)
+        try:
+            broker = BrokerServer(commit_log, host, port, brokers=brokers).start()
+        except OSError as exc:
+            raise RuntimeError(f"broker {config.self_id} cannot listen on {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
+        log.info("node %s of group %s on %s, store %s", config.self_id, config.group,
+                 config.peer_map[config.self_id], config.default_path)
+        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}; "
+              f"SIGTERM or SIGINT stops", file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            pass
+        log.info("%s: shutting down", signal.Signals(received[0]).name)
+    finally:
+        for what, close in (("broker", broker and broker.close), ("commit log", commit_log and commit_log.close),
+                            ("server", server and server.shutdown)):
+            if close:
+                try:
+                    close()
+                except Exception:  # keep closing the rest; the error is logged
+                    log.exception("closing the %s failed", what)
+        runtime.close()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    log.info("stopped; store flushed")
+    return 0
+
+
+__all__ = ["add_parser", "broker_address", "run"]

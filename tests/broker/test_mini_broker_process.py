@@ -1,0 +1,59 @@
+"""``examples/mini_broker.py`` end to end: three ``dledger broker`` processes, the master SIGKILLed
+mid-stream, production through the failover, every queue pulled to its end: nothing
+acknowledged lost, every acknowledged message consumed exactly once unless one of its sends was
+unclear. And ``dledger broker``'s flags: ``--help`` with an example, bad flags one line, exit 2."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from dledger.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_mini_broker_example_loses_no_acknowledged_message_through_a_master_kill(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "mini_broker.py"), "--messages", "150",
+                        "--topics", "3", "--queues", "2", "--dir", str(tmp_path)],
+                       capture_output=True, env=env, timeout=180)
+    out = r.stdout.decode()
+    assert r.returncode == 0, (out, r.stderr.decode()[-2000:])
+    assert re.search(r"master n\d killed \(SIGKILL\)", out) and "master after the failover: n" in out
+    sent, acked, refused, unclear = map(int, re.search(
+        r"sent (\d+), acknowledged (\d+), refused (\d+), unclear sends (\d+)", out).groups())
+    consumed, distinct, dups, bad_dups, gaps = map(int, re.search(
+        r"consumed (\d+) \((\d+) distinct\), duplicated (\d+) \(of messages with no unclear send: (\d+)\), "
+        r"queue-offset gaps (\d+)", out).groups())
+    assert sent == 150 and acked + refused <= sent and acked >= sent - unclear - refused
+    assert "lost 0\n" in out and out.rstrip().endswith("OK")
+    assert bad_dups == 0 and gaps == 0 and dups <= unclear * 4
+    assert distinct >= acked and consumed == distinct + dups
+    assert sorted(os.listdir(tmp_path)) == ["broker.toml", "dledger-n0", "dledger-n1", "dledger-n2",
+                                            "n0.log", "n1.log", "n2.log"]
+
+
+def test_the_broker_command_has_help_with_an_example(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["broker", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "example:" in out and "dledger broker" in out and "--broker-port" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:20911"], "--broker-port, or --brokers"),
+    (["--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:20911", "--broker-port", "70000"], "70000"),
+    (["--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:20911", "--brokers", "n0:1"], "--brokers"),
+    (["--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:20911", "--brokers", "n1-127.0.0.1:1"],
+     "entry for n0"),
+    (["--id", "n0", "--peers", "n0-127.0.0.1:20911", "--broker-port", "1"], "group is missing"),
+    (["--config", "/nonexistent/broker.toml", "--broker-port", "1"], "/nonexistent/broker.toml"),
+])
+def test_bad_broker_flags_are_one_line_and_exit_2(argv, words, capsys):
+    assert main(["broker", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and words in err, err
