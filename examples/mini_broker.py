@@ -18,12 +18,13 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+
+from dledger.transport.loopback import free_ports
 
 CONFIG = """# small segments for a demonstration (the default data segment is 1 GiB, allocated up front)
 mapped_file_size_for_entry_data = {data}
@@ -33,16 +34,6 @@ heart_beat_time_interval_ms = 500
 # a brand-new cluster: the new, empty stores may vote at once (never for a wiped node)
 bootstrap = true
 """
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def start_brokers(base: str, ids: list[str]) -> tuple[dict[str, subprocess.Popen], str]:
