@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from dledger.cli_node import NodeConfigError, load_configs
+from dledger.cli_node import NodeConfigError, add_node_flags, load_configs
 
 EXAMPLE = """example:
   dledger broker --group broker-a --id n0 \\
@@ -32,15 +32,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("broker", help="run a mini broker (a node plus a message store) in the foreground",
                        description=__doc__.split("\n\n")[0], epilog=EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--group", help="the group's name")
-    p.add_argument("--id", help="this node's id (one of the ids in --peers)")
-    p.add_argument("--peers", help="every member of the group: 'n0-host:port;n1-host:port;...'")
-    p.add_argument("--store-dir", help="the store lives in <store-dir>/dledger-<id>")
-    p.add_argument("--durability", choices=("page_cache", "fsync"),
-                   help="page_cache (survives a process crash) or fsync (also power loss)")
-    p.add_argument("--secret-file", help="the shared secret of the Raft port (else $DLEDGER_SECRET)")
-    p.add_argument("--bootstrap", action="store_const", const=True, default=None,
-                   help="this node starts a brand-new cluster (as for dledger node); never for a wiped node")
+    add_node_flags(p)
     p.add_argument("--config", help="a TOML file of DLedgerConfig keys (one group)")
     p.add_argument("--broker-port", type=int, help="the port serving produce and pull")
     p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")

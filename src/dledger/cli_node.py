@@ -47,20 +47,26 @@ class NodeConfigError(ValueError):
     """The node's configuration cannot be used (the message names the key or flag)."""
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("node", help="run a node of one or more groups in the foreground",
-                       description=__doc__.split("\n\n")[0], epilog=EXAMPLE,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_node_flags(p) -> None:
+    """The flags of one node (``FLAG_FIELDS``), shared by ``dledger node`` and ``dledger broker``."""
     p.add_argument("--group", help="the group's name")
     p.add_argument("--id", help="this node's id (one of the ids in --peers)")
     p.add_argument("--peers", help="every member of the group: 'n0-host:port;n1-host:port;...'")
     p.add_argument("--store-dir", help="the store lives in <store-dir>/dledger-<id>")
     p.add_argument("--durability", choices=("page_cache", "fsync"),
                    help="page_cache (survives a process crash) or fsync (also power loss)")
-    p.add_argument("--secret-file", help="the shared secret, one key a line (else $DLEDGER_SECRET)")
+    p.add_argument("--secret-file", help="the shared secret of the Raft port, one key a line (else "
+                                         "$DLEDGER_SECRET)")
     p.add_argument("--bootstrap", action="store_const", const=True, default=None,
                    help="this node starts a brand-new cluster (its new, empty store may vote at once "
                         "even with a member missing); never for a node whose disk was replaced")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("node", help="run a node of one or more groups in the foreground",
+                       description=__doc__.split("\n\n")[0], epilog=EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_node_flags(p)
     p.add_argument("--config", help="a TOML file with one or several groups")
     p.add_argument("--metrics-port", metavar="PORT",
                    help="serve Prometheus metrics of every group on this port (0: any free port)")
@@ -214,4 +220,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["NodeConfigError", "add_parser", "load_configs", "run"]
+__all__ = ["NodeConfigError", "add_node_flags", "add_parser", "load_configs", "run"]
