@@ -143,3 +143,47 @@ def test_a_limited_read_leaves_later_frames_buffered_for_the_next_call(envs):
     assert dec.feed_payloads(stream, limit=1) == [b"handshake"]
     assert dec.buffered == len(stream) - len(frame_payload(b"handshake"))
     assert dec.feed() == envs
+
+
+def _as_wire_version(frame: bytes, version: int) -> bytes:
+    import zlib
+
+    import msgpack
+
+    from dledger.protocol import CRC_BYTES
+    fields = msgpack.unpackb(frame[PREFIX_BYTES:-CRC_BYTES], raw=False)
+    fields[0] = version
+    body = msgpack.packb(fields, use_bin_type=True)
+    payload = body + zlib.crc32(body).to_bytes(CRC_BYTES, "big")
+    return len(payload).to_bytes(PREFIX_BYTES, "big") + payload
+
+
+@pytest.mark.parametrize("arrival", ["with the handshake", "split across reads", "alone"])
+@pytest.mark.parametrize("damage", ["another wire version", "a bad CRC"])
+def test_a_bad_frame_held_in_the_buffer_is_refused_with_frame_error_only(arrival, damage):
+    """Regression (seen against a node process under load): a request of another wire version
+    that arrived in the same read as the handshake's proof sat in the decoder's buffer; refusing
+    it resized that buffer while the error still held a view of the frame, so a BufferError
+    escaped, the connection died of an 'internal error' and the client never got its
+    UNSUPPORTED answer. Wherever the bad frame sits, the decoder raises FrameError (with the
+    answer for another version) and is then unusable."""
+    from dledger.protocol import UnsupportedVersion
+    frame = encode_frame(Envelope("app-1", "n0", 77, False, VoteRequest(group="g", local_id="app-1", term=1, ledger_end_index=0)))
+    if damage == "another wire version":
+        bad = _as_wire_version(frame, 3)
+    else:
+        bad = frame[:-1] + bytes([frame[-1] ^ 0xFF])
+    dec = FrameDecoder()
+    with pytest.raises(FrameError) as raised:
+        if arrival == "with the handshake":
+            assert dec.feed_payloads(frame_payload(b"proof") + bad, limit=1) == [b"proof"]
+            dec.feed()
+        elif arrival == "split across reads":
+            assert dec.feed(bad[:7]) == []
+            dec.feed(bad[7:])
+        else:
+            dec.feed(bad)
+    if damage == "another wire version":
+        assert isinstance(raised.value, UnsupportedVersion) and raised.value.answer.request_id == 77
+    with pytest.raises(FrameError, match="unusable"):
+        dec.feed(frame)

@@ -108,8 +108,10 @@ class FrameDecoder:
                     emit(src[start + PREFIX_BYTES:end])
                 start = end
         except FrameError:
+            # the error's traceback may still hold a view of the buffer (the frame's payload),
+            # so the buffer is dropped, not resized in place; the stream is unusable anyway
             src.release()
-            buf.clear()
+            self._buf = bytearray()
             raise
         src.release()
         if buffered:                     # drop what was parsed

@@ -150,7 +150,12 @@ class Connection:
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop()),
                        loop.create_task(self._watchdog())]
         try:
-            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is not None:         # a bug, not the peer: say so, with the stack
+                    log.error("%s: closing the connection after an internal error", self.name, exc_info=exc)
+                    self._fail(f"internal error: {exc!r}")
         finally:
             self.close(self.reason or "closed")
         return self.reason or "closed"
