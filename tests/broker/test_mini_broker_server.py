@@ -97,6 +97,15 @@ def test_produce_then_pull_over_frames_returns_the_message_and_the_next_offset(b
     (msgpack.packb({"op": "produce", "id": 1, "topic": "T", "queue_id": 0, "body": b"x", "keys": [1]}), "keys:"),
     (msgpack.packb({"op": "pull", "id": 1, "topic": "T", "queue_id": 0, "offset": -1}), "offset: -1 is negative"),
     (msgpack.packb({"op": "pull", "id": 1, "topic": "T", "queue_id": 0, "offset": 0, "max_count": 0}), "max_count"),
+    (msgpack.packb({"op": "produce_batch", "id": 1}), "messages: is missing"),
+    (msgpack.packb({"op": "produce_batch", "id": 1, "messages": []}), "messages: 0 messages; 1..1024"),
+    (msgpack.packb({"op": "produce_batch", "id": 1, "messages": [{"topic": "T", "queue_id": 0, "body": b"x"}] * 1025}),
+     "messages: 1025 messages"),
+    (msgpack.packb({"op": "produce_batch", "id": 1, "messages": [{"topic": "T", "queue_id": 0, "body": b"x"}, 7]}),
+     "messages[1]: must be a map"),
+    (msgpack.packb({"op": "produce_batch", "id": 1, "messages": [{"topic": "T", "queue_id": 0, "body": b"x"},
+                                                                 {"queue_id": 0, "body": b"x"}]}),
+     "messages[1].topic: is missing"),
 ])
 def test_a_malformed_request_gets_a_bad_request_naming_the_field_and_the_connection_keeps_serving(broker, payload,
                                                                                                   words):
@@ -116,6 +125,27 @@ def test_a_refused_message_answers_its_status_and_nothing_is_written(broker):
     assert a["status"] == "MESSAGE_ILLEGAL" and "queue_id" in a["detail"]
 
 
+def test_a_batch_is_one_append_its_results_in_order_and_a_refused_message_refuses_it_whole(broker):
+    c = Raw(broker.port)
+    batch = [{"topic": "Batch", "queue_id": 2, "body": b"m%d" % i, "tags": "T", "keys": [f"k{i}"]} for i in range(5)]
+    a = c.ask({"op": "produce_batch", "id": 5, "messages": batch})
+    assert a["id"] == 5 and a["status"] == "PUT_OK" and len(a["results"]) == 5
+    assert [r[1] for r in a["results"]] == [0, 1, 2, 3, 4]                  # queue offsets
+    offsets = [r[2] for r in a["results"]]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 5
+    refused_batch = [{"topic": "Batch", "queue_id": 2, "body": b"late"}, {"topic": "", "queue_id": 2, "body": b"x"}]
+    r = c.ask({"op": "produce_batch", "id": 6, "messages": refused_batch})
+    assert r["status"] == "MESSAGE_ILLEGAL" and r["detail"].startswith("messages[1]: topic") and r["results"] == []
+    deadline = time.monotonic() + 10
+    while True:
+        p = c.ask({"op": "pull", "id": 7, "topic": "Batch", "queue_id": 2, "offset": 0, "max_count": 100})
+        if len(p["messages"]) >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert [m["body"] for m in p["messages"]] == [b"m%d" % i for i in range(5)]       # nothing of the refused one
+    assert [m["msg_id"] for m in p["messages"]] == [r[0] for r in a["results"]]
+
+
 def test_a_frame_over_the_limit_is_answered_and_closed_and_the_server_still_serves(broker):
     c = Raw(broker.port)
     c.sock.sendall((0x7FFFFFFF).to_bytes(4, "big") + b"xx")
@@ -133,6 +163,10 @@ class FakeLog:
     def put_message(self, topic, queue_id, body, **kw):
         self.puts.append((topic, queue_id, body))
         return self.result
+
+    def put_messages(self, messages, **kw):
+        self.puts.append([(m["topic"], m["queue_id"], m["body"]) for m in messages])
+        return [self.result] * len(messages) if self.result.ok else [self.result]
 
     def get_messages(self, *a):
         raise AssertionError("not used")
@@ -165,6 +199,25 @@ def test_the_client_follows_service_not_available_to_the_leader_it_names():
             r = client.send("T", 0, b"payload", keys="k")
         assert (r.status, r.broker, r.queue_offset, r.wrote_offset, r.msg_id) == ("PUT_OK", "n1", 3, 148, "MSGID")
         assert leader.puts == [("T", 0, b"payload")] and len(follower.puts) == 2   # refused: sent again
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_the_client_sends_a_batch_to_the_leader_a_follower_names_and_gets_a_result_each():
+    follower = FakeLog(refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "n0 is not the master", "n1"))
+    leader = FakeLog(PutMessageResult(PutMessageStatus.PUT_OK, 148, 90, 3, "MSGID"))
+    ports = free_ports(2)
+    brokers = {"n0": f"127.0.0.1:{ports[0]}", "n1": f"127.0.0.1:{ports[1]}"}
+    servers = [BrokerServer(follower, "127.0.0.1", ports[0], brokers=brokers).start(),
+               BrokerServer(leader, "127.0.0.1", ports[1], brokers=brokers).start()]
+    try:
+        with BrokerClient(f"n0-{brokers['n0']};n1-{brokers['n1']}", timeout=5, send_deadline=10) as client:
+            client.master = "n0"
+            rs = client.send_batch([{"topic": "T", "queue_id": q, "body": b"p%d" % q, "keys": "k"} for q in range(3)])
+            assert client.send_batch([]) == []
+        assert [(r.status, r.broker, r.msg_id) for r in rs] == [("PUT_OK", "n1", "MSGID")] * 3
+        assert leader.puts == [[("T", 0, b"p0"), ("T", 1, b"p1"), ("T", 2, b"p2")]] and len(follower.puts) == 1
     finally:
         for s in servers:
             s.close()

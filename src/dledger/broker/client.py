@@ -2,7 +2,9 @@
 
 ``BrokerClient("n0-127.0.0.1:30911;n1-127.0.0.1:30912;...")`` takes the brokers' addresses
 under their DLedger ids. ``send(topic, queue_id, body, tags=None, keys=())`` finds the master
-and returns a ``SendResult`` (``status``, ``msg_id``, ``queue_offset``, ``wrote_offset``). It
+and returns a ``SendResult`` (``status``, ``msg_id``, ``queue_offset``, ``wrote_offset``);
+``send_batch([{"topic": ..., "body": ...}, ...])`` sends several in one append (all taken or
+none) and returns one ``SendResult`` each. It
 resends only when the message certainly was not taken:
 - the connection could not be opened (refused, unreachable): the request never left;
 - the broker answered SERVICE_NOT_AVAILABLE (not the master; it names the leader when it knows
@@ -79,6 +81,11 @@ class PulledMessage:
     keys: list = field(default_factory=list)
     msg_id: str | None = None
     physical_offset: int = -1
+
+
+def _message(topic: str, queue_id: int, body: bytes, tags: str | None, keys) -> dict:
+    return {"topic": topic, "queue_id": queue_id, "body": bytes(body), "tags": tags,
+            "keys": [keys] if isinstance(keys, str) else list(keys)}
 
 
 def parse_brokers(brokers: str) -> dict[str, str]:
@@ -170,8 +177,35 @@ class BrokerClient:
 
     # -- the API ------------------------------------------------------------------------
     def send(self, topic: str, queue_id: int, body: bytes, tags: str | None = None, keys=()) -> SendResult:
-        req = {"op": "produce", "topic": topic, "queue_id": queue_id, "body": bytes(body), "tags": tags,
-               "keys": [keys] if isinstance(keys, str) else list(keys)}
+        req = {"op": "produce", **_message(topic, queue_id, body, tags, keys)}
+        answer, result = self._produce(req)
+        if answer is None:
+            return result
+        return SendResult(result.status, answer.get("msg_id"), answer.get("queue_offset", -1),
+                          answer.get("wrote_offset", -1), result.broker, result.detail, result.attempts)
+
+    def send_batch(self, messages) -> list[SendResult]:
+        """Several messages in one request and one append: all are taken or none. ``messages``
+        are dicts of ``send``'s arguments; one ``SendResult`` per message, in order (a refusal
+        or an unclear outcome is the same for all of them). The resend rule is ``send``'s."""
+        msgs = [_message(m["topic"], m.get("queue_id", 0), m["body"], m.get("tags"), m.get("keys", ()))
+                for m in messages]
+        if not msgs:
+            return []
+        answer, result = self._produce({"op": "produce_batch", "messages": msgs})
+        if answer is None or not result.ok:
+            return [result] * len(msgs)
+        rows = answer.get("results") or []
+        if len(rows) != len(msgs):
+            bad = SendResult("UNKNOWN", broker=result.broker, attempts=result.attempts,
+                             detail=f"the broker answered PUT_OK with {len(rows)} results for {len(msgs)} messages")
+            return [bad] * len(msgs)
+        return [SendResult("PUT_OK", msg_id, queue_offset, wrote_offset, result.broker, "", result.attempts)
+                for msg_id, queue_offset, wrote_offset, _wrote_bytes in rows]
+
+    def _produce(self, req: dict) -> tuple[dict | None, SendResult]:
+        """Send ``req`` to the master, following the resend rule; ``(answer, result)`` where
+        ``answer`` is the final answer map (None when there was none) and ``result`` its status."""
         deadline = time.monotonic() + self.send_deadline
         attempts = 0
         last = "no broker tried"
@@ -187,20 +221,20 @@ class BrokerClient:
             except _AnswerLost as exc:
                 if self.master == target:
                     self.master = None
-                return SendResult("UNKNOWN", broker=target, detail=str(exc), attempts=attempts)
+                return None, SendResult("UNKNOWN", broker=target, detail=str(exc), attempts=attempts)
             else:
                 status = answer.get("status")
                 if status not in RETRY_STATUSES:
                     if status == "PUT_OK":
                         self.master = target
-                    return SendResult(str(status), answer.get("msg_id"), answer.get("queue_offset", -1),
-                                      answer.get("wrote_offset", -1), target, answer.get("detail") or "", attempts)
+                    return answer, SendResult(str(status), broker=target, detail=answer.get("detail") or "",
+                                              attempts=attempts)
                 last = f"{target}: {status} {answer.get('detail') or ''}".strip()
                 leader = answer.get("leader_id")
                 self.master = leader if leader in self.brokers and leader != target else None
             if time.monotonic() >= deadline:
-                return SendResult("SERVICE_NOT_AVAILABLE", broker=None, attempts=attempts,
-                                  detail=f"no master took it within {self.send_deadline} s; last: {last}")
+                return None, SendResult("SERVICE_NOT_AVAILABLE", broker=None, attempts=attempts,
+                                        detail=f"no master took it within {self.send_deadline} s; last: {last}")
             if self.master is None:
                 time.sleep(0.05)      # between rounds of asking: an election takes a moment
 

@@ -27,6 +27,7 @@ simulator, run the cluster until ``done()``; ``put_message`` blocks for it (real
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import struct
 from concurrent.futures import Future
@@ -236,13 +237,13 @@ class DLedgerCommitLog:
         """Put a batch: ``messages`` are dicts of ``put_message``'s arguments. A future of the
         list of results, one per message; a refused message stops the whole batch."""
         raws = []
-        for m in messages:
+        for i, m in enumerate(messages):
             m = dict(m)
             raw = self._encode(m.pop("topic", None), m.pop("queue_id", 0), m.pop("body", None), m.pop("tags", None),
                                m.pop("keys", ()), m.pop("properties", None), m.pop("born_host", None),
                                m.pop("flag", 0))
             if isinstance(raw, PutMessageResult):
-                return _done([raw])
+                return _done([dataclasses.replace(raw, detail=f"messages[{i}]: {raw.detail}")])
             raws.append(raw)
         if not raws:
             return _done([])

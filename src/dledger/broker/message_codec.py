@@ -133,7 +133,7 @@ def body_crc(stored_body: bytes) -> int:
 def message_id(store_host: str, physical_offset: int) -> str:
     """The offset message id: store host address, port (i32) and physical offset (i64), hex."""
     addr, port = split_host(store_host)
-    return (ipaddress.ip_address(addr).packed + _I32.pack(port) + _I64.pack(physical_offset)).hex().upper()
+    return (_packed_address(addr) + _I32.pack(port) + _I64.pack(physical_offset)).hex().upper()
 
 
 def parse_message_id(msg_id: str) -> tuple[str, int]:
@@ -300,18 +300,26 @@ def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0,
         sys_flag |= STOREHOST_V6_FLAG
     v2 = len(topic_b) > MAX_TOPIC_SIZE_V1
     topic_field = (_I16.pack(len(topic_b)) if v2 else bytes([len(topic_b)])) + topic_b
+    total = _FIXED_SIZE + len(born) + len(store) + len(stored_body) + len(topic_field) + 2 + len(props)
     try:
-        tail = (_I64.pack(born_timestamp) + born + _I32.pack(born_port)
-                + _I64.pack(store_timestamp) + store + _I32.pack(store_port)
-                + _I32.pack(reconsume_times) + _I64.pack(prepared_transaction_offset)
-                + _I32.pack(len(stored_body)) + stored_body + topic_field
-                + _I16.pack(len(props)) + props)
-        total = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + len(tail)
-        head = struct.pack(">iiiiiqqi", total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(stored_body),
-                           queue_id, flag, queue_offset, physical_offset, sys_flag)
+        fixed = _fixed_part(len(born), len(store)).pack(
+            total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(stored_body), queue_id, flag, queue_offset,
+            physical_offset, sys_flag, born_timestamp, born, born_port, store_timestamp, store, store_port,
+            reconsume_times, prepared_transaction_offset, len(stored_body))
+        props_len = _I16.pack(len(props))
     except struct.error as exc:
         raise MessageFormatError("integer field", f"out of range ({exc})") from None
-    return head + tail
+    return b"".join((fixed, stored_body, topic_field, props_len, props))
+
+
+#: the fixed-size fields, totalSize .. bodyLength, without the two host addresses
+_FIXED_SIZE = 4 * 5 + 8 * 2 + 4 + 8 + 4 + 8 + 4 + 4 + 8 + 4
+
+
+@functools.lru_cache(maxsize=4)
+def _fixed_part(born_len: int, store_len: int) -> struct.Struct:
+    """totalSize .. bodyLength in one struct, for 4- or 16-byte host addresses."""
+    return struct.Struct(f">iiiiiqqiq{born_len}siq{store_len}siiqi")
 
 
 def store_timestamp_position(sys_flag: int) -> int:

@@ -7,6 +7,11 @@ payload is one msgpack map. Requests:
 - ``{"op": "produce", "id": n, "topic": str, "queue_id": int, "body": bytes, "tags": str|None,
   "keys": [str, ...]}`` → ``{"id": n, "status": <PutMessageStatus name>, "msg_id",
   "queue_offset", "wrote_offset", "wrote_bytes", "leader_id", "leader_broker", "detail"}``;
+- ``{"op": "produce_batch", "id": n, "messages": [{"topic", "queue_id", "body", "tags", "keys"},
+  ...]}`` (1 to ``MAX_BATCH`` messages in one append: all are taken or none) → ``{"id": n,
+  "status", "results": [[msg_id, queue_offset, wrote_offset, wrote_bytes], ...], "leader_id",
+  "leader_broker", "detail"}``; ``results`` is empty unless the status is PUT_OK, and a field
+  error names the message (``messages[3].topic: is missing``);
 - ``{"op": "pull", "id": n, "topic": str, "queue_id": int, "offset": int, "max_count": int}`` →
   ``{"id": n, "status": "FOUND" | "NO_NEW_MSG", "messages": [{"topic", "queue_id",
   "queue_offset", "body", "tags", "keys", "msg_id", "physical_offset"}, ...], "next_offset"}``.
@@ -41,6 +46,7 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_PULL = 1024
+MAX_BATCH = 1024
 PUT_TIMEOUT_S = 10.0
 
 
@@ -90,10 +96,12 @@ class RequestHandler:
             op = req.get("op")
             if op == "produce":
                 answer = self._produce(req)
+            elif op == "produce_batch":
+                answer = self._produce_batch(req)
             elif op == "pull":
                 answer = self._pull(req)
             else:
-                raise BadRequest(f"op: {op!r} is not 'produce' or 'pull'")
+                raise BadRequest(f"op: {op!r} is not 'produce', 'produce_batch' or 'pull'")
         except BadRequest as exc:
             answer = {"status": "BAD_REQUEST", "detail": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a request never takes the broker down
@@ -102,21 +110,56 @@ class RequestHandler:
         answer["id"] = rid
         return answer
 
-    def _produce(self, req: dict) -> dict:
-        topic = _field(req, "topic", str)
-        queue_id = _field(req, "queue_id", int)
-        body = _field(req, "body", bytes)
-        tags = _field(req, "tags", str, optional=True)
-        keys = _field(req, "keys", (list, tuple), optional=True, default=())
-        if not all(isinstance(k, str) for k in keys):
-            raise BadRequest("keys: must be a list of strings")
+    @staticmethod
+    def _message(req: dict, where: str = "") -> dict:
+        """One message's fields, checked (``where`` prefixes the field names of a batch's)."""
         try:
-            r = self.log.put_message(topic, queue_id, body, tags=tags, keys=list(keys), timeout=self.put_timeout)
+            topic = _field(req, "topic", str)
+            queue_id = _field(req, "queue_id", int)
+            body = _field(req, "body", bytes)
+            tags = _field(req, "tags", str, optional=True)
+            keys = _field(req, "keys", (list, tuple), optional=True, default=())
+        except BadRequest as exc:
+            raise BadRequest(f"{where}{exc}") from None
+        if not all(isinstance(k, str) for k in keys):
+            raise BadRequest(f"{where}keys: must be a list of strings")
+        return {"topic": topic, "queue_id": queue_id, "body": body, "tags": tags, "keys": list(keys)}
+
+    def _answer(self, r, **fields) -> dict:
+        leader = r.leader_id
+        return {"status": r.status.name, "leader_id": leader,
+                "leader_broker": self.brokers.get(leader) if leader else None, "detail": r.detail, **fields}
+
+    def _produce(self, req: dict) -> dict:
+        m = self._message(req)
+        try:
+            r = self.log.put_message(m.pop("topic"), m.pop("queue_id"), m.pop("body"), timeout=self.put_timeout, **m)
         except TimeoutError:
             return {"status": "UNKNOWN_ERROR", "detail": f"no answer from the log within {self.put_timeout} s"}
-        return {"status": r.status.name, "msg_id": r.msg_id, "queue_offset": r.queue_offset,
-                "wrote_offset": r.wrote_offset, "wrote_bytes": r.wrote_bytes, "leader_id": r.leader_id,
-                "leader_broker": self.brokers.get(r.leader_id) if r.leader_id else None, "detail": r.detail}
+        return self._answer(r, msg_id=r.msg_id, queue_offset=r.queue_offset, wrote_offset=r.wrote_offset,
+                            wrote_bytes=r.wrote_bytes)
+
+    def _produce_batch(self, req: dict) -> dict:
+        """Several messages in one append: all are taken or none (a refused message, a
+        non-master, a failed append refuse the whole batch with one status)."""
+        items = _field(req, "messages", (list, tuple))
+        if not 1 <= len(items) <= MAX_BATCH:
+            raise BadRequest(f"messages: {len(items)} messages; 1..{MAX_BATCH} per batch")
+        batch = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise BadRequest(f"messages[{i}]: must be a map, got {type(item).__name__}")
+            batch.append(self._message(item, f"messages[{i}]."))
+        try:
+            results = self.log.put_messages(batch, timeout=self.put_timeout)
+        except TimeoutError:
+            return {"status": "UNKNOWN_ERROR", "detail": f"no answer from the log within {self.put_timeout} s",
+                    "results": []}
+        first = next((r for r in results if not r.ok), results[0])
+        if not first.ok:
+            return self._answer(first, results=[])
+        return self._answer(first, results=[[r.msg_id, r.queue_offset, r.wrote_offset, r.wrote_bytes]
+                                            for r in results])
 
     def _pull(self, req: dict) -> dict:
         topic = _field(req, "topic", str)
@@ -207,4 +250,4 @@ class BrokerServer:
             self._thread.join(5)
 
 
-__all__ = ["MAX_PULL", "MAX_REQUEST_BYTES", "BadRequest", "BrokerServer", "RequestHandler", "pack"]
+__all__ = ["MAX_BATCH", "MAX_PULL", "MAX_REQUEST_BYTES", "BadRequest", "BrokerServer", "RequestHandler", "pack"]
