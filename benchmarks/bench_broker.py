@@ -1,19 +1,26 @@
-"""Put throughput and dispatch lag of the broker store (``dledger.broker``) on a 3-node group in
-one process (real asyncio runtime, in-process transport, file stores in a temporary directory,
-page_cache durability), every node wrapped in a ``DLedgerCommitLog``.
+"""Put throughput and dispatch lag of the broker store (``dledger.broker``) with 3 replicas.
 
-    python benchmarks/bench_broker.py [--messages N] [--producers K] [--window W] [--no-dispatch]
+    python benchmarks/bench_broker.py [--engine processes|inproc|both] [--seconds S] [--rate R]
+                                      [--messages N] [--producers K] [--window W] [--no-dispatch]
 
-For each body size (128 B, 1 KiB) and each way of putting (``put_message_async`` from K
-threads each keeping W puts in flight; ``put_messages_async`` of 64 messages from K threads
-keeping W/64 batches in flight) it prints one row: PUT_OK messages/s (clock from the first
-put to the last answer), the put latency (call to answer, p50/p99) and the dispatch lag
-(store timestamp stamped by the append hook to the moment a replica's reput service wrote the
-consume-queue unit; p50/p99 over every message on every replica). Messages go to 4 topics x 4
-queues with a tag and a key each. ``--no-dispatch`` leaves the reput services idle, to
-measure the put path (encode, append hook, replication) alone. Heartbeats every 500 ms (a 1.5 s election timeout, as
-docs/operations.md advises for a machine whose processes can be starved of CPU): with the
-100 ms default a leader starved by the put load itself steps down mid-run.
+``--engine processes`` (the default; the shape of production): three node processes on
+loopback TCP (``python -m dledger.bench.node --broker``: a ``DLedgerServer`` wrapped in a
+``DLedgerCommitLog``, page_cache durability, 1 s election timeout), the load inside the
+leader's process as a broker's request threads put: ``put_messages_async`` of 64 messages
+with 16 calls in flight for ``--seconds`` (saturation), then ``put_message_async`` at
+``--rate`` messages/s (a steady load below saturation). Every node dispatches in its own
+process. For each body size (128 B, 1 KiB) and load it prints PUT_OK messages/s, the put
+latency (call to answer, p50/p99), the dispatch lag over every message on every replica (store
+timestamp stamped by the append hook to the end of the dispatch batch that wrote the
+consume-queue unit; p50/p99 as the upper bound of the histogram bucket) and the CPU time each
+process spent per message (leader, followers).
+
+``--engine inproc``: the three nodes in this one process (asyncio runtime, in-process
+transport), ``put_message_async`` from K threads each keeping W puts in flight and
+``put_messages_async`` of 64 from K threads keeping W/64 batches in flight, ``--messages`` per
+row; every replica's dispatch shares the one interpreter. ``--no-dispatch`` leaves the reput
+services idle there, to measure the put path alone. Messages go to 4 topics x 4 queues with a
+tag and a key each.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import command, machine, print_table  # noqa: E402
 
 from dledger import DLedgerConfig, DLedgerServer  # noqa: E402
+from dledger.bench.broker_load import lag_percentile  # noqa: E402
+from dledger.bench.cluster import NodeFailed, ProcessCluster, dledger_node_argv  # noqa: E402
 from dledger.broker import DLedgerCommitLog, PutMessageStatus  # noqa: E402
 from dledger.core import Role  # noqa: E402
 from dledger.runtime.asyncio_runtime import AsyncioRuntime  # noqa: E402
@@ -70,13 +79,6 @@ def run(messages: int, size: int, producers: int, window: int, batched: bool, di
     logs = group(base, dispatch)
     try:
         master = next(log for log in logs if log.roles.writable)
-        lags: list[float] = []
-
-        def on_dispatch(_offset, store_timestamp) -> None:
-            lags.append(time.time() * 1000 - store_timestamp)
-
-        for log in logs:
-            log.reput.on_dispatch = on_dispatch
         body = bytes(size)
         lat: list[float] = []
         failures = [0]
@@ -118,11 +120,16 @@ def run(messages: int, size: int, producers: int, window: int, batched: bool, di
         step = BATCH if batched else 1
         total = producers * len(range(0, per, step)) * step      # what the producers really sent
         deadline = time.monotonic() + 30
-        while dispatch and len(lags) < 3 * total and time.monotonic() < deadline:
+
+        def dispatched() -> int:
+            return sum(log.dispatch_lag.snapshot()[1] for log in logs)
+
+        while dispatch and dispatched() < 3 * total and time.monotonic() < deadline:
             time.sleep(0.01)
+        lag = merged([log.dispatch_lag.snapshot()[0] for log in logs])
         return {"rate": total / elapsed, "p50": pct(lat, 0.5) * 1000, "p99": pct(lat, 0.99) * 1000,
-                "lag50": pct(lags, 0.5), "lag99": pct(lags, 0.99), "failures": failures[0],
-                "dispatched": len(lags), "expected": 3 * total}
+                "lag50": lag_percentile(lag, 0.5), "lag99": lag_percentile(lag, 0.99), "failures": failures[0],
+                "dispatched": dispatched(), "expected": 3 * total}
     finally:
         for log in logs:
             log.server.shutdown()
@@ -130,26 +137,92 @@ def run(messages: int, size: int, producers: int, window: int, batched: bool, di
         shutil.rmtree(base, ignore_errors=True)
 
 
+def merged(snapshots) -> list[list]:
+    """Cumulative histograms of the same bounds, added bucket by bucket."""
+    out = [[le, 0] for le, _n in snapshots[0]]
+    for snap in snapshots:
+        for row, (_le, n) in zip(out, snap):
+            row[1] += n
+    return out
+
+
+def _fmt(ms) -> str:
+    return "-" if ms is None else f"≤{ms:g}"
+
+
+def wait_dispatched(cluster: ProcessCluster, timeout_s: float = 60.0) -> dict[str, dict]:
+    """Poll every node's stats until each has dispatched all it has committed (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = {i: cluster.ask(i, {"op": "stats"}) for i in cluster.alive()}
+        if all(s["dispatched_index"] >= s["committed_index"] for s in stats.values()) or \
+                time.monotonic() > deadline:
+            return stats
+        time.sleep(0.05)
+
+
+def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH, window: int = 16) -> list[list]:
+    """One 3-process group: a saturation run then a fixed-rate run; one row each."""
+    rows = []
+    with ProcessCluster(dledger_node_argv("page_cache", heart_beat_leak=10, extra=["--broker"])) as cluster:
+        leader = cluster.wait_leader()
+        runs = (("saturation", {"rate": None, "batch": batch, "window": window, "seconds": seconds}),
+                (f"{rate:,.0f}/s", {"rate": rate, "batch": 1, "window": 1, "seconds": max(2.0, seconds / 2)}))
+        for load, params in runs:
+            for i in cluster.alive():
+                cluster.ask(i, {"op": "stats", "reset": True})
+            cpu0 = cluster.cpu_seconds()
+            res = cluster.ask(leader, {"op": "load", "payload": payload, **params}, timeout_s=params["seconds"] + 90)
+            if "error" in res:
+                raise NodeFailed(f"{leader}: {res['error']}")
+            stats = wait_dispatched(cluster)
+            cpu1 = cluster.cpu_seconds()
+            lag = merged([s["lag_ms"] for s in stats.values()])
+            per_msg = {i: (cpu1[i] - cpu0[i]) / max(1, s["dispatched"]) * 1e6 for i, s in stats.items() if i in cpu1}
+            followers = [v for i, v in per_msg.items() if i != leader]
+            rows.append([load, f"{payload} B", f"{res['committed_per_s']:,.0f}", f"{res['p50_ms']:.1f}",
+                         f"{res['p99_ms']:.1f}", _fmt(lag_percentile(lag, 0.5)), _fmt(lag_percentile(lag, 0.99)),
+                         f"{per_msg.get(leader, 0):.0f}", "/".join(f"{v:.0f}" for v in followers),
+                         res["failures"] + (0 if res.get("still_leader", True) else 1)])
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/bench_broker.py --messages 50000")
-    ap.add_argument("--messages", type=int, default=100_000, help="messages per row (default 100000)")
-    ap.add_argument("--producers", type=int, default=4, help="producer threads (default 4)")
-    ap.add_argument("--window", type=int, default=256, help="messages in flight per producer (default 256)")
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="examples:\n  python benchmarks/bench_broker.py --seconds 10\n"
+                                        "  python benchmarks/bench_broker.py --engine inproc --messages 50000")
+    ap.add_argument("--engine", choices=("processes", "inproc", "both"), default="processes",
+                    help="three node processes on TCP (default), or three nodes in this process")
+    ap.add_argument("--seconds", type=float, default=5.0, help="processes: seconds of saturation load (default 5)")
+    ap.add_argument("--rate", type=float, default=2000.0,
+                    help="processes: messages/s of the steady load (default 2000)")
+    ap.add_argument("--messages", type=int, default=100_000, help="inproc: messages per row (default 100000)")
+    ap.add_argument("--producers", type=int, default=4, help="inproc: producer threads (default 4)")
+    ap.add_argument("--window", type=int, default=256, help="inproc: messages in flight per producer (default 256)")
     ap.add_argument("--no-dispatch", action="store_true",
-                    help="leave the reput service idle (the put path alone; lag columns empty)")
+                    help="inproc: leave the reput service idle (the put path alone; lag columns empty)")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}\ncommand: {command()}")
-    rows = []
-    for size in (128, 1024):
-        for batched in (False, True):
-            r = run(args.messages, size, args.producers, args.window, batched, not args.no_dispatch)
-            rows.append([f"put_messages ({BATCH} per call)" if batched else "put_message", f"{size} B",
-                         f"{r['rate']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['lag50']:.1f}",
-                         f"{r['lag99']:.1f}", r["failures"], f"{r['dispatched']}/{r['expected']}"])
-    print_table("PUT_OK messages/s, put latency (ms) and dispatch lag (ms), 3 replicas in one process",
-                ["mode", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "not OK",
-                 "dispatched"], rows)
+    if args.engine in ("processes", "both"):
+        rows = []
+        for size in (128, 1024):
+            rows.extend(run_processes(size, args.seconds, args.rate))
+        print_table("3 broker processes on loopback TCP: PUT_OK messages/s, put latency (ms), dispatch lag "
+                    "(ms, every replica), CPU per message (us)",
+                    ["load", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "CPU leader",
+                     "CPU followers", "not OK"], rows)
+    if args.engine in ("inproc", "both"):
+        rows = []
+        for size in (128, 1024):
+            for batched in (False, True):
+                r = run(args.messages, size, args.producers, args.window, batched, not args.no_dispatch)
+                rows.append([f"put_messages ({BATCH} per call)" if batched else "put_message", f"{size} B",
+                             f"{r['rate']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", _fmt(r["lag50"]),
+                             _fmt(r["lag99"]), r["failures"], f"{r['dispatched']}/{r['expected']}"])
+        print_table("3 replicas in one process: PUT_OK messages/s, put latency (ms) and dispatch lag (ms)",
+                    ["mode", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "not OK",
+                     "dispatched"], rows)
 
 
 if __name__ == "__main__":

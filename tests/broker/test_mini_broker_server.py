@@ -146,6 +146,22 @@ def test_a_batch_is_one_append_its_results_in_order_and_a_refused_message_refuse
     assert [m["msg_id"] for m in p["messages"]] == [r[0] for r in a["results"]]
 
 
+def test_stats_count_what_this_replica_dispatched_and_its_lag(broker):
+    c = Raw(broker.port)
+    before = c.ask({"op": "stats", "id": 1})
+    assert before["status"] == "OK" and before["lag_ms"][-1] == [None, before["dispatched"]]
+    a = c.ask({"op": "produce_batch", "id": 2, "messages": [{"topic": "Stats", "queue_id": 0, "body": b"s"}] * 3})
+    assert a["status"] == "PUT_OK"
+    deadline = time.monotonic() + 10
+    while (after := c.ask({"op": "stats", "id": 3}))["dispatched"] < before["dispatched"] + 3:
+        assert time.monotonic() < deadline, after
+        time.sleep(0.01)
+    assert after["dispatched"] == before["dispatched"] + 3 and after["cpu_s"] > 0
+    counts = [n for _le, n in after["lag_ms"]]
+    assert counts == sorted(counts) and counts[-1] == after["dispatched"]
+    assert 0 <= after["lag_sum_ms"] - before["lag_sum_ms"] < 3 * 10_000
+
+
 def test_a_frame_over_the_limit_is_answered_and_closed_and_the_server_still_serves(broker):
     c = Raw(broker.port)
     c.sock.sendall((0x7FFFFFFF).to_bytes(4, "big") + b"xx")

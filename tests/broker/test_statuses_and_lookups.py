@@ -28,13 +28,18 @@ def test_bad_messages_get_a_status_naming_the_problem_and_nothing_is_written(tmp
              "properties: "),
             (log.put_message_async("T", 0, b"x", tags="a\x01b"), S.MESSAGE_ILLEGAL, "property value"),
             (log.put_message_async("T", 0, b"x", born_host=("nope", 1)), S.MESSAGE_ILLEGAL, "bornHost"),
-            (log.put_messages_async([{"topic": "T", "body": b"ok"}, {"topic": "", "body": b"x"}]), None, None),
+            (log.put_messages_async([{"topic": "T", "body": b"ok"}, {"topic": "", "body": b"x"}]), S.MESSAGE_ILLEGAL,
+             "messages[1]: topic: is empty"),
+            (log.put_messages_async([{"topic": "T", "body": b"ok", "key": "k1"}]), S.MESSAGE_ILLEGAL,
+             "messages[0]: unknown field(s) key"),
+            (log.put_messages_async([{"topic": "T", "body": b"ok"}, ("T", b"x")]), S.MESSAGE_ILLEGAL,
+             "messages[1]: must be a dict, got tuple"),
         ]
         for f, status, text in cases:
             assert f.done()
             r = f.result()
             if isinstance(r, list):
-                assert [x.status for x in r] == [S.MESSAGE_ILLEGAL]
+                assert [(x.status, x.detail) for x in r] == [(status, r[0].detail)] and text in r[0].detail
                 continue
             assert r.status is status and text in r.detail and r.wrote_offset == -1
         g.c.run_for(100)

@@ -14,6 +14,10 @@ JSON line on stdout (``progress`` lines may come before a ``load`` answer):
 - ``{"op": "profile", "on": true}`` / ``{"op": "profile", "path": FILE}``: cProfile the node's
   event-loop thread (``load`` takes ``"profile": FILE`` for the leader);
 - ``{"op": "quit"}``: shut the server down (the store is flushed) and exit 0.
+With ``--broker`` the server is wrapped in a ``DLedgerCommitLog`` (the broker store, dispatching
+on every node): ``load`` puts messages through it (``bench.broker_load``) instead of appending
+raw bodies, and ``{"op": "stats", "reset": false}`` answers this node's dispatched messages,
+their dispatch lag (a cumulative histogram, ms), the dispatched and committed indexes.
 End of stdin counts as ``quit``; so the process never outlives its parent's pipe.
 """
 
@@ -49,6 +53,18 @@ def _first_commit(server, timeout_s: float = 10.0) -> str | None:
     return why
 
 
+def _broker_stats(commit_log, reset: bool) -> dict:
+    """On the runtime thread: what this node dispatched and how late (then maybe start over)."""
+    buckets, count, total = commit_log.dispatch_lag.snapshot()
+    out = {"dispatched": count, "lag_sum_ms": total, "lag_ms": [[None if le == float("inf") else le, n]
+                                                                for le, n in buckets],
+           "dispatched_index": commit_log.reput.next_index - 1,
+           "committed_index": commit_log.server.node.committed_index}
+    if reset:
+        commit_log.dispatch_lag.reset()
+    return out
+
+
 def build_config(args: argparse.Namespace):
     from dledger.config import DLedgerConfig
 
@@ -71,17 +87,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="heartbeats (100 ms) a follower misses before it stands for election (default 3)")
     p.add_argument("--push-bytes", type=int, default=None, help="max_batch_append_size (default the config's)")
     p.add_argument("--push-window", type=int, default=None, help="max_push_in_flight (default the config's)")
+    p.add_argument("--broker", action="store_true", help="wrap the server in the broker store (DLedgerCommitLog)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
 
-    from dledger.bench.load import embedded_load
+    from dledger.bench.broker_load import commit_log_submit
+    from dledger.bench.load import callback_load, server_submit
     from dledger.core import Role
     from dledger.runtime.asyncio_runtime import AsyncioRuntime
     from dledger.server import DLedgerServer
 
     runtime = AsyncioRuntime()
     server = DLedgerServer(build_config(args), runtime=runtime).startup()
+    commit_log = None
+    if args.broker:
+        from dledger.broker import DLedgerCommitLog
+        commit_log = DLedgerCommitLog(server)
     profiler = None
     _say({"op": "ready", "id": args.id})
     try:
@@ -132,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                 load_profiler = cProfile.Profile(time.thread_time) if cmd.get("profile") else None
                 if load_profiler is not None:
                     runtime.run_sync(load_profiler.enable)
-                res = embedded_load(server, int(cmd["payload"]), float(cmd["seconds"]), rate=cmd.get("rate"),
+                submit = server_submit(server) if commit_log is None else commit_log_submit(commit_log)
+                res = callback_load(submit, int(cmd["payload"]), float(cmd["seconds"]), rate=cmd.get("rate"),
                                     batch=int(cmd.get("batch", 64)), window=int(cmd.get("window", 16)),
                                     warmup_s=float(cmd.get("warmup_s", 0.5)),
                                     on_progress=lambda n: _say({"op": "progress", "committed": n}))
@@ -141,9 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                     load_profiler.dump_stats(cmd["profile"])
                 _say({"op": "load", "id": args.id, **res.summary(),
                       "still_leader": server.role is Role.LEADER})
+            elif op == "stats" and commit_log is not None:
+                _say({"op": "stats", "id": args.id, **runtime.run_sync(lambda: _broker_stats(commit_log,
+                                                                                             cmd.get("reset")))})
             else:
                 _say({"op": "error", "error": f"unknown op {op!r}"})
     finally:
+        if commit_log is not None:
+            commit_log.close()
         server.shutdown()
         runtime.close()
     return 0

@@ -259,6 +259,13 @@ class BrokerClient:
             return msgs, answer["next_offset"]
         raise BrokerUnavailable(f"no broker answered a pull within {self.send_deadline} s; last: {last}")
 
+    def stats(self, node_id: str) -> dict:
+        """One broker's ``stats`` answer (see ``dledger.broker.server``)."""
+        try:
+            return self._request(node_id, {"op": "stats"})
+        except (_NotSent, _AnswerLost) as exc:
+            raise BrokerUnavailable(str(exc)) from None
+
     def close(self) -> None:
         for node_id in list(self._socks):
             self._drop(node_id)

@@ -42,13 +42,19 @@ from dledger.broker.role_change import RoleTracker
 from dledger.broker.store_view import entry_end, max_position, min_position, read_at
 from dledger.core import RoleChange
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
+from dledger.metrics.histogram import Histogram
 from dledger.protocol import DLedgerResponseCode as Code
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024     # RocketMQ's maxMessageSize default
 DISPATCH_INTERVAL_MS = 5
+#: dispatch lag buckets, ms (upper bounds): store timestamp to consume-queue unit written
+DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750,
+                           1000, 2000, 5000, 10000)
 _STAMP = struct.Struct(">q")
+#: the fields a message of ``put_messages`` may have (``put_message``'s arguments)
+_PUT_FIELDS = frozenset({"topic", "queue_id", "body", "tags", "keys", "properties", "born_host", "flag"})
 
 _STATUS_FOR_CODE = {
     Code.NOT_LEADER: PutMessageStatus.SERVICE_NOT_AVAILABLE,
@@ -82,6 +88,8 @@ class DLedgerCommitLog:
         self.root = root or cfg.default_path
         self.store_host = split_host(cfg.peer_map.get(cfg.self_id, "127.0.0.1:0"))
         self.max_message_size = max_message_size
+        #: the offset message id less its 16 hex digits of offset (the store host's part)
+        self._id_prefix = message_id(self.store_host, 0)[:-16]
         self.dispatch_interval_ms = dispatch_interval_ms
         self.reput = ReputService(self.root, units_per_file=cq_units_per_file, index_options=index_options)
         self.roles = RoleTracker(cfg.self_id)
@@ -92,6 +100,11 @@ class DLedgerCommitLog:
         self._stamped: dict[int, tuple[int, int]] = {}
         self._timer = None
         self.closed = False
+        #: dispatch lag of every message this replica dispatched (ms), and the stamps of the
+        #: batch being dispatched (its units are written when the batch ends)
+        self.dispatch_lag = Histogram(DISPATCH_LAG_BUCKETS_MS)
+        self._batch_stamps: list[int] = []
+        self.reput.on_dispatch = self._on_dispatched
         server.add_append_hook(self._hook)
         server.add_role_change_handler(self._on_role_change)
         if server.started:
@@ -168,12 +181,27 @@ class DLedgerCommitLog:
     def dispatch_committed(self) -> int:
         """Dispatch what is committed and not dispatched yet (runtime thread); how many entries."""
         srv = self.server
-        return self.reput.dispatch_up_to(srv.store, srv.node.committed_index)
+        n = self.reput.dispatch_up_to(srv.store, srv.node.committed_index)
+        stamps = self._batch_stamps
+        if stamps:
+            now, observe = srv.runtime.wall_time() * 1000, self.dispatch_lag.observe
+            for stamp in stamps:
+                observe(now - stamp)
+            stamps.clear()
+        return n
+
+    def _on_dispatched(self, _physical_offset: int, store_timestamp: int) -> None:
+        self._batch_stamps.append(store_timestamp)
 
     # =====================================================================================
     # puts
     # =====================================================================================
-    def _encode(self, topic, queue_id, body, tags, keys, properties, born_host, flag) -> bytes | PutMessageResult:
+    def _limit(self) -> int:
+        """The largest message this store takes (the server's entry limit less the header)."""
+        return min(self.max_message_size, getattr(self.server.store, "max_entry_size", 1 << 62) - BODY_OFFSET)
+
+    def _encode(self, topic, queue_id, body, tags, keys, properties, born_host, flag, born_ms: int,
+                limit: int) -> bytes | PutMessageResult:
         if not isinstance(topic, str) or not topic:
             return refused(PutMessageStatus.MESSAGE_ILLEGAL, "topic: is empty")
         if not isinstance(body, (bytes, bytearray, memoryview)):
@@ -182,15 +210,15 @@ class DLedgerCommitLog:
             return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"queue_id: {queue_id!r} is not in 0..2**31-1")
         if isinstance(keys, str):
             keys = [keys]
-        props = dict(properties or {})
+        props = dict(properties) if properties else {}
         if tags:
             props["TAGS"] = tags
         if keys:
             props["KEYS"] = " ".join(keys)
-        born = born_host if born_host is not None else self.store_host
         try:
-            raw = encode_message(topic=topic, body=bytes(body), queue_id=queue_id, flag=flag, properties=props,
-                                 born_timestamp=int(self.server.runtime.wall_time() * 1000), born_host=born,
+            raw = encode_message(topic=topic, body=body if type(body) is bytes else bytes(body), queue_id=queue_id,
+                                 flag=flag, properties=props, born_timestamp=born_ms,
+                                 born_host=self.store_host if born_host is None else born_host,
                                  store_host=self.store_host)
         except MessageFormatError as exc:
             status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if exc.field == "properties"
@@ -198,7 +226,6 @@ class DLedgerCommitLog:
             return refused(status, str(exc))
         except (TypeError, AttributeError) as exc:
             return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad value: {exc}")
-        limit = min(self.max_message_size, getattr(self.server.store, "max_entry_size", 1 << 62) - BODY_OFFSET)
         if len(raw) > limit:
             return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"message: {len(raw)} bytes; at most {limit}")
         return raw
@@ -223,12 +250,13 @@ class DLedgerCommitLog:
             return refused(PutMessageStatus.UNKNOWN_ERROR, f"no stamp recorded for the entry at {pos}")
         offset = pos + BODY_OFFSET
         return PutMessageResult(PutMessageStatus.PUT_OK, offset, size, stamped[0],
-                                message_id(self.store_host, offset), stamped[1], resp.leader_id)
+                                f"{self._id_prefix}{offset:016X}", stamped[1], resp.leader_id)
 
     def put_message_async(self, topic: str, queue_id: int, body: bytes, *, tags: str | None = None,
                           keys=(), properties: dict | None = None, born_host=None, flag: int = 0) -> AwaitableFuture:
         """Put one message; a future of ``PutMessageResult`` (bad input: a status, at once)."""
-        raw = self._encode(topic, queue_id, body, tags, keys, properties, born_host, flag)
+        raw = self._encode(topic, queue_id, body, tags, keys, properties, born_host, flag,
+                           int(self.server.runtime.wall_time() * 1000), self._limit())
         if isinstance(raw, PutMessageResult):
             return _done(raw)
         return self._append([raw], single=True)
@@ -237,12 +265,18 @@ class DLedgerCommitLog:
         """Put a batch: ``messages`` are dicts of ``put_message``'s arguments. A future of the
         list of results, one per message; a refused message stops the whole batch."""
         raws = []
+        born_ms, limit, encode = int(self.server.runtime.wall_time() * 1000), self._limit(), self._encode
         for i, m in enumerate(messages):
-            m = dict(m)
-            raw = self._encode(m.pop("topic", None), m.pop("queue_id", 0), m.pop("body", None), m.pop("tags", None),
-                               m.pop("keys", ()), m.pop("properties", None), m.pop("born_host", None),
-                               m.pop("flag", 0))
-            if isinstance(raw, PutMessageResult):
+            if not isinstance(m, dict):
+                return _done([refused(PutMessageStatus.MESSAGE_ILLEGAL,
+                                      f"messages[{i}]: must be a dict, got {type(m).__name__}")])
+            unknown = m.keys() - _PUT_FIELDS
+            if unknown:
+                return _done([refused(PutMessageStatus.MESSAGE_ILLEGAL,
+                                      f"messages[{i}]: unknown field(s) {', '.join(sorted(map(str, unknown)))}")])
+            raw = encode(m.get("topic"), m.get("queue_id", 0), m.get("body"), m.get("tags"), m.get("keys", ()),
+                         m.get("properties"), m.get("born_host"), m.get("flag", 0), born_ms, limit)
+            if type(raw) is not bytes:
                 return _done([dataclasses.replace(raw, detail=f"messages[{i}]: {raw.detail}")])
             raws.append(raw)
         if not raws:

@@ -58,6 +58,8 @@ _FIXED = struct.Struct(">iiiiiqqiq")   # totalSize .. bornTimestamp (48 bytes)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
+#: totalSize, magicCode, queueId and sysFlag in one read (the append hook's ``locate``)
+_LOCATE = struct.Struct(">ii4xi20xi")
 
 
 class MessageFormatError(ValueError):
@@ -334,12 +336,10 @@ def locate(buf, base: int = 0) -> tuple[str, int, int] | None:
     n = len(buf) - base
     if n < 92:
         return None
-    total, magic = struct.unpack_from(">ii", buf, base)
+    total, magic, queue_id, sys_flag = _LOCATE.unpack_from(buf, base)
     if total != n or magic not in (MAGIC_V1, MAGIC_V2):
         return None
-    queue_id = _I32.unpack_from(buf, base + 12)[0]
-    sys_flag = _I32.unpack_from(buf, base + SYS_FLAG_POSITION)[0]
-    ts_pos = store_timestamp_position(sys_flag)
+    ts_pos = BORN_HOST_POSITION + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
     off = ts_pos + 8 + (20 if sys_flag & STOREHOST_V6_FLAG else 8) + 12
     if off + 4 > n:
         return None

@@ -14,7 +14,11 @@ payload is one msgpack map. Requests:
   error names the message (``messages[3].topic: is missing``);
 - ``{"op": "pull", "id": n, "topic": str, "queue_id": int, "offset": int, "max_count": int}`` →
   ``{"id": n, "status": "FOUND" | "NO_NEW_MSG", "messages": [{"topic", "queue_id",
-  "queue_offset", "body", "tags", "keys", "msg_id", "physical_offset"}, ...], "next_offset"}``.
+  "queue_offset", "body", "tags", "keys", "msg_id", "physical_offset"}, ...], "next_offset"}``;
+- ``{"op": "stats", "id": n}`` → ``{"id": n, "status": "OK", "dispatched", "lag_ms": [[le, count],
+  ...], "lag_sum_ms", "cpu_s"}``: the messages this replica dispatched, their dispatch lag
+  (store timestamp to consume-queue unit written) as a cumulative histogram whose last bound is
+  null (+Inf), and the process's CPU seconds.
 
 A request that is not such a map gets ``{"status": "BAD_REQUEST", "detail": ...}`` naming what
 is wrong (the connection stays open); a stream whose framing is broken (a declared length over
@@ -34,6 +38,7 @@ import logging
 import socket
 import socketserver
 import threading
+import time
 from typing import Any
 
 import msgpack
@@ -98,10 +103,12 @@ class RequestHandler:
                 answer = self._produce(req)
             elif op == "produce_batch":
                 answer = self._produce_batch(req)
+            elif op == "stats":
+                answer = self._stats()
             elif op == "pull":
                 answer = self._pull(req)
             else:
-                raise BadRequest(f"op: {op!r} is not 'produce', 'produce_batch' or 'pull'")
+                raise BadRequest(f"op: {op!r} is not 'produce', 'produce_batch', 'pull' or 'stats'")
         except BadRequest as exc:
             answer = {"status": "BAD_REQUEST", "detail": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a request never takes the broker down
@@ -160,6 +167,12 @@ class RequestHandler:
             return self._answer(first, results=[])
         return self._answer(first, results=[[r.msg_id, r.queue_offset, r.wrote_offset, r.wrote_bytes]
                                             for r in results])
+
+    def _stats(self) -> dict:
+        """How this replica's dispatch is doing, and the process's CPU time (for benchmarks)."""
+        buckets, count, total = self.log.dispatch_lag.snapshot()
+        return {"status": "OK", "dispatched": count, "lag_sum_ms": total, "cpu_s": time.process_time(),
+                "lag_ms": [[None if le == float("inf") else le, n] for le, n in buckets]}
 
     def _pull(self, req: dict) -> dict:
         topic = _field(req, "topic", str)

@@ -39,6 +39,11 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def reset(self) -> None:
+        """Start counting afresh (from the observing thread)."""
+        self.counts = [0] * len(self.counts)
+        self.total = 0
+
     def snapshot(self, scale: float = 1.0) -> tuple[list[tuple[float, int]], int, float]:
         """``(buckets, count, sum)``: cumulative ``(le, count)`` pairs ending with ``inf``,
         bounds and sum multiplied by ``scale`` (milliseconds to seconds: ``0.001``)."""
