@@ -36,6 +36,7 @@ from dledger.broker import consumer
 from dledger.broker.message_codec import (PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION,
                                           MessageFormatError, decode, encode_message, locate,
                                           message_id, split_host)
+from dledger.broker.put_checks import put_problem
 from dledger.broker.put_result import PutMessageResult, PutMessageStatus, refused
 from dledger.broker.reput import ReputService
 from dledger.broker.role_change import RoleTracker
@@ -202,12 +203,9 @@ class DLedgerCommitLog:
 
     def _encode(self, topic, queue_id, body, tags, keys, properties, born_host, flag, born_ms: int,
                 limit: int) -> bytes | PutMessageResult:
-        if not isinstance(topic, str) or not topic:
-            return refused(PutMessageStatus.MESSAGE_ILLEGAL, "topic: is empty")
-        if not isinstance(body, (bytes, bytearray, memoryview)):
-            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"body: must be bytes, got {type(body).__name__}")
-        if not isinstance(queue_id, int) or not 0 <= queue_id < 2**31:
-            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"queue_id: {queue_id!r} is not in 0..2**31-1")
+        why = put_problem(topic, queue_id, body, tags, keys, properties, born_host, flag)
+        if why is not None:
+            return refused(PutMessageStatus.MESSAGE_ILLEGAL, why)
         if isinstance(keys, str):
             keys = [keys]
         props = dict(properties) if properties else {}
@@ -264,6 +262,9 @@ class DLedgerCommitLog:
     def put_messages_async(self, messages) -> AwaitableFuture:
         """Put a batch: ``messages`` are dicts of ``put_message``'s arguments. A future of the
         list of results, one per message; a refused message stops the whole batch."""
+        if not isinstance(messages, (list, tuple)):
+            return _done([refused(PutMessageStatus.MESSAGE_ILLEGAL,
+                                  f"messages: must be a list of dicts, got {type(messages).__name__}")])
         raws = []
         born_ms, limit, encode = int(self.server.runtime.wall_time() * 1000), self._limit(), self._encode
         for i, m in enumerate(messages):

@@ -6,16 +6,28 @@ replica (a follower serves what it has dispatched). ``get_messages`` returns the
 messages from ``queue_offset`` on (at most ``max_count``) and the next queue offset to ask for,
 which equals ``queue_offset`` at the end of the queue (RocketMQ's ``getMessage`` with
 ``nextBeginOffset``). A ``queue_offset`` below 0 reads from 0. Key lookups check each
-candidate's real KEYS / UNIQ_KEY and topic (the index keeps hashes only).
+candidate's real KEYS / UNIQ_KEY and topic (the index keeps hashes only). A topic or queue id
+no put could have used (``put_checks``) has no messages; a ``queue_offset`` or ``max_count``
+that is not an int is a ``ValueError`` naming it.
 """
 
 from __future__ import annotations
 
 from dledger.broker.message_codec import Message, MessageFormatError, decode, parse_message_id
+from dledger.broker.put_checks import queue_id_problem, topic_problem
+
+
+def _int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: must be an int, got {type(value).__name__}")
+    return value
 
 
 def get_messages(log, topic: str, queue_id: int, queue_offset: int, max_count: int = 32) -> tuple[list[Message], int]:
-    queue_offset = max(0, int(queue_offset))
+    queue_offset = max(0, _int(queue_offset, "queue_offset"))
+    max_count = _int(max_count, "max_count")
+    if max_count <= 0 or topic_problem(topic) or queue_id_problem(queue_id):
+        return [], queue_offset
 
     def units():
         cq = log.reput.find_queue(topic, queue_id)
@@ -32,6 +44,8 @@ def get_messages(log, topic: str, queue_id: int, queue_offset: int, max_count: i
 
 
 def query_by_key(log, topic: str, key: str, max_num: int = 32) -> list[Message]:
+    if topic_problem(topic) or not isinstance(key, str) or not key or _int(max_num, "max_num") <= 0:
+        return []
     offsets = log._on_runtime(lambda: log.reput.index.lookup(topic, key, max_num * 4))
     out = []
     for phys in offsets:
@@ -47,7 +61,8 @@ def query_by_key(log, topic: str, key: str, max_num: int = 32) -> list[Message]:
 
 
 def look_message_by_id(log, msg_id: str) -> Message | None:
-    """The committed message an offset message id names (None if there is none)."""
+    """The committed message an offset message id names (None if there is none; a
+    ``MessageFormatError`` when ``msg_id`` is not an offset message id)."""
     _host, phys = parse_message_id(msg_id)
     raw = log.get_message_at(phys)
     if raw is None:
