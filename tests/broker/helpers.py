@@ -78,3 +78,27 @@ def cq_bytes(log: DLedgerCommitLog) -> dict[tuple[str, int], bytes]:
 
 
 OK = PutMessageStatus.PUT_OK
+
+
+def check_exactly_once(g, sent):
+    """Every live replica holds the same consume queues, without gap or repeat, and every
+    acknowledged ``((topic, queue_id, body), result)`` of ``sent`` exactly once, at the queue
+    offset and physical offset its put was answered with; the acknowledged pairs."""
+    acked = [(item, r) for item, r in sent if r is not None and r.status is OK]
+    images = {i: cq_bytes(g.logs[i]) for i in g.c.live()}
+    first = images[g.c.live()[0]]
+    assert all(img == first for img in images.values())
+    for node in g.c.live():
+        log = g.logs[node]
+        assert log.reput.problems == []
+        for (t, q), data in images[node].items():
+            msgs, nxt = log.get_messages(t, q, 0, 10_000)
+            assert nxt == len(data) // 20
+            assert [m.queue_offset for m in msgs] == list(range(nxt))        # no gap, no repeat
+        for (t, q, body), r in acked:
+            msgs, _ = log.get_messages(t, q, r.queue_offset, 1)
+            assert [(m.body, m.physical_offset) for m in msgs] == [(body, r.wrote_offset)]
+            all_msgs, _ = log.get_messages(t, q, 0, 10_000)
+            assert [m.physical_offset for m in all_msgs].count(r.wrote_offset) == 1
+    return acked
+

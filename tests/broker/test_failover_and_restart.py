@@ -8,7 +8,7 @@ import pytest
 from dledger.broker import decode
 from dledger.broker.reput import CHECKPOINT
 
-from .helpers import OK, BrokerGroup, cq_bytes
+from .helpers import OK, BrokerGroup, check_exactly_once, cq_bytes
 
 TOPICS = [("A", 0), ("A", 1), ("B", 0)]
 
@@ -34,24 +34,6 @@ def produce(g, n, start=0, timeout_ms=3_000):
     return sent
 
 
-def check_exactly_once(g, sent):
-    acked = [(item, r) for item, r in sent if r is not None and r.status is OK]
-    images = {i: cq_bytes(g.logs[i]) for i in g.c.live()}
-    first = images[g.c.live()[0]]
-    assert all(img == first for img in images.values())
-    for node in g.c.live():
-        log = g.logs[node]
-        assert log.reput.problems == []
-        for (t, q), data in images[node].items():
-            msgs, nxt = log.get_messages(t, q, 0, 10_000)
-            assert nxt == len(data) // 20
-            assert [m.queue_offset for m in msgs] == list(range(nxt))        # no gap, no repeat
-        for (t, q, body), r in acked:
-            msgs, _ = log.get_messages(t, q, r.queue_offset, 1)
-            assert [(m.body, m.physical_offset) for m in msgs] == [(body, r.wrote_offset)]
-            all_msgs, _ = log.get_messages(t, q, 0, 10_000)
-            assert [m.physical_offset for m in all_msgs].count(r.wrote_offset) == 1
-    return acked
 
 
 def test_failover_mid_stream_keeps_every_acknowledged_message_exactly_once(tmp_path):
