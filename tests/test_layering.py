@@ -29,7 +29,7 @@ ALLOWED = {
 # the broker keeps its dispatch lag in a metrics Histogram.
 EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark", "client"}, "sim": set(), "spark": {"broker"}, "client": set(),
                "broker": {"metrics"}, "cli_client": {"client"}, "bench": {"client", "broker"}, "cli_node": {"metrics"},
-               "cli_broker": {"broker", "cli_node"}}
+               "cli_broker": {"broker", "cli_node", "metrics"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 

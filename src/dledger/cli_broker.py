@@ -7,7 +7,8 @@ The node's flags are ``dledger node``'s (``--group --id --peers --store-dir --du
 (``'n0-host:port;n1-host:port;...'``, the same ids as ``--peers``; with the list, a put on a
 follower also names the leader's broker address). The wire is the project's own msgpack frames,
 not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
-listener closes, dispatch stops, the store is flushed and closed, exit 0.
+listener closes, dispatch stops, the store is flushed and closed, exit 0. ``--metrics-port``
+(``--metrics-host``) serves the node's metrics and the broker's (``dledger.broker.metrics``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import signal
 import sys
 import threading
 
-from dledger.cli_node import NodeConfigError, add_node_flags, load_configs
+from dledger.cli_node import NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address
 
 EXAMPLE = """example:
   dledger broker --group broker-a --id n0 \\
       --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
       --brokers 'n0-127.0.0.1:30911;n1-127.0.0.1:30912;n2-127.0.0.1:30913' --store-dir /var/lib/broker
-  dledger broker --config /etc/dledger/broker.toml --id n1 --broker-port 30912
+  dledger broker --config /etc/dledger/broker.toml --id n1 --broker-port 30912 --metrics-port 9101
+  curl -s http://127.0.0.1:9101/metrics | grep dledger_broker_dispatch
 """
 
 
@@ -36,6 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--config", help="a TOML file of DLedgerConfig keys (one group)")
     p.add_argument("--broker-port", type=int, help="the port serving produce and pull")
     p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")
+    add_metrics_flags(p)
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
 
@@ -71,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise NodeConfigError(f"a broker runs one group; {args.config} has {len(configs)}")
     config = configs[0]
     host, port, brokers = broker_address(args, config)
+    address = metrics_address(args)
 
     from dledger.broker import DLedgerCommitLog
     from dledger.broker.server import BrokerServer
@@ -86,14 +90,24 @@ def run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     runtime = AsyncioRuntime()
-    server = commit_log = broker = None
+    server = commit_log = broker = endpoint = None
     try:
+        if address is not None:
+            from dledger.metrics import serve
+            endpoint = serve(address[1], host=address[0])      # MetricsPortError: one line, exit 1
+            log.info("metrics on http://%s:%d/metrics", address[0], endpoint.port)
+        node = DLedgerServer(config, runtime=runtime)
+        if endpoint is not None:
+            endpoint.add(node)
         try:
-            server = DLedgerServer(config, runtime=runtime).startup()
+            server = node.startup()
         except OSError as exc:
             raise RuntimeError(f"node {config.self_id} cannot start on {config.peer_map[config.self_id]}: "
                                f"{exc.strerror or exc}") from None
         commit_log = DLedgerCommitLog(server)
+        if endpoint is not None:
+            from dledger.broker.metrics import BrokerCollector
+            endpoint.registry.register(BrokerCollector(commit_log))
         try:
             broker = BrokerServer(commit_log, host, port, brokers=brokers).start()
         except OSError as exc:
@@ -115,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
                 except Exception:  # keep closing the rest; the error is logged
                     log.exception("closing the %s failed", what)
         runtime.close()
+        if endpoint is not None:
+            endpoint.close()
         for s, handler in old.items():
             signal.signal(s, handler)
     log.info("stopped; store flushed")

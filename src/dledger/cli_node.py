@@ -62,16 +62,22 @@ def add_node_flags(p) -> None:
                         "even with a member missing); never for a node whose disk was replaced")
 
 
+def add_metrics_flags(p) -> None:
+    """``--metrics-port`` and ``--metrics-host`` (read by ``metrics_address``), shared by ``dledger
+    node`` and ``dledger broker``."""
+    p.add_argument("--metrics-port", metavar="PORT",
+                   help="serve Prometheus metrics of every group on this port (0: any free port)")
+    p.add_argument("--metrics-host", metavar="HOST",
+                   help="the address the metrics port listens on (default: every interface, 0.0.0.0)")
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("node", help="run a node of one or more groups in the foreground",
                        description=__doc__.split("\n\n")[0], epilog=EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_node_flags(p)
     p.add_argument("--config", help="a TOML file with one or several groups")
-    p.add_argument("--metrics-port", metavar="PORT",
-                   help="serve Prometheus metrics of every group on this port (0: any free port)")
-    p.add_argument("--metrics-host", metavar="HOST",
-                   help="the address the metrics port listens on (default: every interface, 0.0.0.0)")
+    add_metrics_flags(p)
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
 

@@ -52,8 +52,44 @@ def test_the_broker_command_has_help_with_an_example(capsys):
      "entry for n0"),
     (["--id", "n0", "--peers", "n0-127.0.0.1:20911", "--broker-port", "1"], "group is missing"),
     (["--config", "/nonexistent/broker.toml", "--broker-port", "1"], "/nonexistent/broker.toml"),
+    (["--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:20911", "--broker-port", "1", "--metrics-port", "x"],
+     "--metrics-port"),
 ])
 def test_bad_broker_flags_are_one_line_and_exit_2(argv, words, capsys):
     assert main(["broker", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and words in err, err
+
+
+def test_a_broker_with_a_metrics_port_serves_the_nodes_and_the_brokers_metrics(tmp_path):
+    import time
+    import urllib.request
+
+    from dledger.broker.client import BrokerClient
+    from dledger.transport.loopback import free_ports
+
+    raft, broker, metrics = free_ports(3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "dledger.cli", "broker", "--group", "m", "--id", "n0",
+                             "--peers", f"n0-127.0.0.1:{raft}", "--broker-port", str(broker), "--bootstrap",
+                             "--store-dir", str(tmp_path), "--metrics-port", str(metrics), "--metrics-host",
+                             "127.0.0.1", "--log-level", "WARNING"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with BrokerClient(f"n0-127.0.0.1:{broker}", timeout=5, send_deadline=30) as client:
+            rs = client.send_batch([{"topic": "M", "queue_id": 0, "body": b"x%d" % i} for i in range(5)])
+            assert [r.status for r in rs] == ["PUT_OK"] * 5
+            deadline = time.monotonic() + 20
+            while client.stats("n0")["dispatched"] < 5:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
+        assert 'dledger_broker_dispatch_lag_seconds_count{group="m",node="n0"} 5.0' in text
+        assert 'dledger_broker_writable{group="m",node="n0"} 1.0' in text
+        assert 'dledger_broker_dispatch_behind_entries{group="m",node="n0"} 0.0' in text
+        dispatched = re.search(r'dledger_broker_dispatched_index\{group="m",node="n0"\} (\S+)', text)
+        committed = re.search(r'dledger_committed_index\{group="m",node="n0"\} (\S+)', text)
+        assert dispatched and committed and float(dispatched.group(1)) == float(committed.group(1)) >= 4
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, proc.stderr.read().decode()[-2000:]
