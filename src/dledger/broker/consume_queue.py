@@ -110,6 +110,15 @@ class ConsumeQueue:
         self.max_offset = queue_offset + 1
         self.max_physical_offset = physical_offset + size
 
+    def put_next(self, physical_offset: int, size: int, tags_code: int) -> None:
+        """``put(max_offset, ...)``: the unit after the last one (the reput service's path)."""
+        pending = self._pending
+        if not pending:
+            self._pending_from = self.max_offset
+        pending.append(_UNIT.pack(physical_offset, size, tags_code))
+        self.max_offset += 1
+        self.max_physical_offset = physical_offset + size
+
     def commit(self) -> None:
         """Write the units ``put`` since the last commit: one write per file they fall in."""
         if not self._pending:

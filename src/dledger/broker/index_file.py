@@ -15,6 +15,13 @@ at 1 and a file is full when it reaches ``indexNum``. RocketMQ's defaults are 5,
 ``IndexService``; the layout does not change with them. A lookup walks the chain of the key's
 slot in every file, newest first, and keeps entries whose hash matches (the caller checks the
 message's real keys, as RocketMQ's ``queryMessage`` does).
+
+The header may be written once per batch of keys (``put_hashes`` then ``write_header``; the
+reput service writes it before its checkpoint): entries beyond the header's ``indexCount`` are
+then keys put since, whose header never got written (a crash in between). Opening a file
+undoes them, newest first (each slot gets back the entry's ``prevIndex``, the entry is
+zeroed), so the file is again exactly what its header says; nothing beyond ``indexCount`` is
+ever non-zero otherwise.
 """
 
 from __future__ import annotations
@@ -41,6 +48,63 @@ def key_hash(key: str) -> int:
     return h if h < (1 << 31) else 0
 
 
+_M32 = 0xFFFFFFFF
+_POW31 = [pow(31, k, 1 << 32) for k in range(256)]
+_CACHE_MAX = 4096
+
+
+class KeyHasher:
+    """``key_hash(f"{topic}#{key}")`` without hashing every character every time.
+
+    Java's hash is a polynomial in 31 (mod 2**32), so for an ASCII key of ``L`` characters
+    ``h(topic#key) = h(topic#) * 31**L + h(key[:-4]) * 31**4 + h(key[-4:])``. Kept: per topic,
+    ``h(topic#) * 31**L`` for every ``L``; per key head, ``h(head) * 31**4`` (keys such as
+    RocketMQ's UNIQ_KEY or ``order-<n>`` share their heads for thousands of messages). A key
+    then costs one look-up and its last four characters. Other keys (short, long or not
+    ASCII) take ``key_hash`` (the same value).
+    """
+
+    def __init__(self) -> None:
+        self._topics: dict[str, list[int]] = {}
+        self._heads: dict[str, int] = {}
+
+    def __call__(self, topic: str, key: str) -> int:
+        return self.message(topic, key, None)[0] if key else key_hash(f"{topic}#")
+
+    def message(self, topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
+        """The hashes of ``topic#uniq_key`` and ``topic#key`` for each key of ``keys`` split on
+        spaces, in that order, empty keys dropped."""
+        keys = keys.split(" ") if keys else []
+        if uniq_key:
+            keys.insert(0, uniq_key)
+        out: list[int] = []
+        if not keys:
+            return out
+        topic_part = self._topics.get(topic)
+        if topic_part is None:
+            if len(self._topics) >= _CACHE_MAX:
+                self._topics.clear()
+            t = java_string_hash(topic + "#")
+            topic_part = self._topics[topic] = [t * p & _M32 for p in _POW31]
+        heads = self._heads
+        for key in keys:
+            n = len(key)
+            if n < 5 or n > 255 or not key.isascii():
+                if key:
+                    out.append(key_hash(f"{topic}#{key}"))
+                continue
+            head = key[:-4]
+            h = heads.get(head)
+            if h is None:
+                if len(heads) >= _CACHE_MAX:
+                    heads.clear()
+                h = heads[head] = java_string_hash(head) * 923521 & _M32
+            a, b, c, d = key[-4:].encode()
+            u = (topic_part[n] + h + a * 29791 + b * 961 + c * 31 + d) & _M32
+            out.append(u if u < 0x80000000 else (0x100000000 - u if u > 0x80000000 else 0))
+        return out
+
+
 def file_name_for(store_timestamp_ms: int) -> str:
     t = time.gmtime(store_timestamp_ms // 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{store_timestamp_ms % 1000:03d}"
@@ -63,39 +127,69 @@ class IndexFile:
          self.hash_slot_count, self.index_count) = HEADER.unpack_from(self.mm, 0)
         if self.index_count == 0:
             self.index_count = 1
+        self._entries_base = HEADER_SIZE + slots * SLOT_SIZE
+        self._undo_unwritten()
+
+    def _undo_unwritten(self) -> int:
+        """Undo the entries beyond ``indexCount`` (put, header never written); how many."""
+        base, zero = self._entries_base, bytes(INDEX_SIZE)
+        end = self.index_count
+        while end < self.index_num and self.mm[base + end * INDEX_SIZE:base + (end + 1) * INDEX_SIZE] != zero:
+            end += 1
+        for i in range(end - 1, self.index_count - 1, -1):
+            h, _off, _diff, prev = _ENTRY.unpack_from(self.mm, base + i * INDEX_SIZE)
+            _SLOT.pack_into(self.mm, HEADER_SIZE + (h % self.slots) * SLOT_SIZE, prev)
+            self.mm[base + i * INDEX_SIZE:base + (i + 1) * INDEX_SIZE] = zero
+        return end - self.index_count
 
     @property
     def full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def _write_header(self) -> None:
+    def write_header(self) -> None:
         HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                          self.end_phy_offset, self.hash_slot_count, self.index_count)
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """Add ``key`` -> ``phy_offset``; False when the file is full."""
-        if self.full:
+        """Add ``key`` -> ``phy_offset`` and write the header; False when the file is full."""
+        if not self.put_hashes([(key_hash(key), phy_offset, store_timestamp)]):
             return False
-        h = key_hash(key)
-        slot_pos = HEADER_SIZE + (h % self.slots) * SLOT_SIZE
-        prev = _SLOT.unpack_from(self.mm, slot_pos)[0]
-        if prev <= 0 or prev > self.index_count:
-            prev = 0
-        if self.begin_timestamp <= 0:
-            diff = 0
-        else:
-            diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), 2**31 - 1)
-        pos = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * INDEX_SIZE
-        _ENTRY.pack_into(self.mm, pos, h, phy_offset, diff, prev)
-        _SLOT.pack_into(self.mm, slot_pos, self.index_count)
-        if self.index_count <= 1:
-            self.begin_phy_offset, self.begin_timestamp = phy_offset, store_timestamp
-        if prev == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
-        self.end_phy_offset, self.end_timestamp = phy_offset, store_timestamp
-        self._write_header()
+        self.write_header()
         return True
+
+    def put_hashes(self, work: list[tuple[int, int, int]], start: int = 0) -> int:
+        """Add the entries ``work[start:]``, each ``(key_hash, phy_offset, store_timestamp)``,
+        in order until the file is full; how many went in. The header reaches the file at the
+        next ``write_header``."""
+        count, room = self.index_count, self.index_num
+        if count >= room or start >= len(work):
+            return 0
+        mm, slots, base = self.mm, self.slots, self._entries_base
+        begin = self.begin_timestamp
+        used = self.hash_slot_count
+        read_slot, write_slot, write_entry = _SLOT.unpack_from, _SLOT.pack_into, _ENTRY.pack_into
+        stop = min(len(work), start + room - count)
+        for i in range(start, stop):
+            h, phy_offset, store_timestamp = work[i]
+            slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
+            prev = read_slot(mm, slot_pos)[0]
+            if prev <= 0 or prev > count:
+                prev = 0
+                used += 1
+            if begin <= 0:
+                diff = 0
+            else:
+                diff = (store_timestamp - begin) // 1000
+                diff = 0 if diff < 0 else (diff if diff < 0x7FFFFFFF else 0x7FFFFFFF)
+            write_entry(mm, base + count * INDEX_SIZE, h, phy_offset, diff, prev)
+            write_slot(mm, slot_pos, count)
+            if count <= 1:
+                self.begin_phy_offset = phy_offset
+                begin = store_timestamp
+            count += 1
+        self.index_count, self.hash_slot_count, self.begin_timestamp = count, used, begin
+        _h, self.end_phy_offset, self.end_timestamp = work[stop - 1]
+        return stop - start
 
     def lookup(self, key: str, max_num: int) -> list[int]:
         """Physical offsets of entries whose hash matches ``key``'s, newest first."""
@@ -145,7 +239,7 @@ class IndexFile:
                 self.begin_phy_offset, self.begin_timestamp = off, begin_ts
             self.end_phy_offset, self.end_timestamp = off, begin_ts + diff * 1000
             self.index_count += 1
-        self._write_header()
+        self.write_header()
         return n - len(kept)
 
     def flush(self) -> None:

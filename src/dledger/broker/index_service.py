@@ -5,13 +5,18 @@ Files live in ``<root>/keyindex/``. For each dispatched message it indexes ``top
 store time) when that one is full. A message whose physical offset is below the newest file's
 ``endPhyOffset`` was indexed already and is skipped (RocketMQ's rule; it makes a replay after a
 crash harmless). ``lookup(topic, key)`` returns candidate physical offsets, newest first.
+
+``build_index`` writes the files' headers before it returns; ``index_messages`` (the reput
+service's path, given the KEYS property as it is) leaves them to ``commit``, once per batch
+(``index_file`` says how a header that never got written is undone on open).
 """
 
 from __future__ import annotations
 
 import os
 
-from dledger.broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOTS, IndexFile, file_name_for
+from dledger.broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOTS, IndexFile, KeyHasher, file_name_for
+from dledger.broker.message_codec import KEY_SEPARATOR
 
 #: RocketMQ's directory is ``index``; in a node's store directory that name is DLedger's own
 #: (its index segments), so the key index lives beside it
@@ -25,10 +30,13 @@ class IndexService:
         os.makedirs(self.dir, exist_ok=True)
         names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 17)
         self.files = [IndexFile(os.path.join(self.dir, n), slots, index_num) for n in names]
+        self._hash = KeyHasher()
 
     def _writable(self, store_timestamp: int) -> IndexFile:
         if self.files and not self.files[-1].full:
             return self.files[-1]
+        if self.files:
+            self.files[-1].write_header()
         ts = store_timestamp
         while os.path.exists(os.path.join(self.dir, file_name_for(ts))):
             ts += 1
@@ -37,15 +45,46 @@ class IndexService:
         return f
 
     def build_index(self, topic: str, keys: list[str], phy_offset: int, store_timestamp: int) -> None:
+        """Index ``topic#key`` for each of ``keys`` (in order) and write the header."""
         if not keys:
             return
-        if self.files and self.files[-1].index_count > 1 and phy_offset < self.files[-1].end_phy_offset:
+        files = self.files
+        if files and files[-1].index_count > 1 and phy_offset < files[-1].end_phy_offset:
             return
-        for key in keys:
-            f = self._writable(store_timestamp)
-            if not f.put_key(f"{topic}#{key}", phy_offset, store_timestamp):
-                f = self._writable(store_timestamp)
-                f.put_key(f"{topic}#{key}", phy_offset, store_timestamp)
+        self._put_all([(self._hash(topic, key), phy_offset, store_timestamp) for key in keys])
+        self.commit()
+
+    def index_messages(self, messages: list[tuple[str, str | None, str | None, int, int]]) -> None:
+        """``build_index(topic, [uniq_key] + the KEYS split on spaces, ...)`` (empty keys
+        dropped) for each ``(topic, uniq_key, keys, phy_offset, store_timestamp)`` in order,
+        with the header left to ``commit``."""
+        hasher = self._hash.message
+        files = self.files
+        last = files[-1] if files else None
+        end = last.end_phy_offset if last is not None and last.index_count > 1 else None
+        work: list[tuple[int, int, int]] = []
+        add = work.append
+        for topic, uniq_key, keys, phy_offset, store_timestamp in messages:
+            if end is not None and phy_offset < end:
+                continue                     # indexed already (the newest file ends beyond it)
+            hashes = hasher(topic, uniq_key, keys)
+            if hashes:
+                end = phy_offset
+                for h in hashes:
+                    add((h, phy_offset, store_timestamp))
+        self._put_all(work)
+
+    def _put_all(self, work: list[tuple[int, int, int]]) -> None:
+        files = self.files
+        i = 0
+        while i < len(work):
+            f = files[-1] if files and not files[-1].full else self._writable(work[i][2])
+            i += f.put_hashes(work, i)
+
+    def commit(self) -> None:
+        """Write the newest file's header (older files got theirs when they filled up)."""
+        if self.files:
+            self.files[-1].write_header()
 
     def lookup(self, topic: str, key: str, max_num: int = 64) -> list[int]:
         out: list[int] = []
@@ -68,9 +107,11 @@ class IndexService:
         return dropped
 
     def flush(self) -> None:
+        self.commit()
         for f in self.files:
             f.flush()
 
     def close(self) -> None:
+        self.commit()
         for f in self.files:
             f.close()

@@ -362,28 +362,69 @@ def locate(buf, base: int = 0) -> tuple[str, int, int] | None:
     return topic, queue_id, ts_pos
 
 
-def dispatch_info(buf) -> tuple[str, int, int, int, int, dict[str, str]] | None:
-    """What the reput service needs of a message, read straight from its bytes: ``(topic,
-    queue id, queue offset, total size, store timestamp, properties)``; None when the bytes are
-    not one whole message (the same checks as ``decode``, without the hosts' text and the body
-    copy that make ``decode`` several times slower)."""
-    found = locate(buf)
-    if found is None:
+#: totalSize, magicCode, queueId, queueOffset, sysFlag (bodyCRC, flag, physicalOffset skipped),
+#: then storeTimestamp and bodyLength where they lie with two IPv4 hosts
+_DISPATCH_HEAD = struct.Struct(">ii4xi4xq8xi16xq20xi")
+#: from the born host on, by ``(sysFlag >> 4) & 3`` (the hosts' kinds): storeTimestamp, bodyLength
+_DISPATCH_TAIL = tuple(struct.Struct(f">{born}xq{store}x12xi") for born, store in
+                       ((8, 8), (20, 8), (8, 20), (20, 20)))
+_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
+_MIN_MESSAGE = 92                      # what ``locate`` asks for: the shortest v1 message with IPv4 hosts
+
+
+def dispatch_fields(buf, start: int = 0, end: int | None = None):
+    """What the reput service needs of the message at ``buf[start:end]``, read from its bytes
+    at their fixed places, without copying the body nor the hosts' text: ``(topic, queue id,
+    queue offset, store timestamp, TAGS, KEYS, UNIQ_KEY)`` (an absent property is None); None when
+    the bytes are not one whole message of the length they claim. Everything is read inside
+    ``[start, end)``; ``buf`` may hold other bytes around it (a run of log records).
+
+    Accepted exactly when ``decode(..., inflate=False)`` accepts the bytes and the topic is not
+    empty (``locate``'s rule, which the append hook follows); the three properties are the
+    values ``parse_properties`` gives."""
+    if end is None:
+        end = len(buf)
+    if not isinstance(buf, bytes):
+        buf, start, end = bytes(buf[start:end]), 0, end - start
+    n = end - start
+    if n < _MIN_MESSAGE:
         return None
-    topic, queue_id, ts_pos = found
-    n = len(buf)
-    magic = _I32.unpack_from(buf, 4)[0]
-    off = ts_pos + 8 + (20 if _I32.unpack_from(buf, SYS_FLAG_POSITION)[0] & STOREHOST_V6_FLAG else 8) + 12
-    off += 4 + _I32.unpack_from(buf, off)[0]
-    off += (2 if magic == MAGIC_V2 else 1) + len(topic.encode("utf-8"))
-    if off + 2 > n:
+    total, magic, queue_id, queue_offset, sys_flag, store_timestamp, body_len = _DISPATCH_HEAD.unpack_from(buf, start)
+    if total != n or (magic != MAGIC_V1 and magic != MAGIC_V2):
         return None
-    props_len = _I16.unpack_from(buf, off)[0]
-    if props_len < 0 or off + 2 + props_len != n:
+    if sys_flag & _V6_FLAGS:
+        tail = _DISPATCH_TAIL[(sys_flag >> 4) & 3]
+        off = 48 + tail.size
+        if off > n:
+            return None
+        store_timestamp, body_len = tail.unpack_from(buf, start + 48)
+    else:
+        off = _DISPATCH_HEAD.size
+    off += body_len
+    if body_len < 0 or off + 3 > n:
+        return None
+    if magic == MAGIC_V1:
+        topic_len = buf[start + off]
+        off += 1
+    else:
+        topic_len = _I16.unpack_from(buf, start + off)[0]
+        off += 2
+    if topic_len <= 0 or off + topic_len + 2 > n:
         return None
     try:
-        props = parse_properties(bytes(buf[off + 2:n]).decode("utf-8")) if props_len else {}
+        topic = buf[start + off:start + off + topic_len].decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return (topic, queue_id, _I64.unpack_from(buf, QUEUE_OFFSET_POSITION)[0], n,
-            _I64.unpack_from(buf, ts_pos)[0], props)
+    off += topic_len
+    props_len = _I16.unpack_from(buf, start + off)[0]
+    if props_len < 0 or off + 2 + props_len != n:
+        return None
+    if not props_len:
+        return topic, queue_id, queue_offset, store_timestamp, None, None, None
+    try:
+        props = parse_properties(buf[start + off + 2:end].decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+    get = props.get
+    return (topic, queue_id, queue_offset, store_timestamp, get(PROPERTY_TAGS), get(PROPERTY_KEYS),
+            get(PROPERTY_UNIQ_KEY))

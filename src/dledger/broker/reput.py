@@ -1,17 +1,27 @@
 """ReputService: dispatches committed messages to the consume queues and the key index, on
 every replica (RocketMQ's ``DefaultMessageStore.ReputMessageService``).
 
-It walks the log's committed entries in index order, from its checkpoint on. Each NORMAL
-entry whose body is a message (``message_codec.dispatch_info``) becomes one consume-queue unit
-(physical offset = entry position + the 48-byte entry header, size, tags hash code) at the
-queue offset stamped in the message, and index keys for its UNIQ_KEY and KEYS. Other entries
-(NOOP, membership, bodies that are not messages) are passed over. Blank padding at segment ends
-is never seen: the walk goes by index, not by byte.
+It walks the log's committed entries in index order, from its checkpoint on, reading them in
+runs (``store.get_raw_range``: one copy per data segment and batch, no entry object per index).
+Each NORMAL entry whose body is a message (``message_codec.dispatch_fields``, which reads only
+the fields dispatch needs) becomes one consume-queue unit (physical offset = entry position +
+the 48-byte entry header, size, tags hash code) at the queue offset stamped in the message, and
+index keys for its UNIQ_KEY and KEYS. Other entries (NOOP, membership, bodies that are not
+messages) are passed over. Blank padding at segment ends is never seen: the runs hold records
+only. Every record's body CRC is checked here (a run read from what this store object wrote
+is not checked by the store); a record that fails it is read again with ``store.get``, which
+raises ``CorruptStoreError`` and notes the damage, as the walk did entry by entry.
 
 Checkpoint: ``<root>/dispatch.checkpoint`` holds ``next_index next_physical_offset``, written
-(to a temporary file, then renamed) after every batch. On open, units and index entries at or
+(to a temporary file, then renamed) after every batch, once the batch's consume-queue units
+and key-index header are written. On open, units and index entries at or
 beyond ``next_physical_offset`` are dropped (a crash between writing them and the checkpoint)
 and the walk resumes at ``next_index``: nothing is dispatched twice and nothing is skipped.
+
+Listeners: ``on_dispatch(physical_offset, store_timestamp)`` is called for each message as it
+is dispatched; ``on_dispatch_batch(dispatched)`` once per batch, after the checkpoint, with the
+batch's ``(physical_offset, store_timestamp)`` pairs (cheaper for a listener that only
+measures). Both are off (None) by default.
 
 A stamped queue offset that is not the queue's next one is a broken promise of the leader; it
 is recorded in ``problems`` (and the unit is written as the queue's next, so the message stays
@@ -21,14 +31,19 @@ readable). Everything here runs on the server's runtime thread.
 from __future__ import annotations
 
 import os
+import struct
 
 from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
-from dledger.broker.message_codec import (KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY,
-                                          dispatch_info, tags_hash_code)
-from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
+from dledger.broker.message_codec import dispatch_fields, tags_hash_code
+from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, crc32
 
 CHECKPOINT = "dispatch.checkpoint"
+#: bytes asked of one range read (a run stops earlier at a segment end or the batch's end)
+READ_BYTES = 4 << 20
+#: magic, size, pos, body_crc of a data record (``dledger.entry``'s layout)
+_RECORD = struct.Struct(">ii16xq8xI4x")
+_TAG_CODES_MAX = 4096
 
 
 class ReputService:
@@ -41,11 +56,13 @@ class ReputService:
         self.problems: list[str] = []
         #: ``listener(physical_offset, store_timestamp)`` after each message is dispatched (off: None)
         self.on_dispatch = None
+        #: ``listener([(physical_offset, store_timestamp), ...])`` after each batch (off: None)
+        self.on_dispatch_batch = None
+        self._tag_codes: dict[str | None, int] = {}
         self.next_index, self.next_physical_offset = self._read_checkpoint()
         for topic, qid in list_queues(root):
             self.queue(topic, qid).truncate_from_physical(self.next_physical_offset)
         self.index.truncate_from_physical(self.next_physical_offset)
-
     # -- checkpoint -----------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> str:
@@ -89,33 +106,70 @@ class ReputService:
         end = min(last_index, begin + max_entries - 1, store.ledger_end_index)
         if end < begin:
             return 0
-        for i in range(begin, end + 1):
-            entry = store.get(i)
-            if entry.magic == MAGIC_NORMAL and entry.body:
-                self.dispatch_message(entry.body, entry.pos + BODY_OFFSET)
-            self.next_index = i + 1
-            self.next_physical_offset = entry.pos + entry.size
+        self.next_index = begin
+        dispatched = [] if self.on_dispatch_batch is not None else None
+        while self.next_index <= end:
+            records, count = store.get_raw_range(self.next_index, READ_BYTES, end - self.next_index + 1)
+            self._dispatch_run(store, records, count, dispatched)
         for cq in self.queues.values():
             cq.commit()
+        self.index.commit()
         self._write_checkpoint()
+        if dispatched is not None:
+            self.on_dispatch_batch(dispatched)
         return end - begin + 1
 
-    def dispatch_message(self, body: bytes, physical_offset: int) -> None:
-        info = dispatch_info(body)
-        if info is None:
-            return
-        topic, queue_id, queue_offset, size, store_timestamp, props = info
-        cq = self.queue(topic, queue_id)
-        if queue_offset != cq.max_offset:
-            self.problems.append(f"{topic}/{queue_id}: message at {physical_offset} carries queue "
-                                 f"offset {queue_offset}, the queue's next is {cq.max_offset}")
-        tags = props.get(PROPERTY_TAGS)
-        cq.put(cq.max_offset, physical_offset, size, tags_hash_code(tags))
-        uniq = props.get(PROPERTY_UNIQ_KEY)
-        keys = ([uniq] if uniq else []) + [k for k in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
-        self.index.build_index(topic, keys, physical_offset, store_timestamp)
-        if self.on_dispatch is not None:
-            self.on_dispatch(physical_offset, store_timestamp)
+    def _dispatch_run(self, store, records: bytes, count: int, dispatched: list | None) -> None:
+        """Dispatch the ``count`` records of ``records`` (one run), the first of ``next_index``."""
+        view = memoryview(records)
+        unpack = _RECORD.unpack_from
+        fields = dispatch_fields
+        queues, codes = self.queues, self._tag_codes
+        listener = self.on_dispatch
+        done = [] if listener is not None or dispatched is not None else None
+        keyed = []
+        first = next_index = self.next_index
+        next_pos = self.next_physical_offset
+        off = 0
+        try:
+            for index in range(first, first + count):
+                magic, size, pos, body_crc = unpack(records, off)
+                end = off + size
+                if body_crc and crc32(view[off + BODY_OFFSET:end]) != body_crc:
+                    store.get(index)              # raises CorruptStoreError (and notes the damage)
+                if magic == MAGIC_NORMAL and size > BODY_OFFSET:
+                    found = fields(records, off + BODY_OFFSET, end)
+                    if found is not None:
+                        topic, queue_id, queue_offset, store_timestamp, tags, keys, uniq = found
+                        offset = pos + BODY_OFFSET
+                        cq = queues.get((topic, queue_id))
+                        if cq is None:
+                            cq = self.queue(topic, queue_id)
+                        if queue_offset != cq.max_offset:
+                            self.problems.append(f"{topic}/{queue_id}: message at {offset} carries queue "
+                                                 f"offset {queue_offset}, the queue's next is {cq.max_offset}")
+                        code = codes.get(tags)
+                        if code is None:
+                            if len(codes) >= _TAG_CODES_MAX:
+                                codes.clear()
+                            code = codes[tags] = tags_hash_code(tags)
+                        cq.put_next(offset, size - BODY_OFFSET, code)
+                        if uniq or keys:
+                            keyed.append((topic, uniq, keys, offset, store_timestamp))
+                        if done is not None:
+                            done.append((offset, store_timestamp))
+                next_index, next_pos = index + 1, pos + size
+                off = end
+        finally:
+            self.next_index, self.next_physical_offset = next_index, next_pos
+            if keyed:
+                self.index.index_messages(keyed)
+        if done:
+            if listener is not None:
+                for offset, store_timestamp in done:
+                    listener(offset, store_timestamp)
+            if dispatched is not None:
+                dispatched.extend(done)
 
     def flush(self) -> None:
         for cq in self.queues.values():
