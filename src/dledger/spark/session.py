@@ -32,6 +32,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
     from pyspark.sql import SparkSession
 
     from dledger.spark import register
+    from dledger.spark.shipping import is_local, ship
 
     if master is None:
         active = SparkSession.getActiveSession()
@@ -41,6 +42,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         master = "local[*]"
     if master.startswith("sc://"):
         spark = SparkSession.builder.remote(master).appName(app_name).getOrCreate()
+        ship(spark, connect=True)
         register(spark)
         return spark, True
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -49,8 +51,11 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 1))),
     }
-    if master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # the Python workers that plan a data source read run next to the driver, with the
+    # interpreter of PYSPARK_PYTHON (default: python3 from PATH, which may lack pyarrow or
+    # dledger); a cluster's executors may run another one (spark.sql.execution.pyspark.python)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update({"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1",
@@ -62,5 +67,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if not is_local(master):
+        ship(spark)
     register(spark)
     return spark, True
