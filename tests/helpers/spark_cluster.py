@@ -6,8 +6,9 @@ Connect server, started from the scripts of the pyspark package and stopped by P
   (1 core, 1 GiB) on 127.0.0.1 (the pip package has no ``start-master.sh``);
 - ``sbin/start-connect-server.sh --master local[1]`` (its PID from ``SPARK_PID_DIR``).
 
-Every daemon and every client gets the same ``SPARK_CONF_DIR``: quiet logs, the C1-only JIT and
-serial GC (quicker JVMs on a small machine), no web UIs, and
+Every daemon and every client gets the same ``SPARK_CONF_DIR``: quiet logs, the JVM flags of
+embedded sessions (``LOCAL_JVM_OPTIONS``: quicker JVMs on a small machine), no web UIs, one
+attempt per task, and
 ``spark.sql.execution.pyspark.python`` pointing at ``node_python``: this interpreter behind a
 wrapper that hides ``dledger``, ``msgpack`` and ``zlib_ng`` (as on a node where only PySpark
 and pyarrow are installed). So the executors, and the Connect server's Python workers, run
@@ -29,10 +30,10 @@ import sys
 import time
 import urllib.request
 
+from dledger.spark.session import LOCAL_JVM_OPTIONS as JVM_FLAGS
 from dledger.transport.loopback import free_ports
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 LOG4J = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console

@@ -20,6 +20,7 @@ from helpers.spark_cluster import SparkEngines
 from helpers.spark_user_session import RANGE, rows
 from spark_stores import bodies, write_store
 
+ENGINES = ["standalone", "connect"]
 N = 300
 SEGMENT = 16 * 1024
 USER_SESSION = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -61,15 +62,16 @@ def local(dl, replicas):
     return read, _comparable(run_audit(replicas, spark=dl).to_dict())
 
 
-@pytest.fixture(scope="module", params=["standalone", "connect"])
+@pytest.fixture(scope="module", params=ENGINES)
 def session(request, engines, replicas, tmp_path_factory):
-    """One user's session (read, then ``dledger audit``) against the engine: its exit status,
-    stdout and stderr, and its result directory."""
-    master = getattr(engines, request.param)
+    """One user's session (read, then ``dledger audit``) against the engine: its process
+    (exit status, stdout, stderr) and its result directory. The engines run one at a time:
+    on a small machine two sessions at once take as long as one after the other."""
     result = tmp_path_factory.mktemp(f"user-{request.param}")
-    proc = subprocess.run([sys.executable, USER_SESSION, master, str(result), *replicas],
-                          env=engines.client_env(), cwd=os.path.dirname(replicas[0]),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, USER_SESSION, getattr(engines, request.param), str(result), *replicas],
+        env=engines.client_env(), cwd=os.path.dirname(replicas[0]), capture_output=True,
+        text=True, timeout=300)
     return proc, result
 
 

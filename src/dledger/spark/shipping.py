@@ -79,6 +79,7 @@ def executor_zip(directory: str | None = None) -> str:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            os.chmod(tmp, 0o644)  # readable by other users' sessions that find it there
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
