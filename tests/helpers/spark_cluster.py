@@ -160,11 +160,17 @@ class SparkEngines:
         self.procs[name] = proc
         self.pids[name] = proc.pid
 
+    def _exited(self, name: str) -> bool:
+        """Whether the daemon is gone (the Connect server is not our child: its PID is
+        probed)."""
+        if name in self.procs:
+            return self.procs[name].poll() is not None
+        return name in self.pids and not _alive(self.pids[name])
+
     def _wait(self, name: str, ready, deadline: float) -> None:
+        """Polls ``ready`` until it holds, the daemon exits, or ``deadline``."""
         while not ready():
-            pid = self.pids.get(name)
-            if pid is not None and not _alive(pid) or (
-                    name in self.procs and self.procs[name].poll() is not None):
+            if self._exited(name):
                 raise RuntimeError(f"spark {name} exited while starting:\n{self._log_tail(name)}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"spark {name} not ready after {self.timeout:.0f} s:\n"
@@ -234,16 +240,14 @@ class SparkEngines:
                 pass
         deadline = time.monotonic() + grace
         for name in order:
-            pid = self.pids[name]
-            proc = self.procs.get(name)
-            while (proc.poll() is None if proc else _alive(pid)) and time.monotonic() < deadline:
+            while not self._exited(name) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if proc.poll() is None if proc else _alive(pid):
+            if not self._exited(name):
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(self.pids[name], signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                if proc:
-                    proc.wait()
+            if name in self.procs:
+                self.procs[name].wait()
         self.pids.clear()
         self.procs.clear()
