@@ -15,12 +15,14 @@ Exit codes (also in ``--help`` and ``docs/spark.md``):
   its committed index (stores without a checkpoint, such as Java DLedger's), so whether
   committed entries differ cannot be told; ``--committed N`` settles it.
 
-Options may come before or after the paths (``parse_intermixed_args``).
+Options may come before or after the paths (``parse_intermixed_args``). Relative paths are
+made absolute before the job runs: a cluster's executors do not share this working directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -103,9 +105,14 @@ def main(argv: list[str] | None = None) -> int:
               f"(pip install 'dledger[spark]'): {exc}", file=sys.stderr)
         return EXIT_ERROR
     from dledger.errors import DLedgerError
+    from dledger.spark.scan import replica_names
 
+    # the executors of a cluster (and a Connect server) do not share this working directory:
+    # they get absolute paths, and the replicas keep the names their paths as given had
+    names = names or replica_names(args.paths)
+    paths = [os.path.abspath(p) for p in args.paths]
     try:
-        report = run_audit(args.paths, master=args.master, out_dir=args.out,
+        report = run_audit(paths, master=args.master, out_dir=args.out,
                            committed=args.committed, names=names, recover=not args.no_recover)
     except (ValueError, OSError, DLedgerError) as exc:
         print(f"dledger audit: error: {exc}", file=sys.stderr)

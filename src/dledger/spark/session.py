@@ -3,14 +3,20 @@
 ``get_session(master)``:
 - ``None``: the active session if there is one (a host that already runs Spark, or the test
   suite), else an embedded ``local[*]`` session;
-- ``local[...]``: an embedded session. Workers run this interpreter (``PYSPARK_PYTHON`` is set
-  to ``sys.executable`` unless already set) and bind to loopback; no web UI, and the JVM runs
+- ``local[...]``: an embedded session. Workers bind to loopback; no web UI, and the JVM runs
   with ``LOCAL_JVM_OPTIONS`` (quicker to start and warm up on a small machine);
-- ``spark://host:7077`` (or ``yarn``, ``k8s://...``): a cluster. Its executors must be able to
-  import ``dledger`` (install it on every node, or ship it with ``spark.submit.pyFiles``), and
-  the store directories must be readable at the same paths on the executors;
-- ``sc://host:15002``: Spark Connect (needs ``pyspark[connect]``). The data source runs on the
-  server, which must have ``dledger`` installed.
+- ``spark://host:7077`` (or ``yarn``, ``k8s://...``): a cluster. The session ships what the
+  executors need to import ``dledger`` (``dledger.spark.shipping``); their Python must have
+  PySpark's own requirements (pyarrow, pandas), and the store directories must be readable at
+  the same paths on the executors;
+- ``sc://host:15002``: Spark Connect (needs the ``connect`` extra). The data source runs on the
+  server; the session ships the same zip to it as artifacts.
+
+Every classic session (local or cluster) runs its Python workers with this interpreter unless
+``PYSPARK_PYTHON`` is set: the workers that plan a read run next to the driver and need
+``dledger`` and pyarrow, which ``python3`` from ``PATH`` may lack. Executors whose Python lives
+elsewhere are pointed at it with ``spark.sql.execution.pyspark.python`` (in ``conf``, or the
+cluster's ``spark-defaults.conf``).
 
 The session gets ``spark.sql.python.filterPushdown.enabled=true`` and both data sources
 registered (``dledger.spark.register``). Sessions this module creates are owned by the caller
@@ -32,6 +38,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
     from pyspark.sql import SparkSession
 
     from dledger.spark import register
+    from dledger.spark.shipping import is_local, ship
 
     if master is None:
         active = SparkSession.getActiveSession()
@@ -41,6 +48,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         master = "local[*]"
     if master.startswith("sc://"):
         spark = SparkSession.builder.remote(master).appName(app_name).getOrCreate()
+        ship(spark, connect=True)
         register(spark)
         return spark, True
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -49,8 +57,11 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 1))),
     }
-    if master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # the Python workers that plan a data source read run next to the driver, with the
+    # interpreter of PYSPARK_PYTHON (default: python3 from PATH, which may lack pyarrow or
+    # dledger); a cluster's executors may run another one (spark.sql.execution.pyspark.python)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update({"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1",
@@ -62,5 +73,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if not is_local(master):
+        ship(spark)
     register(spark)
     return spark, True
