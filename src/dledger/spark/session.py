@@ -27,8 +27,18 @@ import sys
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def get_session(master: str | None = None, app_name: str = "dledger", conf: dict | None = None):
-    """Returns ``(spark, owned)``; see the module docstring."""
+def local_jvm_options() -> str:
+    """``LOCAL_JVM_OPTIONS`` and the class-data-sharing archive's flags (``jvm_archive``)."""
+    from dledger.spark.jvm_archive import jvm_options
+
+    return f"{LOCAL_JVM_OPTIONS} {jvm_options()}".strip()
+
+
+def get_session(master: str | None = None, app_name: str = "dledger", conf: dict | None = None,
+                sources: bool = True):
+    """Returns ``(spark, owned)``; see the module docstring. ``sources=False`` skips registering
+    the data sources (a job that does not read through them, such as the audit: registering
+    costs a Python process that looks for other data sources)."""
     from pyspark.sql import SparkSession
 
     from dledger.spark import register
@@ -36,12 +46,14 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
     if master is None:
         active = SparkSession.getActiveSession()
         if active is not None:
-            register(active)
+            if sources:
+                register(active)
             return active, False
         master = "local[*]"
     if master.startswith("sc://"):
         spark = SparkSession.builder.remote(master).appName(app_name).getOrCreate()
-        register(spark)
+        if sources:
+            register(spark)
         return spark, True
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {
@@ -56,11 +68,12 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
                          "spark.driver.bindAddress": "127.0.0.1",
                          # a short-lived job on a small machine: the JIT's top tier and the
                          # parallel GC compete with the work for the cores (see docs/spark.md)
-                         "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS})
+                         "spark.driver.extraJavaOptions": local_jvm_options()})
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    if sources:
+        register(spark)
     return spark, True
