@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from dledger.entry import segment_name
-from dledger.spark import scan
+from dledger.spark import compare, scan
 
 from dledger.spark.exit_codes import (EXIT_CORRUPT, EXIT_DIVERGED, EXIT_ERROR,  # noqa: F401
                                       EXIT_OK, EXIT_UNKNOWN)
@@ -145,13 +145,11 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     clock.mark("open stores")
     owned = False
     if spark is None:
-        spark, owned = get_session(master, "dledger-audit")
-    else:
-        from dledger.spark import register
-        register(spark)
+        # the audit reads the stores with mapInArrow (``entries_frame``), not the data sources
+        spark, owned = get_session(master, "dledger-audit", sources=False)
     clock.mark("session")
     try:
-        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover, clock)
+        report = _audit(spark, F, paths, names, infos, committed, max_listed, clock)
     finally:
         if owned:
             spark.stop()
@@ -173,9 +171,69 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     return report
 
 
-#: ``grouping_id()`` of the per replica, segment and term rows (the index column is not
-#: grouped: its bit, the highest of four, is set)
-SEGMENT_SET = 8
+def entries_frame(spark, infos: list[scan.StoreInfo], lo: int | None = None,
+                  hi: int | None = None):
+    """The header rows (``scan.HEADER_DDL``, CRC-32 checked) of the entries ``[lo, hi)`` of the
+    stores ``infos``, read with ``mapInArrow`` over one row per segment.
+
+    The same rows as ``spark.read.format("dledger").option("body", "false").load(paths)``
+    (with the index range pushed down), without what a Python data source costs each query:
+    Spark runs ``schema()`` and ``partitions()`` in Python processes of their own on the
+    driver, and registering a data source makes it look for others in a third one. Here the
+    stores were opened once, on the driver (``infos``), the segments are planned there, and
+    only the executors' Python workers run, each importing ``dledger.spark.scan`` alone.
+    """
+    from functools import partial
+
+    tasks = scan.plan_segments(infos, lo, hi)
+    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    read = partial(scan.read_tasks, tasks=tasks, lo=lo, hi=hi, body=False, verify=True)
+    return ids.mapInArrow(read, scan.HEADER_DDL)
+
+
+def _compare_in_tasks(spark, infos, committed: list[int]):
+    """The audit's rows (``compare.RESULT_DDL``) computed inside the tasks, one index range
+    each, all replicas together (``dledger.spark.compare``): no shuffle of the entries."""
+    from functools import partial
+
+    bounds = compare.ranges(infos)
+    tasks = max(0, len(bounds) - 1)
+    run = partial(compare.compare_tasks, infos=infos, committed=committed, bounds=bounds)
+    return (spark.range(0, tasks, 1, max(1, tasks)).mapInArrow(run, compare.RESULT_DDL)
+            .localCheckpoint(eager=True))
+
+
+def _compare_by_shuffle(F, df, names, committed):
+    """The same rows from one scan of every segment and one shuffle: an aggregation with two
+    grouping sets, per index (the copies' fingerprints) and per replica, segment and term
+    (counts, index ranges, damage). For stores whose valid range is unknown (opened without
+    recovery, or not at all), which cannot be split into index ranges."""
+    n = len(names)
+    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
+    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+    fp = F.xxhash64(*compare.SAME_ENTRY)   # what is compared per entry
+    intact_fp = F.when(~bad, fp)
+    committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
+    agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
+                           "index", "replica", "segment", "term")
+           .agg(F.grouping_id().alias("gid"),
+                F.count(F.lit(1)).alias("entries"),
+                F.min("index").alias("first"), F.max("index").alias("last"),
+                F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
+                F.count(intact_fp).alias("copies"),
+                F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
+                F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
+    differ = F.coalesce(F.col("fp_lo") != F.col("fp_hi"), F.lit(False))
+    rows = agg.select(
+        F.col("gid").cast("int").alias("gid"), "replica", "segment", "term", "index",
+        "entries", "first", "last", "corrupt", "copies", differ.alias("differ"),
+        F.coalesce(F.col("cfp_lo") != F.col("cfp_hi"), F.lit(False)).alias("violation"),
+        ((F.col("copies") < n) & (F.col("copies") > 0)).alias("short"))
+    per_segment = F.col("gid") == SEGMENT_SET
+    return rows.where(per_segment | F.col("differ") | F.col("short")).localCheckpoint(eager=True)
+
+
+SEGMENT_SET = compare.SEGMENT_SET
 
 
 class _Clock:
@@ -192,41 +250,24 @@ class _Clock:
 
 
 def _audit(spark, F, paths, names, infos, committed_override, max_listed,
-           recover, clock) -> AuditReport:
+           clock) -> AuditReport:
     n = len(paths)
-    df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
-          .option("recover", str(recover).lower())
-          .option("replicas", ",".join(names)).load(list(paths)))
+    df = entries_frame(spark, infos)
     committed = {}
     for name, info in zip(names, infos):
         c = committed_override if committed_override is not None else info.committed
         committed[name] = -1 if c is None else c
-    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
-    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
-    fp = F.xxhash64("term", "pos", "size", "magic", "crc")   # what is compared per entry
-    intact_fp = F.when(~bad, fp)
-    committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
-
-    # The one scan of the stores and the one shuffle: a single aggregation with two grouping
-    # sets, per index (the copies' fingerprints) and per replica, segment and term (counts,
-    # index ranges, damage). What the rest of the audit needs is small: the segment rows and
-    # the indexes where the copies differ or some replica lacks an intact copy. That is
-    # checkpointed in the JVM; the jobs after it never go back to the stores or to Python.
-    agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
-                           "index", "replica", "segment", "term")
-           .agg(F.grouping_id().alias("gid"),
-                F.count(F.lit(1)).alias("entries"),
-                F.min("index").alias("first"), F.max("index").alias("last"),
-                F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
-                F.count(intact_fp).alias("copies"),
-                F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
-                F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
-    per_segment = F.col("gid") == SEGMENT_SET
-    differ = F.col("fp_lo") != F.col("fp_hi")
-    short = (F.col("copies") < n) & (F.col("copies") > 0)
-    kept = agg.where(per_segment | differ | short).localCheckpoint(eager=True)
+    if compare.can_split(infos):
+        kept = _compare_in_tasks(spark, infos, [committed[name] for name in names])
+    else:
+        kept = _compare_by_shuffle(F, df, names, committed)
     clock.mark("scan and aggregation")
-    seg_rows = kept.where(per_segment).collect()
+    per_segment = F.col("gid") == SEGMENT_SET
+    seg_rows = (kept.where(per_segment).groupBy("replica", "segment", "term")
+                .agg(F.sum("entries").alias("entries"), F.min("first").alias("first"),
+                     F.max("last").alias("last"), F.sum("corrupt").alias("corrupt"),
+                     F.sum("copies").alias("copies"))
+                .collect())
 
     per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
                    for name in names}
@@ -259,6 +300,7 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     corrupt_count = sum(s["corrupt"] for s in per_replica.values())
     corrupt = []
     if corrupt_count:   # damage is rare: list it with a second scan only when there is some
+        bad = F.col("error").isNotNull() | ~F.col("crc_ok")
         rows = (df.where(bad).select("replica", "segment", "index", "pos", "error")
                 .orderBy("index", "replica").limit(max_listed).collect())
         corrupt = [{"replica": r["replica"], "segment": r["segment"], "index": r["index"],
@@ -271,8 +313,8 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     hi_common = min(lasts)
 
     flagged = kept.where(~per_segment)
+    differ, violation, short = F.col("differ"), F.col("violation"), F.col("short")
     div = flagged.where(differ)
-    violation = F.col("cfp_lo") != F.col("cfp_hi")
     gap = short & F.col("index").between(lo, hi_common)
     stats = flagged.agg(
         F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
@@ -287,7 +329,7 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     divergent = []
     if listed:
         idx = [i for i, _ in listed]
-        detail = (df.where(F.col("index").between(idx[0], idx[-1]))
+        detail = (entries_frame(spark, infos, idx[0], idx[-1] + 1)
                   .where(F.col("index").isin(idx))
                   .select("replica", "segment", "index", "term", "pos", "size", "magic", "crc",
                           "crc_ok", "error").collect())
