@@ -191,49 +191,93 @@ def entries_frame(spark, infos: list[scan.StoreInfo], lo: int | None = None,
     return ids.mapInArrow(read, scan.HEADER_DDL)
 
 
-def _compare_in_tasks(spark, infos, committed: list[int]):
-    """The audit's rows (``compare.RESULT_DDL``) computed inside the tasks, one index range
-    each, all replicas together (``dledger.spark.compare``): no shuffle of the entries."""
-    from functools import partial
-
-    bounds = compare.ranges(infos)
-    tasks = max(0, len(bounds) - 1)
-    run = partial(compare.compare_tasks, infos=infos, committed=committed, bounds=bounds)
-    return (spark.range(0, tasks, 1, max(1, tasks)).mapInArrow(run, compare.RESULT_DDL)
-            .localCheckpoint(eager=True))
-
-
-def _compare_by_shuffle(F, df, names, committed):
-    """The same rows from one scan of every segment and one shuffle: an aggregation with two
-    grouping sets, per index (the copies' fingerprints) and per replica, segment and term
-    (counts, index ranges, damage). For stores whose valid range is unknown (opened without
-    recovery, or not at all), which cannot be split into index ranges."""
-    n = len(names)
-    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
-    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
-    fp = F.xxhash64(*compare.SAME_ENTRY)   # what is compared per entry
-    intact_fp = F.when(~bad, fp)
-    committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
-    agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
-                           "index", "replica", "segment", "term")
-           .agg(F.grouping_id().alias("gid"),
-                F.count(F.lit(1)).alias("entries"),
-                F.min("index").alias("first"), F.max("index").alias("last"),
-                F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
-                F.count(intact_fp).alias("copies"),
-                F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
-                F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
-    differ = F.coalesce(F.col("fp_lo") != F.col("fp_hi"), F.lit(False))
-    rows = agg.select(
-        F.col("gid").cast("int").alias("gid"), "replica", "segment", "term", "index",
-        "entries", "first", "last", "corrupt", "copies", differ.alias("differ"),
-        F.coalesce(F.col("cfp_lo") != F.col("cfp_hi"), F.lit(False)).alias("violation"),
-        ((F.col("copies") < n) & (F.col("copies") > 0)).alias("short"))
-    per_segment = F.col("gid") == SEGMENT_SET
-    return rows.where(per_segment | F.col("differ") | F.col("short")).localCheckpoint(eager=True)
-
-
+#: ``grouping_id()`` of the per replica, segment and term rows
 SEGMENT_SET = compare.SEGMENT_SET
+
+
+class _TaskFindings:
+    """What the tasks found, one index range each, all replicas together
+    (``dledger.spark.compare``): no shuffle, and a few rows per segment to collect."""
+
+    def __init__(self, spark, infos, committed: list[int], max_listed: int) -> None:
+        from functools import partial
+
+        bounds = compare.ranges(infos)
+        tasks = max(0, len(bounds) - 1)
+        run = partial(compare.compare_tasks, infos=infos, committed=committed, bounds=bounds,
+                      max_listed=max_listed)
+        rows = (spark.range(0, tasks, 1, max(1, tasks)).mapInArrow(run, compare.RESULT_DDL)
+                .collect())
+        self.max_listed = max_listed
+        self.by_kind: dict[int, list] = {}
+        for r in rows:
+            self.by_kind.setdefault(r["gid"], []).append(r)
+        self.seg_rows = self.by_kind.get(SEGMENT_SET, [])
+
+    def summary(self, lo: int, hi_common: int) -> tuple[dict, list]:
+        stats = self.by_kind.get(compare.STATS, [])
+        firsts = [r["divergent_first"] for r in stats if r["divergent_first"] is not None]
+        vfirsts = [r["violation_first"] for r in stats if r["violation_first"] is not None]
+        gaps = sum(max(0, min(r["last"], hi_common) - max(r["first"], lo) + 1)
+                   for r in self.by_kind.get(compare.SHORT_RUN, []))
+        listed = sorted((r["index"], bool(r["violation"]))
+                        for r in self.by_kind.get(compare.INDEX_SET, []))[:self.max_listed]
+        return ({"div": sum(r["divergent"] for r in stats),
+                 "div_first": min(firsts) if firsts else None,
+                 "viol": sum(r["violations"] for r in stats),
+                 "viol_first": min(vfirsts) if vfirsts else None, "gaps": gaps}, listed)
+
+
+class _ShuffleFindings:
+    """The same findings from one scan of every segment and one shuffle, for stores whose
+    valid range is unknown (opened without recovery, or not at all), which cannot be split
+    into index ranges. A single aggregation with two grouping sets computes, per index, the
+    copies' fingerprints and, per replica, segment and term, counts, index ranges and damage;
+    only the segment rows and the indexes where copies differ or some replica lacks an intact
+    copy are kept (checkpointed in the JVM), and the small jobs after it read that."""
+
+    def __init__(self, F, df, names, committed: dict, max_listed: int) -> None:
+        n = len(names)
+        cmap = F.create_map(*[x for name in names
+                              for x in (F.lit(name), F.lit(committed[name]))])
+        bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+        fp = F.xxhash64(*compare.SAME_ENTRY)   # what is compared per entry
+        intact_fp = F.when(~bad, fp)
+        committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
+        agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
+                               "index", "replica", "segment", "term")
+               .agg(F.grouping_id().alias("gid"),
+                    F.count(F.lit(1)).alias("entries"),
+                    F.min("index").alias("first"), F.max("index").alias("last"),
+                    F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
+                    F.count(intact_fp).alias("copies"),
+                    F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
+                    F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
+        self.F = F
+        self.max_listed = max_listed
+        self.per_segment = F.col("gid") == SEGMENT_SET
+        self.differ = F.col("fp_lo") != F.col("fp_hi")
+        self.violation = F.col("cfp_lo") != F.col("cfp_hi")
+        self.short = (F.col("copies") < n) & (F.col("copies") > 0)
+        self.kept = (agg.where(self.per_segment | self.differ | self.short)
+                     .localCheckpoint(eager=True))
+        self.seg_rows = self.kept.where(self.per_segment).collect()
+
+    def summary(self, lo: int, hi_common: int) -> tuple[dict, list]:
+        F, differ, violation = self.F, self.differ, self.violation
+        flagged = self.kept.where(~self.per_segment)
+        gap = self.short & F.col("index").between(lo, hi_common)
+        stats = flagged.agg(
+            F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
+            F.min(F.when(differ, F.col("index"))).alias("div_first"),
+            F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
+            F.min(F.when(violation, F.col("index"))).alias("viol_first"),
+            F.sum(F.when(gap, 1).otherwise(0)).alias("gaps")).first()
+        first_rows = (flagged.where(differ).select("index", violation.alias("v"))
+                      .orderBy("index").limit(self.max_listed))
+        listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
+        return stats.asDict(), listed
+
 
 
 class _Clock:
@@ -258,16 +302,11 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
         c = committed_override if committed_override is not None else info.committed
         committed[name] = -1 if c is None else c
     if compare.can_split(infos):
-        kept = _compare_in_tasks(spark, infos, [committed[name] for name in names])
+        found = _TaskFindings(spark, infos, [committed[name] for name in names], max_listed)
     else:
-        kept = _compare_by_shuffle(F, df, names, committed)
+        found = _ShuffleFindings(F, df, names, committed, max_listed)
     clock.mark("scan and aggregation")
-    per_segment = F.col("gid") == SEGMENT_SET
-    seg_rows = (kept.where(per_segment).groupBy("replica", "segment", "term")
-                .agg(F.sum("entries").alias("entries"), F.min("first").alias("first"),
-                     F.max("last").alias("last"), F.sum("corrupt").alias("corrupt"),
-                     F.sum("copies").alias("copies"))
-                .collect())
+    seg_rows = found.seg_rows
 
     per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
                    for name in names}
@@ -312,19 +351,8 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     lo = max(firsts) if len(firsts) == n else 0
     hi_common = min(lasts)
 
-    flagged = kept.where(~per_segment)
-    differ, violation, short = F.col("differ"), F.col("violation"), F.col("short")
-    div = flagged.where(differ)
-    gap = short & F.col("index").between(lo, hi_common)
-    stats = flagged.agg(
-        F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
-        F.min(F.when(differ, F.col("index"))).alias("div_first"),
-        F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
-        F.min(F.when(violation, F.col("index"))).alias("viol_first"),
-        F.sum(F.when(gap, 1).otherwise(0)).alias("gaps")).first()
+    stats, listed = found.summary(lo, hi_common)
     divergent_count = int(stats["div"] or 0)
-    first_rows = div.select("index", violation.alias("v")).orderBy("index").limit(max_listed)
-    listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
     clock.mark("per-index comparison")
     divergent = []
     if listed:

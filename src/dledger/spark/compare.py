@@ -2,19 +2,24 @@
 
 No pyspark here (numpy and pyarrow only), so this module can be tested alone.
 
-``compare_range(infos, committed, lo, hi)`` reads the entries ``[lo, hi)`` of every replica
-(``scan.plan_store`` and ``scan.read_segment``: header-only, CRC-32 checked) and returns one
-Arrow batch of ``RESULT_SCHEMA`` rows, of two kinds (``gid``, the grouping ids of the
-audit's other plan, see ``dledger.spark.audit``):
+``compare_range(infos, committed, lo, hi, max_listed)`` reads the entries ``[lo, hi)`` of
+every replica (``scan.plan_store`` and ``scan.read_segment``: header-only, CRC-32 checked)
+and returns a small Arrow table of ``RESULT_SCHEMA`` rows, of four kinds (``gid``):
 
 - ``SEGMENT_SET``: per replica, segment and term, what this range holds of it: ``entries``
   (rows), ``first`` and ``last`` index, ``corrupt`` (damaged rows) and ``copies`` (intact
-  rows). A segment that spans several ranges has a row from each; the audit sums them;
-- ``INDEX_SET``: one row per index where the intact copies differ (``differ``), or where some
-  but not all replicas hold an intact copy (``short``, ``0 < copies < len(infos)``);
-  ``violation`` when the copies that their replicas count as committed (index at or below
-  ``committed[r]``) differ. Indexes where every replica holds the same intact entry produce no
-  row: on healthy replicas the output is a few rows per segment.
+  rows). A segment that spans several ranges has a row from each; the audit adds them up;
+- ``STATS`` (one row): ``divergent`` indexes (the intact copies differ) and the first of them,
+  ``violations`` (the copies that their replicas count as committed, index at or below
+  ``committed[r]``, differ) and the first of them;
+- ``INDEX_SET``: the first ``max_listed`` divergent indexes of the range (``violation`` set
+  when the difference is inside the committed prefix);
+- ``SHORT_RUN``: runs ``first..last`` of consecutive indexes that some but not all replicas
+  hold intact (``0 < copies < len(infos)``): a lagging replica gives one row, not one per
+  index. The audit counts the gaps among them once it knows the common range.
+
+On healthy replicas that is a few rows per segment, whatever the log's length: the driver
+collects them in one job, and nothing is shuffled.
 
 What "the same entry" means: the same (term, pos, size, magic, CRC-32 of the body as read),
 compared exactly. A damaged row (``error`` set, or a CRC mismatch) is never a copy.
@@ -35,9 +40,12 @@ import pyarrow.compute as pc
 from dledger.spark import scan
 
 #: ``grouping_id()`` values of the audit's aggregation with grouping sets (index, replica,
-#: segment, term): the per-index set leaves three columns out, the per-segment set one
+#: segment, term): the per-index set leaves three columns out, the per-segment set one;
+#: and two kinds of rows that only the tasks produce
 INDEX_SET = 7
 SEGMENT_SET = 8
+STATS = 16
+SHORT_RUN = 17
 
 RESULT_FIELDS = [
     ("gid", pa.int32(), "INT"),
@@ -53,6 +61,10 @@ RESULT_FIELDS = [
     ("differ", pa.bool_(), "BOOLEAN"),
     ("violation", pa.bool_(), "BOOLEAN"),
     ("short", pa.bool_(), "BOOLEAN"),
+    ("divergent", pa.int64(), "BIGINT"),
+    ("divergent_first", pa.int64(), "BIGINT"),
+    ("violations", pa.int64(), "BIGINT"),
+    ("violation_first", pa.int64(), "BIGINT"),
 ]
 RESULT_SCHEMA = pa.schema([(n, t) for n, t, _ in RESULT_FIELDS])
 RESULT_DDL = ", ".join(f"`{n}` {d}" for n, _, d in RESULT_FIELDS)
@@ -69,9 +81,10 @@ def can_split(infos: list[scan.StoreInfo]) -> bool:
     return all(i.error is None and i.begin is not None and i.end is not None for i in infos)
 
 
-def ranges(infos: list[scan.StoreInfo], size: int = RANGE_ENTRIES) -> list[int]:
+def ranges(infos: list[scan.StoreInfo], size: int | None = None) -> list[int]:
     """Bounds ``b`` such that the tasks are ``[b[k], b[k+1])``: the union of the stores'
     valid ranges in pieces of ``size`` indexes; ``[]`` when every store is empty."""
+    size = size or RANGE_ENTRIES
     held = [(i.begin, i.end) for i in infos if i.end >= i.begin]
     if not held:
         return []
@@ -108,8 +121,28 @@ def _differing(index: np.ndarray, fields: list[np.ndarray]) -> np.ndarray:
     return np.unique(s[1:][(s[1:] == s[:-1]) & changed])
 
 
-def compare_range(infos: list[scan.StoreInfo], committed: list[int], lo: int,
-                  hi: int) -> pa.Table:
+def _rows(gid: int, n: int, **cols) -> pa.Table:
+    """``n`` rows of kind ``gid``: the given columns, nulls elsewhere."""
+    arrays = {"gid": pa.array(np.full(n, gid, np.int32))}
+    for f in RESULT_SCHEMA:
+        if f.name != "gid":
+            value = cols.get(f.name)
+            arrays[f.name] = pa.nulls(n, f.type) if value is None else pa.array(value, f.type)
+    return pa.table(arrays, schema=RESULT_SCHEMA)
+
+
+def _runs(sorted_indexes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(firsts, lasts) of the runs of consecutive values in ``sorted_indexes``."""
+    if len(sorted_indexes) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    breaks = np.flatnonzero(np.diff(sorted_indexes) != 1)
+    firsts = np.concatenate(([sorted_indexes[0]], sorted_indexes[breaks + 1]))
+    lasts = np.concatenate((sorted_indexes[breaks], [sorted_indexes[-1]]))
+    return firsts, lasts
+
+
+def compare_range(infos: list[scan.StoreInfo], committed: list[int], lo: int, hi: int,
+                  max_listed: int) -> pa.Table:
     """The rows of ``[lo, hi)`` (see the module docstring); ``committed[r]`` is replica
     ``infos[r]``'s committed index (-1: none)."""
     table, rid = _read(infos, lo, hi)
@@ -128,15 +161,9 @@ def compare_range(infos: list[scan.StoreInfo], committed: list[int], lo: int,
     g = seg.group_by(["replica", "segment", "term"], use_threads=False).aggregate(
         [("index", "count"), ("index", "min"), ("index", "max"), ("bad", "sum"),
          ("intact", "sum")])
-    k = g.num_rows
-    seg_rows = pa.table({
-        "gid": pa.array(np.full(k, SEGMENT_SET, np.int32)),
-        "replica": g["replica"], "segment": g["segment"], "term": g["term"],
-        "index": pa.nulls(k, pa.int64()),
-        "entries": g["index_count"], "first": g["index_min"], "last": g["index_max"],
-        "corrupt": g["bad_sum"], "copies": g["intact_sum"],
-        "differ": pa.nulls(k, pa.bool_()), "violation": pa.nulls(k, pa.bool_()),
-        "short": pa.nulls(k, pa.bool_())}, schema=RESULT_SCHEMA)
+    seg_rows = _rows(SEGMENT_SET, g.num_rows, replica=g["replica"], segment=g["segment"],
+                     term=g["term"], entries=g["index_count"], first=g["index_min"],
+                     last=g["index_max"], corrupt=g["bad_sum"], copies=g["intact_sum"])
 
     good = table.filter(pa.array(intact))
     index = _np(good["index"])
@@ -144,27 +171,24 @@ def compare_range(infos: list[scan.StoreInfo], committed: list[int], lo: int,
     differ = _differing(index, fields)
     inside = index <= np.array(committed, np.int64)[rid[intact]]
     violation = _differing(index[inside], [f[inside] for f in fields])
+    stats = _rows(STATS, 1, divergent=[len(differ)],
+                  divergent_first=[int(differ[0]) if len(differ) else None],
+                  violations=[len(violation)],
+                  violation_first=[int(violation[0]) if len(violation) else None])
+    listed = differ[:max_listed]
+    idx_rows = _rows(INDEX_SET, len(listed), index=listed, differ=np.ones(len(listed), bool),
+                     violation=np.isin(listed, violation))
     held, copies = np.unique(index, return_counts=True)
-    short = held[copies < n]
-    flagged = np.union1d(differ, short)
-    m = len(flagged)
-    idx_rows = pa.table({
-        "gid": pa.array(np.full(m, INDEX_SET, np.int32)),
-        "replica": pa.nulls(m, pa.string()), "segment": pa.nulls(m, pa.int64()),
-        "term": pa.nulls(m, pa.int64()), "index": pa.array(flagged.astype(np.int64)),
-        "entries": pa.nulls(m, pa.int64()), "first": pa.nulls(m, pa.int64()),
-        "last": pa.nulls(m, pa.int64()), "corrupt": pa.nulls(m, pa.int64()),
-        "copies": pa.array(copies[np.searchsorted(held, flagged)].astype(np.int64)),
-        "differ": pa.array(np.isin(flagged, differ)),
-        "violation": pa.array(np.isin(flagged, violation)),
-        "short": pa.array(np.isin(flagged, short))}, schema=RESULT_SCHEMA)
-    return pa.concat_tables([seg_rows, idx_rows])
+    firsts, lasts = _runs(held[copies < n])
+    short_rows = _rows(SHORT_RUN, len(firsts), first=firsts, last=lasts)
+    return pa.concat_tables([seg_rows, stats, idx_rows, short_rows])
 
 
 def compare_tasks(batches, infos: list[scan.StoreInfo], committed: list[int],
-                  bounds: list[int]):
+                  bounds: list[int], max_listed: int):
     """For ``mapInArrow`` over ``spark.range(len(bounds) - 1)``: row ``k`` compares the range
     ``[bounds[k], bounds[k + 1])``."""
     for batch in batches:
         for k in batch.column(0).to_pylist():
-            yield from compare_range(infos, committed, bounds[k], bounds[k + 1]).to_batches()
+            yield from compare_range(infos, committed, bounds[k], bounds[k + 1],
+                                     max_listed).to_batches()
