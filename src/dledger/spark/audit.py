@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -145,15 +146,21 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     clock.mark("open stores")
     owned = False
     if spark is None:
+        if out_dir:   # the chart's imports (about a second) while the JVM starts
+            threading.Thread(target=_import_chart, daemon=True).start()
         # the audit reads the stores with mapInArrow (``entries_frame``), not the data sources
         spark, owned = get_session(master, "dledger-audit", sources=False)
     clock.mark("session")
     try:
         report = _audit(spark, F, paths, names, infos, committed, max_listed, clock)
-    finally:
+    except BaseException:
         if owned:
             spark.stop()
-    clock.mark("stop session" if owned else "cleanup")
+        raise
+    stopping = None
+    if owned:   # the JVM shuts down while the chart is drawn
+        stopping = threading.Thread(target=spark.stop)
+        stopping.start()
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         png = os.path.join(out_dir, "audit.png")
@@ -166,6 +173,9 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
             json.dump(report.to_dict(), f, indent=2)
             f.write("\n")
         clock.mark("json")
+    if stopping is not None:
+        stopping.join()
+        clock.mark("stop session")
     report.timings = clock.laps
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
@@ -189,6 +199,16 @@ def entries_frame(spark, infos: list[scan.StoreInfo], lo: int | None = None,
     ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
     read = partial(scan.read_tasks, tasks=tasks, lo=lo, hi=hi, body=False, verify=True)
     return ids.mapInArrow(read, scan.HEADER_DDL)
+
+
+def _import_chart() -> None:
+    try:
+        import dledger.spark.chart  # noqa: F401
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:   # reported where the chart is drawn
+        pass
 
 
 #: ``grouping_id()`` of the per replica, segment and term rows
