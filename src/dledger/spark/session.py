@@ -5,7 +5,8 @@
   suite), else an embedded ``local[*]`` session;
 - ``local[...]``: an embedded session. Workers run this interpreter (``PYSPARK_PYTHON`` is set
   to ``sys.executable`` unless already set) and bind to loopback; no web UI, and the JVM runs
-  with ``LOCAL_JVM_OPTIONS`` (quicker to start and warm up on a small machine);
+  with ``LOCAL_JVM_OPTIONS`` (quicker to start and warm up on a small machine) and maps the
+  class archive of ``dledger.spark.jvm_archive`` (written by the first such session);
 - ``spark://host:7077`` (or ``yarn``, ``k8s://...``): a cluster. Its executors must be able to
   import ``dledger`` (install it on every node, or ship it with ``spark.submit.pyFiles``), and
   the store directories must be readable at the same paths on the executors;
@@ -13,7 +14,7 @@
   server, which must have ``dledger`` installed.
 
 The session gets ``spark.sql.python.filterPushdown.enabled=true`` and both data sources
-registered (``dledger.spark.register``). Sessions this module creates are owned by the caller
+registered (``dledger.spark.register``) unless ``sources=False``. Sessions this module creates are owned by the caller
 (``stop()`` them); the active session it returns is not.
 """
 
