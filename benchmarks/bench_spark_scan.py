@@ -9,9 +9,11 @@ Writes a log of at least ``--gb`` GiB with DLedgerMmapFileStore (bodies of 50-15
   reader uses, per record, no Spark), in the same run; the ratio is Spark's entries/s over the loop's;
 - the scan engine alone (``dledger.spark.scan``, one process, no Spark), to show where time goes;
 - the audit of 3 replicas x ``--audit-entries`` entries (``run_audit`` on a running session;
-  the session start is reported apart);
-- ``dledger audit`` run from the shell on 3 replicas x ``--cold-audit-entries`` entries, in a
-  new process (JVM start included), with its own breakdown (the report's ``time:`` line).
+  the session start is reported apart), and once of 3 replicas x ``--big-audit-entries``;
+- ``dledger audit --master <master>`` run from the shell on 3 replicas x
+  ``--cold-audit-entries`` entries, ``--cold-repeat`` times, each in a new process (JVM start
+  included), with its own breakdown (the report's ``time:`` line). The first of them may write
+  the JVM class archive of local sessions (``dledger.spark.jvm_archive``) when there is none.
 
 Each scan is run ``--repeat`` times and the best is reported. Everything generated is deleted at
 the end. Prints one table of figures, with the machine and the command.
@@ -100,7 +102,7 @@ def plain_python_decode(store_dir: str) -> tuple[int, int]:
     return n, total
 
 
-def cold_audit(root: str, entries: int, fig) -> None:
+def cold_audit(root: str, entries: int, master: str, repeat: int, fig) -> None:
     """``dledger audit`` of 3 replicas as a user runs it: a new process, its own session."""
     t = time.perf_counter()
     a = os.path.join(root, "cold", "dledger-n0")
@@ -110,18 +112,43 @@ def cold_audit(root: str, entries: int, fig) -> None:
     paths = [os.path.join(root, "cold", f"dledger-n{i}") for i in range(3)]
     fig("cold audit replicas", f"3 x {entries:,} entries (written in "
                                f"{time.perf_counter() - t:.1f} s)")
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dledger.cli", "audit", *paths,
-                           "--out", os.path.join(root, "cold", "out")],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    secs = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"dledger audit failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    laps = next((ln.strip() for ln in proc.stdout.splitlines() if ln.strip().startswith("time:")),
-                "")
-    fig("`dledger audit` from the shell, 3 replicas, local[*] (new process, JVM start "
-        "included)", f"{secs:.1f} s wall; {laps}")
+    for k in range(repeat):
+        load = os.getloadavg()[0]
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "dledger.cli", "audit", *paths,
+                               "--master", master, "--out", os.path.join(root, "cold", "out")],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        secs = time.perf_counter() - t
+        if proc.returncode != 0:
+            raise SystemExit(f"dledger audit failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        laps = next((ln.strip() for ln in proc.stdout.splitlines()
+                     if ln.strip().startswith("time:")), "")
+        fig(f"`dledger audit` from the shell, 3 replicas, {master}, run {k + 1} (new process, "
+            f"JVM start included)", f"{secs:.1f} s wall (load {load:.1f}); {laps}")
     shutil.rmtree(os.path.join(root, "cold"))
+
+
+def big_audit(root: str, entries: int, spark, fig) -> None:
+    """One audit of 3 replicas x ``entries`` on the running session."""
+    from dledger.spark.audit import run_audit
+
+    t = time.perf_counter()
+    a = os.path.join(root, "big", "a")
+    write_log(a, 1 << 62, 64 * 2**20, seed=4, max_entries=entries)
+    for name in ("b", "c"):
+        shutil.copytree(a, os.path.join(root, "big", name))
+    paths = [os.path.join(root, "big", x) for x in "abc"]
+    fig("big audit replicas", f"3 x {entries:,} entries, 64 MiB segments "
+                              f"(written in {time.perf_counter() - t:.1f} s)")
+    load = os.getloadavg()[0]
+    t = time.perf_counter()
+    report = run_audit(paths, spark=spark)
+    secs = time.perf_counter() - t
+    assert report.exit_code == 0 and report.common_prefix_end == entries - 1, \
+        report.summary_lines()
+    fig(f"audit, 3 x {entries:,} entries (session already running)",
+        f"{secs:.1f} s, {3 * entries / secs / 1e6:.2f} M entries/s (load {load:.1f} at start)")
+    shutil.rmtree(os.path.join(root, "big"))
 
 
 def best(fn, repeat: int) -> tuple[float, object]:
@@ -141,6 +168,10 @@ def main() -> int:
     ap.add_argument("--cold-audit-entries", type=int, default=200_000,
                     help="entries per replica of the `dledger audit` run from the shell "
                          "(a new process: JVM start included); 0 skips it")
+    ap.add_argument("--cold-repeat", type=int, default=2,
+                    help="how many times `dledger audit` is run from the shell")
+    ap.add_argument("--big-audit-entries", type=int, default=10_000_000,
+                    help="entries per replica of one more audit (3 replicas); 0 skips it")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--repeat", type=int, default=3)
@@ -244,12 +275,16 @@ def main() -> int:
         assert report.exit_code == 0 and report.common_prefix_end == args.audit_entries - 1, \
             report.summary_lines()
         fig("audit, 3 replicas (session already running)",
-            f"{secs:.2f} s, verdict {report.verdict}")
-        spark.stop()
+            f"{secs:.2f} s, {3 * args.audit_entries / secs / 1e6:.2f} M entries/s, verdict "
+            f"{report.verdict} (load {os.getloadavg()[0]:.1f})")
         shutil.rmtree(os.path.join(root, "audit"))
 
+        if args.big_audit_entries:
+            big_audit(root, args.big_audit_entries, spark, fig)
+        spark.stop()
+
         if args.cold_audit_entries:
-            cold_audit(root, args.cold_audit_entries, fig)
+            cold_audit(root, args.cold_audit_entries, args.master, args.cold_repeat, fig)
 
         print("load average at end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
         print("\nfigures")

@@ -8,6 +8,8 @@ works without the ``spark`` extra.
   pushdown (``spark.sql.python.filterPushdown.enabled``, a runtime SQL conf; without it a
   reader that pushes filters fails every read);
 - ``dledger.spark.scan``: the segment reader (numpy/pyarrow, no Spark);
+- ``dledger.spark.compare``: one index range of every replica compared inside a task (the
+  audit's job, numpy/pyarrow, no Spark);
 - ``dledger.spark.audit``: ``run_audit(paths, ...)`` and the ``dledger audit`` command.
 """
 

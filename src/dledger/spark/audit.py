@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 from dledger.entry import segment_name
-from dledger.spark import scan
+from dledger.spark import compare, scan
 
 from dledger.spark.exit_codes import (EXIT_CORRUPT, EXIT_DIVERGED, EXIT_ERROR,  # noqa: F401
                                       EXIT_OK, EXIT_UNKNOWN)
@@ -145,17 +146,21 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
     clock.mark("open stores")
     owned = False
     if spark is None:
-        spark, owned = get_session(master, "dledger-audit")
-    else:
-        from dledger.spark import register
-        register(spark)
+        if out_dir:   # the chart's imports (about a second) while the JVM starts
+            threading.Thread(target=_import_chart, daemon=True).start()
+        # the audit reads the stores with mapInArrow (``entries_frame``), not the data sources
+        spark, owned = get_session(master, "dledger-audit", sources=False)
     clock.mark("session")
     try:
-        report = _audit(spark, F, paths, names, infos, committed, max_listed, recover, clock)
-    finally:
+        report = _audit(spark, F, paths, names, infos, committed, max_listed, clock)
+    except BaseException:
         if owned:
             spark.stop()
-    clock.mark("stop session" if owned else "cleanup")
+        raise
+    stopping = None
+    if owned:   # the JVM shuts down while the chart is drawn
+        stopping = threading.Thread(target=spark.stop)
+        stopping.start()
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         png = os.path.join(out_dir, "audit.png")
@@ -168,14 +173,131 @@ def run_audit(paths: list[str], *, master: str | None = None, out_dir: str | Non
             json.dump(report.to_dict(), f, indent=2)
             f.write("\n")
         clock.mark("json")
+    if stopping is not None:
+        stopping.join()
+        clock.mark("stop session")
     report.timings = clock.laps
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
 
 
-#: ``grouping_id()`` of the per replica, segment and term rows (the index column is not
-#: grouped: its bit, the highest of four, is set)
-SEGMENT_SET = 8
+def entries_frame(spark, infos: list[scan.StoreInfo], lo: int | None = None,
+                  hi: int | None = None):
+    """The header rows (``scan.HEADER_DDL``, CRC-32 checked) of the entries ``[lo, hi)`` of the
+    stores ``infos``, read with ``mapInArrow`` over one row per segment.
+
+    The same rows as ``spark.read.format("dledger").option("body", "false").load(paths)``
+    (with the index range pushed down), without what a Python data source costs each query:
+    Spark runs ``schema()`` and ``partitions()`` in Python processes of their own on the
+    driver, and registering a data source makes it look for others in a third one. Here the
+    stores were opened once, on the driver (``infos``), the segments are planned there, and
+    only the executors' Python workers run, each importing ``dledger.spark.scan`` alone.
+    """
+    from functools import partial
+
+    tasks = scan.plan_segments(infos, lo, hi)
+    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    read = partial(scan.read_tasks, tasks=tasks, lo=lo, hi=hi, body=False, verify=True)
+    return ids.mapInArrow(read, scan.HEADER_DDL)
+
+
+def _import_chart() -> None:
+    try:
+        import dledger.spark.chart  # noqa: F401
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ImportError:   # reported where the chart is drawn
+        pass
+
+
+#: ``grouping_id()`` of the per replica, segment and term rows
+SEGMENT_SET = compare.SEGMENT_SET
+
+
+class _TaskFindings:
+    """What the tasks found, one index range each, all replicas together
+    (``dledger.spark.compare``): no shuffle, and a few rows per segment to collect."""
+
+    def __init__(self, spark, infos, committed: list[int], max_listed: int) -> None:
+        from functools import partial
+
+        bounds = compare.ranges(infos)
+        tasks = max(0, len(bounds) - 1)
+        run = partial(compare.compare_tasks, infos=infos, committed=committed, bounds=bounds,
+                      max_listed=max_listed)
+        rows = (spark.range(0, tasks, 1, max(1, tasks)).mapInArrow(run, compare.RESULT_DDL)
+                .collect())
+        self.max_listed = max_listed
+        self.by_kind: dict[int, list] = {}
+        for r in rows:
+            self.by_kind.setdefault(r["gid"], []).append(r)
+        self.seg_rows = self.by_kind.get(SEGMENT_SET, [])
+
+    def summary(self, lo: int, hi_common: int) -> tuple[dict, list]:
+        stats = self.by_kind.get(compare.STATS, [])
+        firsts = [r["divergent_first"] for r in stats if r["divergent_first"] is not None]
+        vfirsts = [r["violation_first"] for r in stats if r["violation_first"] is not None]
+        gaps = sum(max(0, min(r["last"], hi_common) - max(r["first"], lo) + 1)
+                   for r in self.by_kind.get(compare.SHORT_RUN, []))
+        listed = sorted((r["index"], bool(r["violation"]))
+                        for r in self.by_kind.get(compare.INDEX_SET, []))[:self.max_listed]
+        return ({"div": sum(r["divergent"] for r in stats),
+                 "div_first": min(firsts) if firsts else None,
+                 "viol": sum(r["violations"] for r in stats),
+                 "viol_first": min(vfirsts) if vfirsts else None, "gaps": gaps}, listed)
+
+
+class _ShuffleFindings:
+    """The same findings from one scan of every segment and one shuffle, for stores whose
+    valid range is unknown (opened without recovery, or not at all), which cannot be split
+    into index ranges. A single aggregation with two grouping sets computes, per index, the
+    copies' fingerprints and, per replica, segment and term, counts, index ranges and damage;
+    only the segment rows and the indexes where copies differ or some replica lacks an intact
+    copy are kept (checkpointed in the JVM), and the small jobs after it read that."""
+
+    def __init__(self, F, df, names, committed: dict, max_listed: int) -> None:
+        n = len(names)
+        cmap = F.create_map(*[x for name in names
+                              for x in (F.lit(name), F.lit(committed[name]))])
+        bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
+        fp = F.xxhash64(*compare.SAME_ENTRY)   # what is compared per entry
+        intact_fp = F.when(~bad, fp)
+        committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
+        agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
+                               "index", "replica", "segment", "term")
+               .agg(F.grouping_id().alias("gid"),
+                    F.count(F.lit(1)).alias("entries"),
+                    F.min("index").alias("first"), F.max("index").alias("last"),
+                    F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
+                    F.count(intact_fp).alias("copies"),
+                    F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
+                    F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
+        self.F = F
+        self.max_listed = max_listed
+        self.per_segment = F.col("gid") == SEGMENT_SET
+        self.differ = F.col("fp_lo") != F.col("fp_hi")
+        self.violation = F.col("cfp_lo") != F.col("cfp_hi")
+        self.short = (F.col("copies") < n) & (F.col("copies") > 0)
+        self.kept = (agg.where(self.per_segment | self.differ | self.short)
+                     .localCheckpoint(eager=True))
+        self.seg_rows = self.kept.where(self.per_segment).collect()
+
+    def summary(self, lo: int, hi_common: int) -> tuple[dict, list]:
+        F, differ, violation = self.F, self.differ, self.violation
+        flagged = self.kept.where(~self.per_segment)
+        gap = self.short & F.col("index").between(lo, hi_common)
+        stats = flagged.agg(
+            F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
+            F.min(F.when(differ, F.col("index"))).alias("div_first"),
+            F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
+            F.min(F.when(violation, F.col("index"))).alias("viol_first"),
+            F.sum(F.when(gap, 1).otherwise(0)).alias("gaps")).first()
+        first_rows = (flagged.where(differ).select("index", violation.alias("v"))
+                      .orderBy("index").limit(self.max_listed))
+        listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
+        return stats.asDict(), listed
+
 
 
 class _Clock:
@@ -192,41 +314,19 @@ class _Clock:
 
 
 def _audit(spark, F, paths, names, infos, committed_override, max_listed,
-           recover, clock) -> AuditReport:
+           clock) -> AuditReport:
     n = len(paths)
-    df = (spark.read.format("dledger").option("body", "false").option("verify", "true")
-          .option("recover", str(recover).lower())
-          .option("replicas", ",".join(names)).load(list(paths)))
+    df = entries_frame(spark, infos)
     committed = {}
     for name, info in zip(names, infos):
         c = committed_override if committed_override is not None else info.committed
         committed[name] = -1 if c is None else c
-    cmap = F.create_map(*[x for name in names for x in (F.lit(name), F.lit(committed[name]))])
-    bad = (F.col("error").isNotNull()) | (~F.col("crc_ok"))
-    fp = F.xxhash64("term", "pos", "size", "magic", "crc")   # what is compared per entry
-    intact_fp = F.when(~bad, fp)
-    committed_fp = F.when(~bad & (F.col("index") <= cmap[F.col("replica")]), fp)
-
-    # The one scan of the stores and the one shuffle: a single aggregation with two grouping
-    # sets, per index (the copies' fingerprints) and per replica, segment and term (counts,
-    # index ranges, damage). What the rest of the audit needs is small: the segment rows and
-    # the indexes where the copies differ or some replica lacks an intact copy. That is
-    # checkpointed in the JVM; the jobs after it never go back to the stores or to Python.
-    agg = (df.groupingSets([["index"], ["replica", "segment", "term"]],
-                           "index", "replica", "segment", "term")
-           .agg(F.grouping_id().alias("gid"),
-                F.count(F.lit(1)).alias("entries"),
-                F.min("index").alias("first"), F.max("index").alias("last"),
-                F.sum(F.when(bad, 1).otherwise(0)).alias("corrupt"),
-                F.count(intact_fp).alias("copies"),
-                F.min(intact_fp).alias("fp_lo"), F.max(intact_fp).alias("fp_hi"),
-                F.min(committed_fp).alias("cfp_lo"), F.max(committed_fp).alias("cfp_hi")))
-    per_segment = F.col("gid") == SEGMENT_SET
-    differ = F.col("fp_lo") != F.col("fp_hi")
-    short = (F.col("copies") < n) & (F.col("copies") > 0)
-    kept = agg.where(per_segment | differ | short).localCheckpoint(eager=True)
+    if compare.can_split(infos):
+        found = _TaskFindings(spark, infos, [committed[name] for name in names], max_listed)
+    else:
+        found = _ShuffleFindings(F, df, names, committed, max_listed)
     clock.mark("scan and aggregation")
-    seg_rows = kept.where(per_segment).collect()
+    seg_rows = found.seg_rows
 
     per_replica = {name: {"entries": 0, "first": None, "last": None, "corrupt": 0, "segments": 0}
                    for name in names}
@@ -259,6 +359,7 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     corrupt_count = sum(s["corrupt"] for s in per_replica.values())
     corrupt = []
     if corrupt_count:   # damage is rare: list it with a second scan only when there is some
+        bad = F.col("error").isNotNull() | ~F.col("crc_ok")
         rows = (df.where(bad).select("replica", "segment", "index", "pos", "error")
                 .orderBy("index", "replica").limit(max_listed).collect())
         corrupt = [{"replica": r["replica"], "segment": r["segment"], "index": r["index"],
@@ -270,24 +371,13 @@ def _audit(spark, F, paths, names, infos, committed_override, max_listed,
     lo = max(firsts) if len(firsts) == n else 0
     hi_common = min(lasts)
 
-    flagged = kept.where(~per_segment)
-    div = flagged.where(differ)
-    violation = F.col("cfp_lo") != F.col("cfp_hi")
-    gap = short & F.col("index").between(lo, hi_common)
-    stats = flagged.agg(
-        F.sum(F.when(differ, 1).otherwise(0)).alias("div"),
-        F.min(F.when(differ, F.col("index"))).alias("div_first"),
-        F.sum(F.when(violation, 1).otherwise(0)).alias("viol"),
-        F.min(F.when(violation, F.col("index"))).alias("viol_first"),
-        F.sum(F.when(gap, 1).otherwise(0)).alias("gaps")).first()
+    stats, listed = found.summary(lo, hi_common)
     divergent_count = int(stats["div"] or 0)
-    first_rows = div.select("index", violation.alias("v")).orderBy("index").limit(max_listed)
-    listed = [(r["index"], bool(r["v"])) for r in first_rows.collect()]
     clock.mark("per-index comparison")
     divergent = []
     if listed:
         idx = [i for i, _ in listed]
-        detail = (df.where(F.col("index").between(idx[0], idx[-1]))
+        detail = (entries_frame(spark, infos, idx[0], idx[-1] + 1)
                   .where(F.col("index").isin(idx))
                   .select("replica", "segment", "index", "term", "pos", "size", "magic", "crc",
                           "crc_ok", "error").collect())

@@ -53,8 +53,10 @@ from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE
                            decode_header, is_segment_name, iter_segment_records,
                            magic_matches_unit, matches_unit, segment_name)
 from dledger.errors import CorruptEntryError, DLedgerError
-from dledger.store.checkpoint import read_checkpoint
-from dledger.store.offline import open_store, resolve_store_dir, segment_size
+
+# The store package (``open_store``, the checkpoint) is imported inside ``store_info``: only the
+# driver opens stores, and Spark's Python workers that run ``read_segment`` need just the
+# record layout (``dledger.entry``), not the store, the core or the server.
 
 ENTRY_FIELDS = [
     ("replica", pa.string(), "STRING"),
@@ -139,6 +141,9 @@ def store_info(path: str, replica: str | None = None, *, recover: bool = True) -
     unknown, the committed index comes from the checkpoint file alone, and readers trust what
     the index and the data agree on, so a torn or stale tail shows up as rows with ``error``.
     """
+    from dledger.store.checkpoint import read_checkpoint
+    from dledger.store.offline import open_store, resolve_store_dir, segment_size
+
     store_dir = resolve_store_dir(path)
     data_dir = os.path.join(store_dir, "data")
     index_dir = os.path.join(store_dir, "index")
@@ -559,6 +564,19 @@ def read_segment(task: SegmentTask, lo: int | None = None, hi: int | None = None
                  body: bool = True, verify: bool = True):
     """Record batches of one segment (see ``SegmentReader``)."""
     return SegmentReader(task, lo, hi, body=body, verify=verify).batches()
+
+
+def read_tasks(batches, tasks: list[SegmentTask], lo: int | None = None, hi: int | None = None,
+               *, body: bool = True, verify: bool = True):
+    """The record batches of ``tasks[i]`` for every ``i`` in the first column of ``batches``.
+
+    The function behind ``DataFrame.mapInArrow`` over ``spark.range(len(tasks))``: each row of
+    the input names one segment to read. Reading segments this way needs only the executors'
+    Python workers (no data source planning, see ``dledger.spark.audit``).
+    """
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            yield from read_segment(tasks[i], lo, hi, body=body, verify=verify)
 
 
 def read_stores(paths: list[str], lo: int | None = None, hi: int | None = None, *,

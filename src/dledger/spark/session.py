@@ -4,7 +4,8 @@
 - ``None``: the active session if there is one (a host that already runs Spark, or the test
   suite), else an embedded ``local[*]`` session;
 - ``local[...]``: an embedded session. Workers bind to loopback; no web UI, and the JVM runs
-  with ``LOCAL_JVM_OPTIONS`` (quicker to start and warm up on a small machine);
+  with ``LOCAL_JVM_OPTIONS`` (quicker to start and warm up on a small machine) and maps the
+  class archive of ``dledger.spark.jvm_archive`` (written by the first such session);
 - ``spark://host:7077`` (or ``yarn``, ``k8s://...``): a cluster. The session ships what the
   executors need to import ``dledger`` (``dledger.spark.shipping``); their Python must have
   PySpark's own requirements (pyarrow, pandas), and the store directories must be readable at
@@ -19,7 +20,7 @@ elsewhere are pointed at it with ``spark.sql.execution.pyspark.python`` (in ``co
 cluster's ``spark-defaults.conf``).
 
 The session gets ``spark.sql.python.filterPushdown.enabled=true`` and both data sources
-registered (``dledger.spark.register``). Sessions this module creates are owned by the caller
+registered (``dledger.spark.register``) unless ``sources=False``. Sessions this module creates are owned by the caller
 (``stop()`` them); the active session it returns is not.
 """
 
@@ -33,8 +34,18 @@ import sys
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def get_session(master: str | None = None, app_name: str = "dledger", conf: dict | None = None):
-    """Returns ``(spark, owned)``; see the module docstring."""
+def local_jvm_options() -> str:
+    """``LOCAL_JVM_OPTIONS`` and the class-data-sharing archive's flags (``jvm_archive``)."""
+    from dledger.spark.jvm_archive import jvm_options
+
+    return f"{LOCAL_JVM_OPTIONS} {jvm_options()}".strip()
+
+
+def get_session(master: str | None = None, app_name: str = "dledger", conf: dict | None = None,
+                sources: bool = True):
+    """Returns ``(spark, owned)``; see the module docstring. ``sources=False`` skips registering
+    the data sources (a job that does not read through them, such as the audit: registering
+    costs a Python process that looks for other data sources)."""
     from pyspark.sql import SparkSession
 
     from dledger.spark import register
@@ -43,13 +54,15 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
     if master is None:
         active = SparkSession.getActiveSession()
         if active is not None:
-            register(active)
+            if sources:
+                register(active)
             return active, False
         master = "local[*]"
     if master.startswith("sc://"):
         spark = SparkSession.builder.remote(master).appName(app_name).getOrCreate()
         ship(spark, connect=True)
-        register(spark)
+        if sources:
+            register(spark)
         return spark, True
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {
@@ -67,7 +80,7 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
                          "spark.driver.bindAddress": "127.0.0.1",
                          # a short-lived job on a small machine: the JIT's top tier and the
                          # parallel GC compete with the work for the cores (see docs/spark.md)
-                         "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS})
+                         "spark.driver.extraJavaOptions": local_jvm_options()})
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -75,5 +88,6 @@ def get_session(master: str | None = None, app_name: str = "dledger", conf: dict
     spark.sparkContext.setLogLevel("ERROR")
     if not is_local(master):
         ship(spark)
-    register(spark)
+    if sources:
+        register(spark)
     return spark, True
