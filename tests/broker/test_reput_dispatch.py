@@ -262,6 +262,16 @@ def test_the_key_hasher_gives_javas_hash_of_topic_hash_key(topic, key):
     assert h.message(topic, key, keys) == [key_hash(f"{topic}#{k}") for k in [key] + keys.split(" ") if k]
 
 
+def test_the_key_hasher_keeps_at_most_its_limit_and_stays_right(monkeypatch):
+    import dledger.broker.index_file as index_file
+    monkeypatch.setattr(index_file, "_CACHE_MAX", 10)
+    h = KeyHasher()
+    for i in range(300):
+        topic, key = f"T{i % 7}", f"head-{i}-{i % 3}-tail"
+        assert h.message(topic, key, f"k{i}xyzw other") == [key_hash(f"{topic}#{k}") for k in (key, f"k{i}xyzw", "other")]
+        assert sum(1 + len(heads) for _t, heads in h._topics.values()) <= 10
+
+
 def test_entries_put_after_the_last_header_are_undone_on_open(tmp_path):
     idx = IndexService(str(tmp_path), slots=5, index_num=50)
     idx.index_messages([("T", None, "a%d b" % i, 100 + i, 1_764_000_000_000 + i) for i in range(10)])

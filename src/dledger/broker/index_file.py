@@ -49,7 +49,8 @@ def key_hash(key: str) -> int:
 
 
 _M32 = 0xFFFFFFFF
-_CACHE_MAX = 4096
+#: the most topic and head sums a ``KeyHasher`` keeps (then it starts again empty)
+_CACHE_MAX = 1 << 16
 
 
 class KeyHasher:
@@ -61,11 +62,12 @@ class KeyHasher:
     sum is kept per topic and head (keys such as RocketMQ's UNIQ_KEY or ``order-<n>`` share
     their heads for thousands of messages), so a key mostly costs one look-up and its last
     four characters. Other keys (shorter than 5 or not ASCII) take ``key_hash`` (the same
-    value).
+    value). At most ``_CACHE_MAX`` sums are kept, all topics together.
     """
 
     def __init__(self) -> None:
         self._topics: dict[str, tuple[int, dict[str, int]]] = {}
+        self._kept = 0
 
     def __call__(self, topic: str, key: str) -> int:
         return self.message(topic, key, None)[0] if key else key_hash(f"{topic}#")
@@ -81,8 +83,10 @@ class KeyHasher:
             return out
         kept = self._topics.get(topic)
         if kept is None:
-            if len(self._topics) >= _CACHE_MAX:
+            self._kept += 1
+            if self._kept > _CACHE_MAX:
                 self._topics.clear()
+                self._kept = 1
             kept = self._topics[topic] = (java_string_hash(topic + "#") & _M32, {})
         t, heads = kept
         for key in keys:
@@ -93,8 +97,12 @@ class KeyHasher:
             head = key[:-4]
             u = heads.get(head)
             if u is None:
-                if len(heads) >= _CACHE_MAX:
+                self._kept += 1
+                if self._kept > _CACHE_MAX:
+                    self._topics.clear()
+                    self._topics[topic] = (t, heads)
                     heads.clear()
+                    self._kept = 2                       # this topic and the head kept below
                 u = heads[head] = (t * pow(31, len(key), 1 << 32) + java_string_hash(head) * 923521) & _M32
             a, b, c, d = key[-4:].encode()
             u = (u + a * 29791 + b * 961 + c * 31 + d) & _M32
