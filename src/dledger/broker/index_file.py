@@ -31,7 +31,7 @@ import os
 import struct
 import time
 
-from dledger.broker.message_codec import java_string_hash
+from dledger.broker.message_codec import KEY_SEPARATOR, java_string_hash
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
@@ -75,7 +75,7 @@ class KeyHasher:
     def message(self, topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
         """The hashes of ``topic#uniq_key`` and ``topic#key`` for each key of ``keys`` split on
         spaces, in that order, empty keys dropped."""
-        keys = keys.split(" ") if keys else []
+        keys = keys.split(KEY_SEPARATOR) if keys else []
         if uniq_key:
             keys.insert(0, uniq_key)
         out: list[int] = []
