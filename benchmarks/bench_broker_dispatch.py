@@ -90,8 +90,9 @@ def dispatch_all(store, root: str) -> tuple[float, float, ReputService]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python benchmarks/bench_broker_dispatch.py --messages 50000 --profile")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="example: python benchmarks/bench_broker_dispatch.py --messages 50000 --profile")
     ap.add_argument("--messages", type=int, default=200_000, help="messages in the store (default 200000)")
     ap.add_argument("--size", type=int, default=128, help="body bytes (default 128)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per case, best kept (default 3)")

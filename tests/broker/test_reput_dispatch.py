@@ -5,14 +5,12 @@ the files and the checkpoint, damaged records, listeners and broken stamps."""
 
 import os
 import random
-import shutil
 import tempfile
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dledger.broker.consume_queue import CQ_UNIT_SIZE, list_queues
 from dledger.broker.index_file import IndexFile, KeyHasher, file_name_for, key_hash
 from dledger.broker.index_service import INDEX_DIR, IndexService
 from dledger.broker.message_codec import MessageFormatError, decode, encode_message, tags_hash_code
@@ -46,7 +44,8 @@ def fill(store, kinds, seed=0):
         if rnd.random() < 0.8:
             props["TAGS"] = rnd.choice(["TagA", "TagB", "é"])
         if rnd.random() < 0.7:
-            props["KEYS"] = " ".join(rnd.choice(["order-%d" % i, "k", "", "ключ-%d" % i]) for _ in range(rnd.randrange(3)))
+            props["KEYS"] = " ".join(rnd.choice(["order-%d" % i, "k", "", "ключ-%d" % i])
+                                     for _ in range(rnd.randrange(3)))
         if rnd.random() < 0.7:
             props["UNIQ_KEY"] = "0A00000700002A9F%016X" % i
         raw = encode_message(topic=topic, body=bytes(rnd.randrange(200)), queue_id=qid,
@@ -223,7 +222,8 @@ def test_a_damaged_record_stops_the_walk_there_and_is_noted_like_a_read(tmp_path
     fill(store, "m" * 10)
     e = store.get(6)
     f = store.data_list.find_file(e.pos)
-    f.mm[e.pos - f.file_from_offset + BODY_OFFSET + 100] ^= 0xFF      # a bit flip in the body (not re-read by the store)
+    # a bit flip in the body, which the store does not check again for a range read
+    f.mm[e.pos - f.file_from_offset + BODY_OFFSET + 100] ^= 0xFF
     reput = ReputService(str(tmp_path / "r"))
     with pytest.raises(CorruptStoreError):
         reput.dispatch_up_to(store, 9)
@@ -253,13 +253,25 @@ def test_listeners_hear_every_message_once_and_broken_stamps_are_recorded(tmp_pa
 
 
 @settings(max_examples=300, deadline=None)
-@given(topic=st.text(min_size=1, max_size=10), key=st.one_of(st.text(max_size=300), st.text(alphabet="0A9-", max_size=40)))
+@given(topic=st.text(min_size=1, max_size=10),
+       key=st.one_of(st.text(max_size=300), st.text(alphabet="0A9-", max_size=40)))
 def test_the_key_hasher_gives_javas_hash_of_topic_hash_key(topic, key):
     h = KeyHasher()
     assert h(topic, key) == key_hash(f"{topic}#{key}")
     assert h(topic, key) == key_hash(f"{topic}#{key}")             # again, from what it kept
     keys = f"{key}  x{key}"
     assert h.message(topic, key, keys) == [key_hash(f"{topic}#{k}") for k in [key] + keys.split(" ") if k]
+
+
+def test_the_key_hasher_keeps_at_most_its_limit_and_stays_right(monkeypatch):
+    import dledger.broker.index_file as index_file
+    monkeypatch.setattr(index_file, "_CACHE_MAX", 10)
+    h = KeyHasher()
+    for i in range(300):
+        topic, key = f"T{i % 7}", f"head-{i}-{i % 3}-tail"
+        want = [key_hash(f"{topic}#{k}") for k in (key, f"k{i}xyzw", "other")]
+        assert h.message(topic, key, f"k{i}xyzw other") == want
+        assert sum(1 + len(heads) for _t, heads in h._topics.values()) <= 10
 
 
 def test_entries_put_after_the_last_header_are_undone_on_open(tmp_path):

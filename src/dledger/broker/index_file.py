@@ -31,7 +31,7 @@ import os
 import struct
 import time
 
-from dledger.broker.message_codec import java_string_hash
+from dledger.broker.message_codec import KEY_SEPARATOR, java_string_hash
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
@@ -49,24 +49,25 @@ def key_hash(key: str) -> int:
 
 
 _M32 = 0xFFFFFFFF
-_POW31 = [pow(31, k, 1 << 32) for k in range(256)]
-_CACHE_MAX = 4096
+#: the most topic and head sums a ``KeyHasher`` keeps (then it starts again empty)
+_CACHE_MAX = 1 << 16
 
 
 class KeyHasher:
     """``key_hash(f"{topic}#{key}")`` without hashing every character every time.
 
     Java's hash is a polynomial in 31 (mod 2**32), so for an ASCII key of ``L`` characters
-    ``h(topic#key) = h(topic#) * 31**L + h(key[:-4]) * 31**4 + h(key[-4:])``. Kept: per topic,
-    ``h(topic#) * 31**L`` for every ``L``; per key head, ``h(head) * 31**4`` (keys such as
-    RocketMQ's UNIQ_KEY or ``order-<n>`` share their heads for thousands of messages). A key
-    then costs one look-up and its last four characters. Other keys (short, long or not
-    ASCII) take ``key_hash`` (the same value).
+    ``h(topic#key) = h(topic#) * 31**L + h(key[:-4]) * 31**4 + h(key[-4:])``. The first two
+    terms depend on the topic and the key's head only (``L`` is the head's length + 4): their
+    sum is kept per topic and head (keys such as RocketMQ's UNIQ_KEY or ``order-<n>`` share
+    their heads for thousands of messages), so a key mostly costs one look-up and its last
+    four characters. Other keys (shorter than 5 or not ASCII) take ``key_hash`` (the same
+    value). At most ``_CACHE_MAX`` sums are kept, all topics together.
     """
 
     def __init__(self) -> None:
-        self._topics: dict[str, list[int]] = {}
-        self._heads: dict[str, int] = {}
+        self._topics: dict[str, tuple[int, dict[str, int]]] = {}
+        self._kept = 0
 
     def __call__(self, topic: str, key: str) -> int:
         return self.message(topic, key, None)[0] if key else key_hash(f"{topic}#")
@@ -74,33 +75,37 @@ class KeyHasher:
     def message(self, topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
         """The hashes of ``topic#uniq_key`` and ``topic#key`` for each key of ``keys`` split on
         spaces, in that order, empty keys dropped."""
-        keys = keys.split(" ") if keys else []
+        keys = keys.split(KEY_SEPARATOR) if keys else []
         if uniq_key:
             keys.insert(0, uniq_key)
         out: list[int] = []
         if not keys:
             return out
-        topic_part = self._topics.get(topic)
-        if topic_part is None:
-            if len(self._topics) >= _CACHE_MAX:
+        kept = self._topics.get(topic)
+        if kept is None:
+            self._kept += 1
+            if self._kept > _CACHE_MAX:
                 self._topics.clear()
-            t = java_string_hash(topic + "#")
-            topic_part = self._topics[topic] = [t * p & _M32 for p in _POW31]
-        heads = self._heads
+                self._kept = 1
+            kept = self._topics[topic] = (java_string_hash(topic + "#") & _M32, {})
+        t, heads = kept
         for key in keys:
-            n = len(key)
-            if n < 5 or n > 255 or not key.isascii():
+            if len(key) < 5 or not key.isascii():
                 if key:
                     out.append(key_hash(f"{topic}#{key}"))
                 continue
             head = key[:-4]
-            h = heads.get(head)
-            if h is None:
-                if len(heads) >= _CACHE_MAX:
+            u = heads.get(head)
+            if u is None:
+                self._kept += 1
+                if self._kept > _CACHE_MAX:
+                    self._topics.clear()
+                    self._topics[topic] = (t, heads)
                     heads.clear()
-                h = heads[head] = java_string_hash(head) * 923521 & _M32
+                    self._kept = 2                       # this topic and the head kept below
+                u = heads[head] = (t * pow(31, len(key), 1 << 32) + java_string_hash(head) * 923521) & _M32
             a, b, c, d = key[-4:].encode()
-            u = (topic_part[n] + h + a * 29791 + b * 961 + c * 31 + d) & _M32
+            u = (u + a * 29791 + b * 961 + c * 31 + d) & _M32
             out.append(u if u < 0x80000000 else (0x100000000 - u if u > 0x80000000 else 0))
         return out
 
@@ -169,6 +174,7 @@ class IndexFile:
         used = self.hash_slot_count
         read_slot, write_slot, write_entry = _SLOT.unpack_from, _SLOT.pack_into, _ENTRY.pack_into
         stop = min(len(work), start + room - count)
+        last = diff = None
         for i in range(start, stop):
             h, phy_offset, store_timestamp = work[i]
             slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
@@ -176,16 +182,19 @@ class IndexFile:
             if prev <= 0 or prev > count:
                 prev = 0
                 used += 1
-            if begin <= 0:
-                diff = 0
-            else:
-                diff = (store_timestamp - begin) // 1000
-                diff = 0 if diff < 0 else (diff if diff < 0x7FFFFFFF else 0x7FFFFFFF)
+            if store_timestamp != last:                    # a message's keys share their time
+                last = store_timestamp
+                if begin <= 0:
+                    diff = 0
+                else:
+                    diff = (store_timestamp - begin) // 1000
+                    diff = 0 if diff < 0 else (diff if diff < 0x7FFFFFFF else 0x7FFFFFFF)
             write_entry(mm, base + count * INDEX_SIZE, h, phy_offset, diff, prev)
             write_slot(mm, slot_pos, count)
             if count <= 1:
                 self.begin_phy_offset = phy_offset
                 begin = store_timestamp
+                last = None
             count += 1
         self.index_count, self.hash_slot_count, self.begin_timestamp = count, used, begin
         _h, self.end_phy_offset, self.end_timestamp = work[stop - 1]

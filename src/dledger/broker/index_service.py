@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 
 from dledger.broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOTS, IndexFile, KeyHasher, file_name_for
-from dledger.broker.message_codec import KEY_SEPARATOR
 
 #: RocketMQ's directory is ``index``; in a node's store directory that name is DLedger's own
 #: (its index segments), so the key index lives beside it

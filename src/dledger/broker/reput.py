@@ -63,6 +63,7 @@ class ReputService:
         for topic, qid in list_queues(root):
             self.queue(topic, qid).truncate_from_physical(self.next_physical_offset)
         self.index.truncate_from_physical(self.next_physical_offset)
+
     # -- checkpoint -----------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> str:
