@@ -6,10 +6,14 @@ dispatched once, every unit's message stamped with the unit's own offsets)."""
 
 from __future__ import annotations
 
+import os
 import random
 
 from dledger.broker import decode
-from dledger.broker.message_codec import dispatch_info
+from dledger.broker import dispatch_checkpoint
+from dledger.broker.consume_queue import CQ_UNIT_SIZE, list_queues
+from dledger.broker.index_file import HEADER_SIZE, INDEX_SIZE, SLOT_SIZE
+from dledger.broker.message_codec import dispatch_fields
 from dledger.entry import MAGIC_NORMAL
 
 from .helpers import OK, BrokerGroup, check_exactly_once, cq_bytes
@@ -28,6 +32,8 @@ class BrokerSwarm:
         self.sent: list = []                                 # ((topic, qid, body), result)
         self.n = 0
         self.log: list[str] = []
+        #: sectors of the broker's own files a power cut wrecked (beyond the durable checkpoint)
+        self.damaged = 0
 
     # -- load -----------------------------------------------------------------------------
     def _put(self) -> None:
@@ -83,6 +89,7 @@ class BrokerSwarm:
         elif action == "power" and self.victim in live:
             node = self.victim
             c.power_loss(node, torn=True)
+            self.damaged += damage_unsynced(self.g.logs[node].root, rng)
         elif action == "partition":
             ids = list(c.ids)
             rng.shuffle(ids)
@@ -116,12 +123,17 @@ class BrokerSwarm:
         c = self.g.c
         self.g.elected()
         end = c.now_ms + self.ms
+        self._victim_was_down = False
         next_fault = c.now_ms + self.rng.randint(100, 600)
         while c.now_ms < end:
             self._put()
             c.run_for(self.rng.randint(5, 40))
             # a node killed by its armed crash is seen here
             self._collect()
+            if self.victim in c.crashed and not self._victim_was_down:
+                # a power cut armed inside a write fired: it wrecks the broker's files too
+                self.damaged += damage_unsynced(self.g.logs[self.victim].root, self.rng)
+            self._victim_was_down = self.victim in c.crashed
             if c.now_ms >= next_fault:
                 self._fault()
                 next_fault = c.now_ms + self.rng.randint(100, 600)
@@ -149,7 +161,7 @@ class BrokerSwarm:
             log, store = g.logs[node], g.c.servers[node].store
             committed = g.c.servers[node].node.committed_index
             messages = sum(1 for i in range(store.ledger_before_begin_index + 1, committed + 1)
-                           if (e := store.get(i)).magic == MAGIC_NORMAL and dispatch_info(e.body) is not None)
+                           if (e := store.get(i)).magic == MAGIC_NORMAL and dispatch_fields(e.body) is not None)
             units = sum(len(v) // 20 for v in cq_bytes(log).values())
             assert units == messages, self.why(f"{node}: {units} units for {messages} committed messages")
             bodies = []
@@ -161,7 +173,77 @@ class BrokerSwarm:
                     assert raw is not None and decode(raw).body == m.body, self.why(f"{node}: {t}/{q}/{k} unreadable")
                     bodies.append(m.body)
             assert len(bodies) == len(set(bodies)), self.why(f"{node}: a message dispatched twice")
+            for (t, _q, body), r in acked:                  # the key index finds every one
+                found = [m.physical_offset for m in log.query_by_key(t, body.decode(), 8)]
+                assert found == [r.wrote_offset], self.why(f"{node}: key {body.decode()} finds {found}")
         return acked
 
     def close(self) -> None:
         self.g.close()
+
+
+SECTOR = 512
+
+
+def _wreck(path: str, start: int, rng: random.Random) -> int:
+    """Zero or scramble a random choice of the 512-byte sectors of ``path`` from byte
+    ``start`` on (a power cut: writes after the last sync lost, torn or half done); how many."""
+    size = os.path.getsize(path)
+    if start >= size:
+        return 0
+    first = start - start % SECTOR
+    sectors = list(range(first, size, SECTOR))
+    # the written part ends somewhere: only damage up to a little past the last non-zero byte
+    with open(path, "r+b") as f:
+        wrecked = 0
+        for pos in sectors[: 64]:
+            if rng.random() < 0.5:
+                continue
+            f.seek(pos)
+            old = f.read(SECTOR)
+            keep = max(0, start - pos)
+            new = old[:keep] + (bytes(SECTOR - keep) if rng.random() < 0.6 else rng.randbytes(SECTOR - keep))
+            f.seek(pos)
+            f.write(new[:len(old)])
+            wrecked += 1
+    return wrecked
+
+
+def damage_unsynced(root: str, rng: random.Random) -> int:
+    """What a power cut may do to the broker's files: anything beyond what the durable
+    checkpoint vouches for (its counts) lost, torn or garbage; the checkpoint itself, synced
+    before it was renamed into place, stays."""
+    cp = dispatch_checkpoint.read(root)
+    queues = cp.queues if cp.problem is None and cp.queues is not None else {}
+    index_files = cp.index_files if cp.problem is None and cp.index_files is not None else {}
+    wrecked = 0
+    for topic, qid in list_queues(root):
+        qdir = os.path.join(root, "consumequeue", topic, str(qid))
+        keep = queues.get((topic, qid), 0) * CQ_UNIT_SIZE
+        for name in sorted(os.listdir(qdir)):
+            start = int(name)
+            wrecked += _wreck(os.path.join(qdir, name), max(0, keep - start), rng)
+    kdir = os.path.join(root, "keyindex")
+    for name in sorted(os.listdir(kdir)) if os.path.isdir(kdir) else ():
+        path = os.path.join(kdir, name)
+        count = index_files.get(name, 0)            # 0: made after the checkpoint, all at risk
+        base = _entries_base(path)
+        with open(path, "r+b") as f:
+            if rng.random() < 0.5:                          # a torn header
+                f.write(rng.randbytes(HEADER_SIZE))
+                wrecked += 1
+            for _ in range(rng.randint(0, 3)):              # slots updated after the checkpoint
+                pos = rng.randrange(1, base // SECTOR) * SECTOR
+                if pos + SECTOR <= base:
+                    f.seek(pos)
+                    f.write(rng.randbytes(SECTOR) if rng.random() < 0.5 else bytes(SECTOR))
+                    wrecked += 1
+        wrecked += _wreck(path, base + max(1, count) * INDEX_SIZE, rng)
+    return wrecked
+
+
+def _entries_base(path: str) -> int:
+    from dledger.broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOTS
+    size = os.path.getsize(path)
+    assert size >= HEADER_SIZE + DEFAULT_SLOTS * SLOT_SIZE + DEFAULT_INDEX_NUM * INDEX_SIZE
+    return HEADER_SIZE + DEFAULT_SLOTS * SLOT_SIZE

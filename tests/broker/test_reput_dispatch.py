@@ -172,10 +172,11 @@ def test_a_crash_before_the_checkpoint_is_undone_and_dispatched_again_once(kinds
         reput = ReputService(root, units_per_file=5, index_options=INDEX)
         crash_at = min(crash_at, len(kinds))
         reput.dispatch_up_to(store, crash_at - 1, step)
+        reput.checkpoint()                # the commit log's periodic checkpoint
         with open(os.path.join(root, CHECKPOINT)) as f:
             vouched = f.read()
-        # the next batch reaches the files (headers too, or not), then the process dies
-        # before its checkpoint: the checkpoint file is put back as it was
+        # the next batches reach the files (headers too, or not), then the process dies
+        # before the next checkpoint: the checkpoint file stays as it was
         if lost_header:
             reput.index.commit = lambda: None
         reput.dispatch_up_to(store, store.ledger_end_index, step)
@@ -290,3 +291,46 @@ def test_entries_put_after_the_last_header_are_undone_on_open(tmp_path):
         assert fh.read() == vouched
     assert again.lookup("T", "b", 100) == list(range(109, 99, -1))
     again.close()
+
+
+def test_a_checkpoint_syncs_the_queues_and_the_index_before_it_is_written(tmp_path, monkeypatch):
+    """The order the crash rule rests on: every consume-queue file fsynced and every key-index
+    file msynced, then the checkpoint written (itself synced before its rename)."""
+    import mmap as mmap_module
+
+    store = open_store(tmp_path / "store")
+    fill(store, "mmmmmmmm")
+    reput = ReputService(str(tmp_path / "r"), units_per_file=5, index_options=INDEX)
+    dispatch_all(reput, store)
+    calls = []
+    real_fsync, real_flush, real_replace = os.fsync, mmap_module.mmap.flush, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                  real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append(("replace", os.path.basename(b))),
+                                                      real_replace(a, b)))
+    for f in reput.index.files:
+        monkeypatch.setattr(f, "flush", lambda f=f: (calls.append(("msync", f.path)), real_flush(f.mm)))
+    reput.checkpoint()
+    cq_files = {os.readlink(f"/proc/self/fd/{fd}") for cq in reput.queues.values() for fd in cq._fds.values()}
+    first_checkpoint_write = calls.index(("fsync", str(tmp_path / "r" / CHECKPOINT) + ".tmp"))
+    before = calls[:first_checkpoint_write]
+    assert cq_files and cq_files <= {p for kind, p in before if kind == "fsync"}
+    assert {f.path for f in reput.index.files} <= {p for kind, p in before if kind == "msync"}
+    assert calls[first_checkpoint_write + 1] == ("replace", CHECKPOINT)
+    reput.close()
+    store.close()
+
+
+def test_a_message_whose_topic_no_put_may_use_is_not_dispatched_and_makes_no_directory(tmp_path):
+    store = open_store(tmp_path / "store")
+    for topic, qid in (("../escape", 0), ("T", -3), ("T", 0)):
+        raw = encode_message(topic=topic, body=b"x", queue_id=qid, store_timestamp=1_764_000_000_000)
+        store.batch_append_as_leader([raw])
+    reput = ReputService(str(tmp_path / "r"))
+    assert reput.dispatch_up_to(store, 2) == 3
+    assert sorted(reput.queues) == [("T", 0)] and reput.queues[("T", 0)].max_offset == 1
+    assert len(reput.problems) == 2 and "'../escape' holds '.'" in reput.problems[0]
+    assert "queue_id: -3" in reput.problems[1]
+    assert sorted(os.listdir(tmp_path / "r" / "consumequeue")) == ["T"] and not (tmp_path / "escape").exists()
+    reput.close()
+    store.close()

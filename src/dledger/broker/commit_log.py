@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024     # RocketMQ's maxMessageSize default
 DISPATCH_INTERVAL_MS = 5
+#: how often the dispatch files are synced and the durable checkpoint written (RocketMQ flushes
+#: its consume queues every second)
+CHECKPOINT_INTERVAL_MS = 1000
 #: dispatch lag buckets, ms (upper bounds): store timestamp to consume-queue unit written
 DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750,
                            1000, 2000, 5000, 10000)
@@ -83,7 +86,7 @@ def _done(value) -> AwaitableFuture:
 class DLedgerCommitLog:
     def __init__(self, server, *, root: str | None = None, max_message_size: int = MAX_MESSAGE_SIZE,
                  dispatch_interval_ms: int = DISPATCH_INTERVAL_MS, cq_units_per_file: int | None = None,
-                 index_options: dict | None = None) -> None:
+                 index_options: dict | None = None, checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS) -> None:
         self.server = server
         cfg = server.config
         self.root = root or cfg.default_path
@@ -92,6 +95,8 @@ class DLedgerCommitLog:
         #: the offset message id less its 16 hex digits of offset (the store host's part)
         self._id_prefix = message_id(self.store_host, 0)[:-16]
         self.dispatch_interval_ms = dispatch_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._checkpoint_at = 0
         self.reput = ReputService(self.root, units_per_file=cq_units_per_file, index_options=index_options)
         self.roles = RoleTracker(cfg.self_id)
         #: per topic-queue next offset, valid for the leader term ``_table_term``
@@ -104,8 +109,7 @@ class DLedgerCommitLog:
         #: dispatch lag of every message this replica dispatched (ms), and the stamps of the
         #: batch being dispatched (its units are written when the batch ends)
         self.dispatch_lag = Histogram(DISPATCH_LAG_BUCKETS_MS)
-        self._batch_stamps: list[int] = []
-        self.reput.on_dispatch = self._on_dispatched
+        self.reput.on_dispatch_batch = self._on_dispatched
         server.add_append_hook(self._hook)
         server.add_role_change_handler(self._on_role_change)
         if server.started:
@@ -183,16 +187,17 @@ class DLedgerCommitLog:
         """Dispatch what is committed and not dispatched yet (runtime thread); how many entries."""
         srv = self.server
         n = self.reput.dispatch_up_to(srv.store, srv.node.committed_index)
-        stamps = self._batch_stamps
-        if stamps:
-            now, observe = srv.runtime.wall_time() * 1000, self.dispatch_lag.observe
-            for stamp in stamps:
-                observe(now - stamp)
-            stamps.clear()
+        now = srv.runtime.now_ms()
+        if self.reput.dirty and now - self._checkpoint_at >= self.checkpoint_interval_ms:
+            self.reput.checkpoint()
+            self._checkpoint_at = now
         return n
 
-    def _on_dispatched(self, _physical_offset: int, store_timestamp: int) -> None:
-        self._batch_stamps.append(store_timestamp)
+    def _on_dispatched(self, batch: list[tuple[int, int]]) -> None:
+        """A dispatch batch was written: each message's lag, to the end of the batch."""
+        now, observe = self.server.runtime.wall_time() * 1000, self.dispatch_lag.observe
+        for _offset, stamp in batch:
+            observe(now - stamp)
 
     # =====================================================================================
     # puts
@@ -383,18 +388,20 @@ class DLedgerCommitLog:
 
     # =====================================================================================
     def close(self) -> None:
-        """Stop dispatching and close the broker's files (the server is the host's to stop)."""
+        """Stop dispatching and close the broker's files (the server is the host's to stop):
+        a last checkpoint first, unless the node's process is gone (a crash: whatever the
+        files hold then is what recovery finds)."""
         if self.closed:
             return
 
-        def stop() -> None:
+        def stop(checkpoint: bool = True) -> None:
             self.closed = True
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            self.reput.close()
+            self.reput.close(checkpoint=checkpoint)
 
         try:
             self._on_runtime(stop)
-        except Exception:   # the runtime is gone (a killed simulated process): close here
-            stop()
+        except Exception:   # the runtime is gone (a killed simulated process): as after a crash
+            stop(checkpoint=False)

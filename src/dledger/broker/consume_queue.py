@@ -166,13 +166,28 @@ class ConsumeQueue:
             self.max_physical_offset = sum(self.unit(keep - 1)[:2]) if keep else 0
         return dropped
 
+    def truncate_to(self, count: int) -> bool:
+        """Keep exactly the first ``count`` units (what a checkpoint vouches for) and zero the
+        rest; False, changing nothing, when fewer than ``count`` are there."""
+        self.commit()
+        if self.max_offset < count:
+            return False
+        if self.max_offset > count or count == 0:
+            self._zero_from(count * CQ_UNIT_SIZE)
+        self.max_offset = count
+        self.max_physical_offset = sum(self.unit(count - 1)[:2]) if count else 0
+        return True
+
     def flush(self) -> None:
         self.commit()
         for fd in self._fds.values():
             os.fsync(fd)
 
-    def close(self) -> None:
-        self.commit()
+    def close(self, commit: bool = True) -> None:
+        """Close the files (``commit=False``: as a crash does, leaving units not written yet)."""
+        if commit:
+            self.commit()
+        self._pending.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

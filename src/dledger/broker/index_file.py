@@ -19,7 +19,8 @@ message's real keys, as RocketMQ's ``queryMessage`` does).
 The header may be written once per batch of keys (``put_hashes`` then ``write_header``; the
 reput service writes it before its checkpoint): entries beyond the header's ``indexCount`` are
 then keys put since, whose header never got written (a crash in between). Opening a file
-undoes them, newest first (each slot gets back the entry's ``prevIndex``, the entry is
+(``undo=True``; the reput service instead cuts each file back to its durable checkpoint's
+count, ``truncate_to``, which a torn header cannot mislead) undoes them, newest first (each slot gets back the entry's ``prevIndex``, the entry is
 zeroed), so the file is again exactly what its header says; nothing beyond ``indexCount`` is
 ever non-zero otherwise.
 """
@@ -116,7 +117,8 @@ def file_name_for(store_timestamp_ms: int) -> str:
 
 
 class IndexFile:
-    def __init__(self, path: str, slots: int = DEFAULT_SLOTS, index_num: int = DEFAULT_INDEX_NUM) -> None:
+    def __init__(self, path: str, slots: int = DEFAULT_SLOTS, index_num: int = DEFAULT_INDEX_NUM,
+                 undo: bool = True) -> None:
         self.path = path
         self.slots = slots
         self.index_num = index_num
@@ -130,10 +132,11 @@ class IndexFile:
             os.close(fd)
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          self.hash_slot_count, self.index_count) = HEADER.unpack_from(self.mm, 0)
-        if self.index_count == 0:
-            self.index_count = 1
+        if not 1 <= self.index_count <= index_num:
+            self.index_count = 1           # a new file, or a header a power cut tore
         self._entries_base = HEADER_SIZE + slots * SLOT_SIZE
-        self._undo_unwritten()
+        if undo:
+            self._undo_unwritten()
 
     def _undo_unwritten(self) -> int:
         """Undo the entries beyond ``indexCount`` (put, header never written); how many."""
@@ -232,8 +235,28 @@ class IndexFile:
             kept.pop()
         if len(kept) == n:
             return 0
+        self._rebuild(kept, n + 1)
+        return n - len(kept)
+
+    def truncate_to(self, count: int) -> None:
+        """Keep exactly entries ``1 .. count - 1`` (what a checkpoint vouches for: synced before
+        it was written) and rebuild the slots and the header from them, whatever a power cut
+        left in the slots, the header or the entries beyond."""
+        count = max(1, min(count, self.index_num))
         base = HEADER_SIZE + self.slots * SLOT_SIZE
-        self.mm[HEADER_SIZE:base + (n + 1) * INDEX_SIZE] = bytes(base + (n + 1) * INDEX_SIZE - HEADER_SIZE)
+        kept = [_ENTRY.unpack_from(self.mm, base + i * INDEX_SIZE) for i in range(1, count)]
+        header = HEADER.unpack_from(self.mm, 0)
+        self._rebuild(kept, self.index_num)
+        if header[5] == count:
+            # the header is the one written with these entries: keep its exact times (the
+            # rebuild knows them to the second only)
+            self.begin_timestamp, self.end_timestamp = header[0], header[1]
+            self.write_header()
+
+    def _rebuild(self, kept: list, clear_entries: int) -> None:
+        """Zero the slots and the first ``clear_entries`` entries, then add ``kept`` again."""
+        base = HEADER_SIZE + self.slots * SLOT_SIZE
+        self.mm[HEADER_SIZE:base + clear_entries * INDEX_SIZE] = bytes(base + clear_entries * INDEX_SIZE - HEADER_SIZE)
         self.index_count, self.hash_slot_count = 1, 0
         begin_ts = self.begin_timestamp
         self.begin_timestamp = self.end_timestamp = self.begin_phy_offset = self.end_phy_offset = 0
@@ -249,7 +272,6 @@ class IndexFile:
             self.end_phy_offset, self.end_timestamp = off, begin_ts + diff * 1000
             self.index_count += 1
         self.write_header()
-        return n - len(kept)
 
     def flush(self) -> None:
         self.mm.flush()

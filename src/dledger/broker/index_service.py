@@ -23,12 +23,13 @@ INDEX_DIR = "keyindex"
 
 
 class IndexService:
-    def __init__(self, root: str, *, slots: int = DEFAULT_SLOTS, index_num: int = DEFAULT_INDEX_NUM) -> None:
+    def __init__(self, root: str, *, slots: int = DEFAULT_SLOTS, index_num: int = DEFAULT_INDEX_NUM,
+                 undo: bool = True) -> None:
         self.dir = os.path.join(root, INDEX_DIR)
         self.slots, self.index_num = slots, index_num
         os.makedirs(self.dir, exist_ok=True)
         names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 17)
-        self.files = [IndexFile(os.path.join(self.dir, n), slots, index_num) for n in names]
+        self.files = [IndexFile(os.path.join(self.dir, n), slots, index_num, undo) for n in names]
         self._hash = KeyHasher()
 
     def _writable(self, store_timestamp: int) -> IndexFile:
@@ -105,12 +106,47 @@ class IndexService:
                 self.files.pop()
         return dropped
 
+    def undo_unwritten(self) -> None:
+        """Undo, in every file, the entries beyond its header's count (``IndexFile``)."""
+        for f in self.files:
+            f._undo_unwritten()
+
+    def counts(self) -> dict[str, int]:
+        """Entries (the header's ``indexCount``) per file name, for a checkpoint."""
+        return {os.path.basename(f.path): f.index_count for f in self.files}
+
+    def truncate_to(self, counts: dict[str, int]) -> bool:
+        """Keep what a checkpoint's ``counts`` vouch for: each file it names cut back to its
+        count (slots rebuilt), every other file (made after it) removed. False, changing
+        nothing, when a file it names is missing."""
+        names = {os.path.basename(f.path) for f in self.files}
+        if any(name not in names for name in counts):
+            return False
+        for f in list(self.files):
+            name = os.path.basename(f.path)
+            if name in counts:
+                f.truncate_to(counts[name])
+            else:
+                f.close()
+                os.unlink(f.path)
+                self.files.remove(f)
+        return True
+
+    def clear(self) -> None:
+        """Remove every file (everything is dispatched again)."""
+        for f in self.files:
+            f.close()
+            os.unlink(f.path)
+        self.files = []
+
     def flush(self) -> None:
         self.commit()
         for f in self.files:
             f.flush()
 
-    def close(self) -> None:
-        self.commit()
+    def close(self, commit: bool = True) -> None:
+        """Close the files (``commit=False``: as a crash does, the header left as it is)."""
+        if commit:
+            self.commit()
         for f in self.files:
             f.close()

@@ -12,11 +12,15 @@ only. Every record's body CRC is checked here (a run read from what this store o
 is not checked by the store); a record that fails it is read again with ``store.get``, which
 raises ``CorruptStoreError`` and notes the damage, as the walk did entry by entry.
 
-Checkpoint: ``<root>/dispatch.checkpoint`` holds ``next_index next_physical_offset``, written
-(to a temporary file, then renamed) after every batch, once the batch's consume-queue units
-and key-index header are written. On open, units and index entries at or
-beyond ``next_physical_offset`` are dropped (a crash between writing them and the checkpoint)
-and the walk resumes at ``next_index``: nothing is dispatched twice and nothing is skipped.
+Checkpoint (``dispatch_checkpoint``): the consume queues and the key index are plain file
+writes and an mmap, made after every batch (a process crash keeps them: the page cache
+survives); ``checkpoint()`` syncs them and then durably records the next entry and every file's
+count. The commit log calls it every ``checkpoint_interval_ms`` and at close. On open, every
+file is cut back to the checkpoint's counts (whatever a power cut tore or lost beyond them)
+and the walk resumes at its ``next_index``: what was dispatched after it is dispatched again,
+to the same units (they follow from the committed log), so nothing is dispatched twice and
+nothing is skipped. A missing or damaged checkpoint, or a file holding less than it vouches
+for, means dispatching everything again.
 
 Listeners: ``on_dispatch(physical_offset, store_timestamp)`` is called for each message as it
 is dispatched; ``on_dispatch_batch(dispatched)`` once per batch, after the checkpoint, with the
@@ -30,15 +34,20 @@ readable). Everything here runs on the server's runtime thread.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 
+from dledger.broker import dispatch_checkpoint
 from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
 from dledger.broker.message_codec import dispatch_fields, tags_hash_code
+from dledger.broker.put_checks import queue_id_problem, topic_problem
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, crc32
 
-CHECKPOINT = "dispatch.checkpoint"
+log = logging.getLogger(__name__)
+
+CHECKPOINT = dispatch_checkpoint.NAME
 #: bytes asked of one range read (a run stops earlier at a segment end or the batch's end)
 READ_BYTES = 4 << 20
 #: magic, size, pos, body_crc of a data record (``dledger.entry``'s layout)
@@ -52,36 +61,57 @@ class ReputService:
         os.makedirs(root, exist_ok=True)
         self._cq_kwargs = {} if units_per_file is None else {"units_per_file": units_per_file}
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.index = IndexService(root, **(index_options or {}))
+        self.index = IndexService(root, undo=False, **(index_options or {}))
         self.problems: list[str] = []
         #: ``listener(physical_offset, store_timestamp)`` after each message is dispatched (off: None)
         self.on_dispatch = None
         #: ``listener([(physical_offset, store_timestamp), ...])`` after each batch (off: None)
         self.on_dispatch_batch = None
         self._tag_codes: dict[str | None, int] = {}
-        self.next_index, self.next_physical_offset = self._read_checkpoint()
-        for topic, qid in list_queues(root):
-            self.queue(topic, qid).truncate_from_physical(self.next_physical_offset)
-        self.index.truncate_from_physical(self.next_physical_offset)
+        #: whether anything was dispatched since the last checkpoint
+        self.dirty = False
+        self._recover()
 
     # -- checkpoint -----------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> str:
         return os.path.join(self.root, CHECKPOINT)
 
-    def _read_checkpoint(self) -> tuple[int, int]:
-        try:
-            with open(self.checkpoint_path) as f:
-                index, pos = f.read().split()
-            return int(index), int(pos)
-        except (OSError, ValueError):
-            return 0, 0
+    def _recover(self) -> None:
+        """Cut the files back to what the durable checkpoint vouches for (everything, when it
+        is missing or damaged, or a file holds less than it says) and resume after it."""
+        cp = dispatch_checkpoint.read(self.root)
+        queues = [self.queue(t, q) for t, q in list_queues(self.root)]
+        if cp.problem is None and cp.queues is None:      # the earlier format: by position
+            for cq in queues:
+                cq.truncate_from_physical(cp.next_physical_offset)
+            self.index.undo_unwritten()
+            self.index.truncate_from_physical(cp.next_physical_offset)
+        elif cp.problem is None and all(cq.max_offset >= cp.queues.get((cq.topic, cq.queue_id), 0)
+                                        for cq in queues) and self.index.truncate_to(cp.index_files):
+            for cq in queues:
+                cq.truncate_to(cp.queues.get((cq.topic, cq.queue_id), 0))
+        else:
+            why = cp.problem or "a file holds less than it vouches for"
+            if cp.problem != "there is none" or queues or self.index.files:
+                log.warning("%s: the dispatch checkpoint cannot be used (%s): dispatching everything "
+                            "again", self.root, why)
+            for cq in queues:
+                cq.truncate_to(0)
+            self.index.clear()
+            cp = dispatch_checkpoint.DispatchCheckpoint()
+        self.next_index, self.next_physical_offset = cp.next_index, cp.next_physical_offset
 
-    def _write_checkpoint(self) -> None:
-        tmp = self.checkpoint_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{self.next_index} {self.next_physical_offset}\n")
-        os.replace(tmp, self.checkpoint_path)
+    def checkpoint(self) -> None:
+        """Sync the consume queues and the key index, then durably record how far they go:
+        the point recovery comes back to after a crash or a power cut."""
+        for cq in self.queues.values():
+            cq.flush()
+        self.index.flush()
+        dispatch_checkpoint.write(self.root, dispatch_checkpoint.DispatchCheckpoint(
+            self.next_index, self.next_physical_offset,
+            {key: cq.max_offset for key, cq in self.queues.items() if cq.max_offset}, self.index.counts()))
+        self.dirty = False
 
     # -- queues ---------------------------------------------------------------------------
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -115,7 +145,7 @@ class ReputService:
         for cq in self.queues.values():
             cq.commit()
         self.index.commit()
-        self._write_checkpoint()
+        self.dirty = True
         if dispatched is not None:
             self.on_dispatch_batch(dispatched)
         return end - begin + 1
@@ -145,6 +175,12 @@ class ReputService:
                         offset = pos + BODY_OFFSET
                         cq = queues.get((topic, queue_id))
                         if cq is None:
+                            why = topic_problem(topic) or queue_id_problem(queue_id)
+                            if why:                # written by another writer: no directory for it
+                                self.problems.append(f"message at {pos + BODY_OFFSET} not dispatched: {why}")
+                                next_index, next_pos = index + 1, pos + size
+                                off = end
+                                continue
                             cq = self.queue(topic, queue_id)
                         if queue_offset != cq.max_offset:
                             self.problems.append(f"{topic}/{queue_id}: message at {offset} carries queue "
@@ -173,11 +209,13 @@ class ReputService:
                 dispatched.extend(done)
 
     def flush(self) -> None:
-        for cq in self.queues.values():
-            cq.flush()
-        self.index.flush()
+        self.checkpoint()
 
-    def close(self) -> None:
+    def close(self, checkpoint: bool = True) -> None:
+        """A last checkpoint, then close the files; ``checkpoint=False``: as a crash leaves
+        them (nothing more written)."""
+        if checkpoint:
+            self.checkpoint()
         for cq in self.queues.values():
-            cq.close()
-        self.index.close()
+            cq.close(commit=checkpoint)
+        self.index.close(commit=checkpoint)
