@@ -25,9 +25,12 @@ def node(self_id: str, peers: str, store_dir: str) -> None:
     """One node: a host process embedding one member of group ``orders``."""
     from dledger import DLedgerConfig, DLedgerServer
 
-    # small segments for a demonstration (the default data segment is 1 GiB, allocated up front)
+    # small segments for a demonstration (the default data segment is 1 GiB, allocated up front);
+    # bootstrap: these three stores start a brand-new cluster, so a node that had not caught up
+    # yet when the leader is killed may still vote (docs/embedding.md; never for a node whose
+    # disk was replaced)
     config = DLedgerConfig(group="orders", self_id=self_id, peers=peers, store_base_dir=store_dir,
-                           durability="fsync", heart_beat_time_interval_ms=200,
+                           durability="fsync", heart_beat_time_interval_ms=200, bootstrap=True,
                            mapped_file_size_for_entry_data=16 << 20,
                            mapped_file_size_for_entry_index=32 << 16)
     server = DLedgerServer(config)

@@ -34,6 +34,7 @@ All methods run in Spark's Python worker processes, which must be able to import
 from __future__ import annotations
 
 import json
+import os
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -128,8 +129,11 @@ def _pushdown_disabled_by_caller() -> bool:
 
 class DLedgerReader(DataSourceReader):
     def __init__(self, options) -> None:
-        self.paths = store_paths(options)
-        self.names = replica_names(options, self.paths)
+        given = store_paths(options)
+        self.names = replica_names(options, given)
+        # resolved here, where the read is planned (the driver's working directory): a
+        # cluster's executors run elsewhere, where a relative path means something else
+        self.paths = [os.path.abspath(p) for p in given]
         self.body = _flag(options, "body", True)
         self.verify = _flag(options, "verify", True)
         self.recover = _flag(options, "recover", True)
