@@ -334,3 +334,27 @@ def test_a_message_whose_topic_no_put_may_use_is_not_dispatched_and_makes_no_dir
     assert sorted(os.listdir(tmp_path / "r" / "consumequeue")) == ["T"] and not (tmp_path / "escape").exists()
     reput.close()
     store.close()
+
+
+def test_a_checkpoint_syncs_only_the_files_that_changed_since_the_last(tmp_path, monkeypatch):
+    store = open_store(tmp_path / "store")
+    for i in range(4):
+        store.batch_append_as_leader([encode_message(topic=f"T{i}", body=b"x", queue_id=0, queue_offset=0,
+                                                     store_timestamp=1_764_000_000_000)])
+    reput = ReputService(str(tmp_path / "r"))
+    dispatch_all(reput, store)
+    reput.checkpoint()
+    store.batch_append_as_leader([encode_message(topic="T2", body=b"y", queue_id=0, queue_offset=1,
+                                                 store_timestamp=1_764_000_000_001)])
+    dispatch_all(reput, store)
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    reput.checkpoint()
+    queue_files = [p for p in synced if "consumequeue" in p]
+    assert len(queue_files) == 1 and "/consumequeue/T2/0/" in queue_files[0]
+    synced.clear()
+    reput.checkpoint()                                   # nothing moved: only the checkpoint itself
+    assert not [p for p in synced if "consumequeue" in p]
+    reput.close()
+    store.close()

@@ -35,6 +35,8 @@ class ConsumeQueue:
         self.file_size = units_per_file * CQ_UNIT_SIZE
         self._fds: dict[int, int] = {}
         self._pending: list[bytes] = []
+        #: whether a write since the last ``flush`` still needs a sync
+        self._dirty = False
         self._pending_from = 0
         #: queue offset of the next unit (the number of units)
         self.max_offset = 0
@@ -85,6 +87,7 @@ class ConsumeQueue:
 
     def _zero_from(self, end_byte: int) -> None:
         """Zero everything from byte ``end_byte`` on (a torn tail or units truncated away)."""
+        self._dirty = True
         for start in self._starts():
             if start + self.file_size <= end_byte:
                 continue
@@ -130,6 +133,7 @@ class ConsumeQueue:
             start = byte - byte % self.file_size
             room = start + self.file_size - byte
             os.pwrite(self._fd(start, True), data[:room], byte - start)
+            self._dirty = True
             data, byte = data[room:], byte + room
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
@@ -179,9 +183,13 @@ class ConsumeQueue:
         return True
 
     def flush(self) -> None:
+        """Write what is pending and sync the files, when anything changed since the last
+        flush (a checkpoint syncs only the queues that moved)."""
         self.commit()
-        for fd in self._fds.values():
-            os.fsync(fd)
+        if self._dirty:
+            for fd in self._fds.values():
+                os.fsync(fd)
+            self._dirty = False
 
     def close(self, commit: bool = True) -> None:
         """Close the files (``commit=False``: as a crash does, leaving units not written yet)."""

@@ -135,6 +135,8 @@ class IndexFile:
         if not 1 <= self.index_count <= index_num:
             self.index_count = 1           # a new file, or a header a power cut tore
         self._entries_base = HEADER_SIZE + slots * SLOT_SIZE
+        #: the header as of the last ``flush`` (None: never flushed by this object)
+        self._flushed_header = None
         if undo:
             self._undo_unwritten()
 
@@ -274,7 +276,12 @@ class IndexFile:
         self.write_header()
 
     def flush(self) -> None:
-        self.mm.flush()
+        """Sync the file when its header changed since the last flush (entries and slots are
+        only written together with a header write, before a checkpoint)."""
+        header = HEADER.unpack_from(self.mm, 0)
+        if header != self._flushed_header:
+            self.mm.flush()
+            self._flushed_header = header
 
     def close(self) -> None:
         self.mm.close()
