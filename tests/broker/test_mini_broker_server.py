@@ -200,43 +200,39 @@ def test_any_decoded_request_gets_an_answer_map_never_an_exception(req):
     assert isinstance(answer, dict) and isinstance(answer["status"], str) and "id" in answer
 
 
-def test_the_client_follows_service_not_available_to_the_leader_it_names():
+@pytest.fixture
+def follower_and_leader():
+    """Two brokers on fake logs: n0 refuses puts naming n1 as the leader, n1 takes them."""
     follower = FakeLog(refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "n0 is not the master", "n1"))
     leader = FakeLog(PutMessageResult(PutMessageStatus.PUT_OK, 148, 90, 3, "MSGID"))
     ports = free_ports(2)
     brokers = {"n0": f"127.0.0.1:{ports[0]}", "n1": f"127.0.0.1:{ports[1]}"}
     servers = [BrokerServer(follower, "127.0.0.1", ports[0], brokers=brokers).start(),
                BrokerServer(leader, "127.0.0.1", ports[1], brokers=brokers).start()]
-    try:
-        a = Raw(ports[0]).ask({"op": "produce", "id": 1, "topic": "T", "queue_id": 0, "body": b"x"})
-        assert a["status"] == "SERVICE_NOT_AVAILABLE" and a["leader_id"] == "n1" and a["leader_broker"] == brokers["n1"]
-        with BrokerClient(f"n0-{brokers['n0']};n1-{brokers['n1']}", timeout=5, send_deadline=10) as client:
-            client.master = "n0"
-            r = client.send("T", 0, b"payload", keys="k")
-        assert (r.status, r.broker, r.queue_offset, r.wrote_offset, r.msg_id) == ("PUT_OK", "n1", 3, 148, "MSGID")
-        assert leader.puts == [("T", 0, b"payload")] and len(follower.puts) == 2   # refused: sent again
-    finally:
-        for s in servers:
-            s.close()
+    yield follower, leader, ports, brokers
+    for s in servers:
+        s.close()
 
 
-def test_the_client_sends_a_batch_to_the_leader_a_follower_names_and_gets_a_result_each():
-    follower = FakeLog(refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "n0 is not the master", "n1"))
-    leader = FakeLog(PutMessageResult(PutMessageStatus.PUT_OK, 148, 90, 3, "MSGID"))
-    ports = free_ports(2)
-    brokers = {"n0": f"127.0.0.1:{ports[0]}", "n1": f"127.0.0.1:{ports[1]}"}
-    servers = [BrokerServer(follower, "127.0.0.1", ports[0], brokers=brokers).start(),
-               BrokerServer(leader, "127.0.0.1", ports[1], brokers=brokers).start()]
-    try:
-        with BrokerClient(f"n0-{brokers['n0']};n1-{brokers['n1']}", timeout=5, send_deadline=10) as client:
-            client.master = "n0"
-            rs = client.send_batch([{"topic": "T", "queue_id": q, "body": b"p%d" % q, "keys": "k"} for q in range(3)])
-            assert client.send_batch([]) == []
-        assert [(r.status, r.broker, r.msg_id) for r in rs] == [("PUT_OK", "n1", "MSGID")] * 3
-        assert leader.puts == [[("T", 0, b"p0"), ("T", 1, b"p1"), ("T", 2, b"p2")]] and len(follower.puts) == 1
-    finally:
-        for s in servers:
-            s.close()
+def test_the_client_follows_service_not_available_to_the_leader_it_names(follower_and_leader):
+    follower, leader, ports, brokers = follower_and_leader
+    a = Raw(ports[0]).ask({"op": "produce", "id": 1, "topic": "T", "queue_id": 0, "body": b"x"})
+    assert a["status"] == "SERVICE_NOT_AVAILABLE" and a["leader_id"] == "n1" and a["leader_broker"] == brokers["n1"]
+    with BrokerClient(f"n0-{brokers['n0']};n1-{brokers['n1']}", timeout=5, send_deadline=10) as client:
+        client.master = "n0"
+        r = client.send("T", 0, b"payload", keys="k")
+    assert (r.status, r.broker, r.queue_offset, r.wrote_offset, r.msg_id) == ("PUT_OK", "n1", 3, 148, "MSGID")
+    assert leader.puts == [("T", 0, b"payload")] and len(follower.puts) == 2   # refused: sent again
+
+
+def test_the_client_sends_a_batch_to_the_leader_a_follower_names_and_gets_a_result_each(follower_and_leader):
+    follower, leader, _ports, brokers = follower_and_leader
+    with BrokerClient(f"n0-{brokers['n0']};n1-{brokers['n1']}", timeout=5, send_deadline=10) as client:
+        client.master = "n0"
+        rs = client.send_batch([{"topic": "T", "queue_id": q, "body": b"p%d" % q, "keys": "k"} for q in range(3)])
+        assert client.send_batch([]) == []
+    assert [(r.status, r.broker, r.msg_id) for r in rs] == [("PUT_OK", "n1", "MSGID")] * 3
+    assert leader.puts == [[("T", 0, b"p0"), ("T", 1, b"p1"), ("T", 2, b"p2")]] and len(follower.puts) == 1
 
 
 def test_a_send_whose_answer_never_comes_is_reported_unknown_and_not_sent_again():
