@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test bench bench-tcp venv clean
+.PHONY: run test bench bench-tcp soak venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_inproc_cluster.py
 	$(PY) benchmarks/bench_sim.py
 	$(PY) benchmarks/bench_tcp_cluster.py --quick
+
+# the wide swarm sweep on every core: 5,000 seeds with the long safety phase and 20,000 with the
+# default one, 3 and 5 nodes, both durability modes, file stores, storage faults (docs/simulation.md);
+# e.g. make soak SOAK_ARGS="--long 400 --short 2000"
+soak: $(STAMP)
+	$(PY) -m dledger.sim soak $(SOAK_ARGS)
 
 # the 3-process benchmark side by side with PySyncObj (installed for the benchmark only)
 bench-tcp: $(STAMP)

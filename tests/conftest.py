@@ -5,3 +5,11 @@
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true", default=False,
                      help="rewrite tests/core/testdata/*.txt with the actual transcript output")
+
+
+def pytest_report_header(config):
+    try:
+        from sim.test_fresh_seeds import FIRST_DRAWN
+    except Exception:           # the file is not collected in this run
+        return None
+    return (f"fresh swarm seeds this run: from {FIRST_DRAWN} (replay with DLEDGER_FRESH_SEED={FIRST_DRAWN})")

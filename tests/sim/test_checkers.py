@@ -3,6 +3,7 @@
 from dledger.core import Role, RoleChange
 from dledger.core.node import Ready
 from dledger.protocol import DLedgerResponseCode as Code, ReadMode
+from dledger.sim.checkers import StorageIdentity
 from dledger.sim import InvariantChecker, LogEntry, Operation, check_commit_log, check_logs, check_reads
 from dledger.store import DLedgerMemoryStore
 
@@ -142,3 +143,58 @@ def test_a_read_beyond_the_committed_log_is_caught_in_any_mode():
 def test_reads_do_not_count_as_appends_for_the_commit_log_checker():
     ops = [ok(0, b"a", 0, 0, 10), read(1, ReadMode.RAFT_LOG_READ, 1, 11, 12)]
     assert check_commit_log(ops, log_of(b"a")) == []      # the read's index 1 is no acknowledged append
+
+
+class _Log:
+    """A replica's store as the storage-identity checker reads it."""
+
+    def __init__(self, records, begin=-1):
+        self.records = list(records)
+        self.ledger_before_begin_index = begin
+
+    def get_raw(self, index):
+        raw = self.records[index]
+        if raw is None:
+            raise ValueError(f"entry {index} is corrupt")
+        return raw
+
+
+def _records(*bodies, term=1):
+    from dledger.entry import DLedgerEntry, encode
+    return [encode(DLedgerEntry(index=i, term=term, pos=i * 100, body=b)) for i, b in enumerate(bodies)]
+
+
+def test_storage_identity_reports_a_divergence_at_the_step_it_commits():
+    problems = []
+    ident = StorageIdentity(problems)
+    ident.observe("n0", 1, 10, 1, _Log(_records(b"a", b"b")))
+    ident.observe("n1", 1, 20, 0, _Log(_records(b"a", b"z")))
+    assert problems == []                              # n1 has not committed index 1 yet
+    ident.observe("n1", 1, 30, 1, _Log(_records(b"a", b"z")))
+    assert len(problems) == 1 and problems[0].startswith("I4 at 30ms: n1 committed index 1")
+    ident.observe("n1", 1, 40, 1, _Log(_records(b"a", b"z")))
+    assert len(problems) == 1                          # reported once
+
+
+def test_storage_identity_checks_a_restarted_process_again_from_its_log_start():
+    problems = []
+    ident = StorageIdentity(problems)
+    ident.observe("n0", 1, 10, 1, _Log(_records(b"a", b"b")))
+    ident.observe("n1", 1, 20, 1, _Log(_records(b"a", b"b")))
+    # n1's next process holds other bytes at index 0 (lost, then written again differently)
+    ident.observe("n1", 2, 30, 1, _Log(_records(b"x", b"b")))
+    assert any("n1 committed index 0" in p for p in problems)
+
+
+def test_storage_identity_waits_for_a_damaged_entry_and_skips_what_retention_removed():
+    problems = []
+    ident = StorageIdentity(problems)
+    ident.observe("n0", 1, 10, 2, _Log(_records(b"a", b"b", b"c")))
+    damaged = _Log(_records(b"a", b"b", b"c"))
+    damaged.records[1] = None
+    ident.observe("n1", 1, 20, 2, damaged)             # refused read: not a divergence, checked later
+    assert problems == [] and ident.checked[("n1", 1)] == 0
+    ident.observe("n1", 1, 30, 2, _Log(_records(b"a", b"b", b"q")))
+    assert any("n1 committed index 2" in p for p in problems)
+    ident.observe("n2", 1, 40, 2, _Log(_records(b"?", b"?", b"c"), begin=1))
+    assert not any("n2" in p for p in problems)        # indexes 0 and 1 are below its log start

@@ -9,6 +9,7 @@ examples:
                                                                   # and the other storage faults
   python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, same runs
   python -m dledger.sim --seed 17                                 # the same as "swarm --seed 17"
+  python -m dledger.sim soak                                      # the wide sweep on every core (soak --help)
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "soak":
+        from dledger.sim.soak import main as soak_main
+        return soak_main(argv[1:])
     if argv and argv[0] == "swarm":
         argv = argv[1:]
     args = parser().parse_args(argv)

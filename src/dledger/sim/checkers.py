@@ -4,7 +4,11 @@ Watched on every step (``InvariantChecker.observe`` sees every ``Ready`` of ever
 - I1 election safety: at most one node becomes leader in any term;
 - I6 commit index monotonic within a process lifetime, and never beyond the log end;
 - applied once, in order: the recording state machine sees strictly increasing indices
-  within a process lifetime, each equal to the committed entry (checked at the end).
+  within a process lifetime, each equal to the committed entry (checked at the end);
+- I4 storage identity, during the run (``StorageIdentity``): whenever a replica's committed
+  index moves past what was checked of it, the newly committed entries in its store are compared
+  byte for byte with what the first replica to commit each index held there, so a divergence is
+  reported at the step that made it (before any flush or checkpoint of it), not at the end.
 Checked over the stores at the end (``check_logs``):
 - I2 log matching: two logs holding an entry with the same index and term hold the same
   bytes there, and the same bytes at every index before it (so the same ``pos`` too);
@@ -19,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dledger.core import Role
+from dledger.entry import decode_header
 
 
 class InvariantViolation(AssertionError):
@@ -45,6 +50,52 @@ class InvariantChecker:
         if ready.committed_index > ledger_end:
             self.problems.append(f"I6 at {now_ms}ms: {node_id} committed {ready.committed_index} beyond its end {ledger_end}")
         self.last_commit[key] = max(before, ready.committed_index)
+
+
+@dataclass
+class StorageIdentity:
+    """Every replica's committed entries are the same bytes (I4), checked as they commit.
+
+    ``agreed`` holds, per index, the raw record the first replica to commit it held there (the
+    record includes the ``pos``, so the same bytes also mean the same place in the data file);
+    each (node, incarnation) has a cursor: a restarted process is checked again from its log's
+    start, so entries a power cut took and a leader sent again are compared too. An entry the
+    store refuses to read (damaged, waiting for repair) stops the cursor there until a later
+    step reads it."""
+
+    problems: list[str]
+    agreed: dict[int, tuple[bytes, str]] = field(default_factory=dict)
+    checked: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def observe(self, node_id: str, incarnation: int, now_ms: int, committed: int, store) -> None:
+        key = (node_id, incarnation)
+        start = max(self.checked.get(key, -1), store.ledger_before_begin_index) + 1
+        if committed < start:
+            return
+        agreed = self.agreed
+        upto = start - 1
+        for i in range(start, committed + 1):
+            raw = _raw(store, i)
+            if raw is None:
+                break
+            seen = agreed.get(i)
+            if seen is None:
+                agreed[i] = (raw, node_id)
+            elif seen[0] != raw:
+                self.problems.append(f"I4 at {now_ms}ms: {node_id} committed index {i} with other bytes than "
+                                     f"{seen[1]} committed there ({_describe(raw)} vs {_describe(seen[0])})")
+                self.checked[key] = committed           # one report per divergence
+                return
+            upto = i
+        self.checked[key] = upto
+
+
+def _describe(raw: bytes) -> str:
+    try:
+        h = decode_header(raw)
+        return f"term {h.term}, pos {h.pos}, {len(raw)} bytes"
+    except Exception:
+        return f"{len(raw)} undecodable bytes"
 
 
 class RecordingStateMachine:

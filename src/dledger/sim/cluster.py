@@ -50,7 +50,8 @@ from dledger.server import DLedgerServer, open_store_for
 from dledger.sim.clocks import SimClock
 from dledger.errors import DLedgerError
 from dledger.sim.disk import FaultyStore, PowerLoss, SimulatedCrash, crash_store
-from dledger.sim.checkers import InvariantChecker, InvariantViolation, RecordingStateMachine, check_logs
+from dledger.sim.checkers import (InvariantChecker, InvariantViolation, RecordingStateMachine, StorageIdentity,
+                                  check_logs)
 from dledger.sim.history import History, LogEntry, check_commit_log, check_reads
 from dledger.sim.network import NetworkOptions, SimNetwork
 from dledger.sim.scheduler import SimProcess, SimScheduler
@@ -88,6 +89,8 @@ class Cluster:
         self.crashed: set[str] = set()
         self.history = History()
         self.invariants = InvariantChecker()
+        #: I4 as entries commit: every replica's committed records the same bytes (checkers.py)
+        self.identity = StorageIdentity(self.invariants.problems)
         self.state_machines: dict[str, RecordingStateMachine] = {}
         self._memory: dict[str, DLedgerMemoryStore] = {}
         self.state_machine_factory = state_machine_factory
@@ -170,8 +173,12 @@ class Cluster:
         st = server.store
         if node_id in self.power:
             self.power[node_id].attach(st)
-        server.driver.ready_listeners.append(
-            lambda ready: self.invariants.observe(node_id, inc, self.scheduler.now, ready, st.ledger_end_index))
+        def observe(ready, node_id=node_id, inc=inc, st=st) -> None:
+            now = self.scheduler.now
+            self.invariants.observe(node_id, inc, now, ready, st.ledger_end_index)
+            self.identity.observe(node_id, inc, now, ready.committed_index, st)
+
+        server.driver.ready_listeners.append(observe)
         self.servers[node_id] = server
         self.crashed.discard(node_id)
         if self.forced_leader is not None:
