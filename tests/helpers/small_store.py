@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dledger.entry import DLedgerEntry
 from dledger.store import DLedgerMmapFileStore
+from dledger.store.store_io import StoreIO
 
 DATA_FILE_SIZE = 1024
 INDEX_FILE_SIZE = 32 * 64
@@ -29,3 +30,19 @@ def append_bodies(store, bodies) -> list[DLedgerEntry]:
 def snapshot(store) -> list[tuple[int, int, int, bytes]]:
     """``(index, term, pos, body)`` of every entry, read back through ``get``."""
     return [(e.index, e.term, e.pos, e.body) for e in store.iter_entries()]
+
+
+class Machine(StoreIO):
+    """The real disk on a machine whose boot a test decides: ``reboot()`` starts a new boot (the
+    page cache is gone), ``boot = None`` makes the boot unknown."""
+
+    def __init__(self) -> None:
+        self.boots = 0
+        self.boot: str | None = "boot-0"
+
+    def reboot(self) -> None:
+        self.boots += 1
+        self.boot = f"boot-{self.boots}"
+
+    def boot_id(self) -> str | None:
+        return self.boot

@@ -2,7 +2,8 @@
 
 A store reports why it may have lost acknowledged entries or a vote (``SuspectReason``):
 ``FRESH`` (an empty store never cleared), ``UNCLEAN_SHUTDOWN`` (page_cache mode, no clean
-close), ``LOST_TAIL`` (a flushed entry is gone), ``TERM_LOST`` (term file damaged, or missing
+close, and the machine restarted since: a process crash in the same boot keeps the page cache),
+``LOST_TAIL`` (a flushed entry is gone), ``TERM_LOST`` (term file damaged, or missing
 while the store holds a log or a checkpoint). The state is durable until ``clear_suspect``.
 """
 
@@ -15,7 +16,7 @@ import pytest
 from dledger.sim.disk import PowerLoss, crash_store
 from dledger.store import DLedgerMemoryStore, open_store
 from dledger.store.suspect import SuspectReason
-from helpers.small_store import MODES, append_bodies, body, open_small
+from helpers.small_store import MODES, Machine, append_bodies, body, open_small
 from helpers.store_files import zero, index_unit_location
 
 
@@ -53,8 +54,8 @@ def test_a_wiped_store_is_fresh_again(tmp_path):
         s.close()
 
 
-def _cleared(d, durability="page_cache"):
-    s = open_small(d, durability)
+def _cleared(d, durability="page_cache", **kwargs):
+    s = open_small(d, durability, **kwargs)
     s.clear_suspect()
     s.persist_term(2, "n1")
     append_bodies(s, [body(i) for i in range(3)])
@@ -63,17 +64,64 @@ def _cleared(d, durability="page_cache"):
 
 def test_page_cache_unclean_shutdown_is_suspect_and_a_second_crash_keeps_it(tmp_path):
     d = str(tmp_path / "s")
-    crash_store(_cleared(d))
-    s = open_small(d)
+    machine = Machine()
+    crash_store(_cleared(d, store_io=machine))
+    machine.reboot()                           # the page cache did not survive
+    s = open_small(d, store_io=machine)
     assert s.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     s.close()                                  # even a clean close does not clear it
-    s = open_small(d)
+    s = open_small(d, store_io=machine)
     assert s.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     s.clear_suspect()
     s.close()
     s = open_small(d)
     try:
         assert s.suspect is None               # clean close: clean marker
+    finally:
+        s.close()
+
+
+def test_a_process_crash_in_the_same_boot_is_not_suspect(tmp_path):
+    """The machine stayed up: whatever the dead process wrote is in the page cache, which the
+    kernel writes back; nothing acknowledged can be lost, so the replica votes at once."""
+    d = str(tmp_path / "s")
+    machine = Machine()
+    crash_store(_cleared(d, store_io=machine))
+    s = open_small(d, store_io=machine)
+    try:
+        assert s.suspect is None
+        assert [e.body for e in s.iter_entries()] == [body(i) for i in range(3)]
+        with open(os.path.join(d, "boot")) as f:
+            assert "boot=boot-0" in f.read()
+    finally:
+        s.close()
+
+
+def test_an_unknown_boot_counts_every_unclean_shutdown(tmp_path):
+    d = str(tmp_path / "s")
+    machine = Machine()
+    machine.boot = None                        # no /proc, say: nothing vouches for the page cache
+    crash_store(_cleared(d, store_io=machine))
+    assert not os.path.exists(os.path.join(d, "boot"))
+    s = open_small(d, store_io=machine)
+    try:
+        assert s.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+    finally:
+        s.close()
+
+
+def test_a_failed_store_forgets_the_boot_so_its_next_open_is_suspect(tmp_path):
+    """After a failed sync the kernel may have dropped the dirty pages: the same boot no
+    longer vouches for them."""
+    d = str(tmp_path / "s")
+    machine = Machine()
+    s = _cleared(d, store_io=machine)
+    s._fail("injected: msync failed")
+    assert not os.path.exists(os.path.join(d, "boot"))
+    crash_store(s)
+    s = open_small(d, store_io=machine)
+    try:
+        assert s.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     finally:
         s.close()
 
@@ -147,11 +195,15 @@ def test_a_flushed_entry_gone_is_a_lost_tail(tmp_path):
 
 def test_a_read_only_open_reports_but_changes_nothing(tmp_path):
     d = str(tmp_path / "s")
-    crash_store(_cleared(d))
-    with open_store(d, data_file_size=1024, index_file_size=32 * 64) as ro:
+    machine = Machine()
+    crash_store(_cleared(d, store_io=machine))
+    machine.reboot()
+    with open_store(d, data_file_size=1024, index_file_size=32 * 64, store_io=machine) as ro:
         assert ro.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     assert not os.path.exists(os.path.join(d, "suspect"))
-    s = open_small(d)
+    with open(os.path.join(d, "boot")) as f:
+        assert "boot=boot-0" in f.read()       # the read-only open wrote nothing
+    s = open_small(d, store_io=machine)
     try:
         assert s.suspect is SuspectReason.UNCLEAN_SHUTDOWN
         assert os.path.exists(os.path.join(d, "suspect"))

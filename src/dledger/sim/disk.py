@@ -162,6 +162,9 @@ class PowerLoss:
         self._budget: int | None = None
         #: True once an armed crash point was reached (``SimulatedCrash`` raised)
         self.fired = False
+        #: power losses so far: the machine's boot (``StoreIO.boot_id``) is ``sim-boot-<boots>``,
+        #: a new one after each power loss (a process crash keeps the boot and the page cache)
+        self.boots = 0
         #: the ``StoreIO`` to hand to stores: recording mappings, deletions forgotten
         self.io = _RecordingIO(self)
 
@@ -366,6 +369,7 @@ class PowerLoss:
                 fh.seek(0)
                 fh.write(image)
         # after the reboot every byte on disk is durable: shadows start afresh
+        self.boots += 1
         self.shadows.clear()
         self.inodes.clear()
         self.before.clear()
@@ -420,3 +424,6 @@ class _RecordingIO(StoreIO):
 
     def deleted(self, path: str) -> None:
         self._power.forget(path)
+
+    def boot_id(self) -> str | None:
+        return f"sim-boot-{self._power.boots}"

@@ -43,6 +43,7 @@ from dledger.errors import DISK_ERROR, DLedgerError
 from dledger.store import background_flush as bg_flush
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
 from dledger.store.mmap_file_list import read_index_unit
+from dledger.store.suspect import BOOT_FILE_NAME, remove_file_durably
 from dledger.store.term_file import disk_error_code
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,13 @@ class Flusher:
             self.failed = reason
             log.error("store %s failed, it acknowledges nothing more until reopened: %s",
                       self.store_dir, reason)
+            if not self.read_only:
+                # the kernel may drop the pages a failed sync did not write: this boot's page
+                # cache vouches for nothing more (the next open is suspect unless clean)
+                try:
+                    remove_file_durably(self.store_dir, BOOT_FILE_NAME)
+                except OSError as exc:
+                    log.error("store %s: cannot remove the boot marker after the failure: %s", self.store_dir, exc)
 
     def _check_not_failed(self) -> None:
         if self.failed is not None:

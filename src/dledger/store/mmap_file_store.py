@@ -82,8 +82,8 @@ from dledger.store.repair import Repair
 from dledger.store.retention import Retention
 from dledger.store.store_io import LOCAL_IO, StoreIO
 from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, SuspectReason,
-                                   clean_marker_exists, read_suspect, remove_file_durably,
-                                   write_clean_marker, write_suspect)
+                                   clean_marker_exists, read_boot, read_suspect, remove_file_durably,
+                                   write_boot, write_clean_marker, write_suspect)
 from dledger.store.term_file import TermFile
 
 __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT_INDEX_FILE_SIZE",
@@ -119,6 +119,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         self.index_path = os.path.join(store_dir, "index")
         self.data_list = MmapFileList(self.data_path, data_file_size, read_only=read_only, io=store_io)
         self.index_list = MmapFileList(self.index_path, index_file_size, read_only=read_only, io=store_io)
+        self._store_io = store_io
         self.term_file = TermFile(store_dir, read_only=read_only)
         self.file_reserved_hours = max(1.0, file_reserved_hours)
         self.delete_when = {int(h) for h in delete_when.split(";") if h.strip()}
@@ -207,13 +208,13 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         self._suspect = None
 
     def _detect_suspect(self, found: RecoveredLog, *, had_clean: bool, had_checkpoint: bool,
-                        had_data: bool) -> SuspectReason | None:
+                        had_data: bool, same_boot: bool = False) -> SuspectReason | None:
         tf = self.term_file
         if tf.damaged or (not tf.existed and (had_data or had_checkpoint)):
             return SuspectReason.TERM_LOST
         if found.lost_tail:
             return SuspectReason.LOST_TAIL
-        if self.durability is PAGE_CACHE and not had_clean and (had_data or had_checkpoint):
+        if self.durability is PAGE_CACHE and not had_clean and not same_boot and (had_data or had_checkpoint):
             return SuspectReason.UNCLEAN_SHUTDOWN
         if not had_data and not had_checkpoint and not tf.existed and not self.index_list.files:
             return SuspectReason.FRESH
@@ -292,6 +293,9 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
     def _load(self) -> "DLedgerMmapFileStore":
         d = self.store_dir
         had_clean = clean_marker_exists(d)
+        boot_now = self._store_io.boot_id()
+        # the last process died in this same boot: the page cache kept whatever it wrote
+        same_boot = boot_now is not None and read_boot(d) == boot_now
         had_checkpoint = os.path.exists(os.path.join(d, CHECKPOINT_FILE_NAME))
         self._suspect = read_suspect(d)
         self.term_file.load()
@@ -303,16 +307,19 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         tf = self.term_file
         found = recover(self.data_list, self.index_list, store_dir=d, data_path=self.data_path,
                         durability=self.durability, read_only=self.read_only,
-                        current_term=tf.term if tf.existed and not tf.damaged else None)
+                        current_term=tf.term if tf.existed and not tf.damaged else None,
+                        page_cache_kept=same_boot and not had_clean)
         if self._suspect is None:
             self._suspect = self._detect_suspect(found, had_clean=had_clean, had_data=had_data,
-                                                 had_checkpoint=had_checkpoint)
+                                                 had_checkpoint=had_checkpoint, same_boot=same_boot)
             if self._suspect is not None:
                 # a new store is FRESH: expected, not worth a warning
                 (log.info if self._suspect is SuspectReason.FRESH else log.warning)(
                     "store %s is suspect: %s", d, self._suspect.value)
                 if not self.read_only:  # durable before recovery changes anything
                     write_suspect(d, self._suspect)
+        if not self.read_only:
+            write_boot(d, boot_now)             # after the suspect marker: it vouches from now on
         if had_clean and not self.read_only:
             remove_file_durably(d, CLEAN_SHUTDOWN_FILE_NAME)
         self._apply(found)

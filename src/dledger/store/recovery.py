@@ -37,7 +37,11 @@ The rules (see also ``docs/format.md``):
      damaged in place: it is cut and ``lost_tail`` is set (the store reports ``LOST_TAIL``).
    - In ``page_cache`` mode, after a checkpoint that checks out (or one written while the log
      was empty), the rest was never promised durable and a power loss may have written parts
-     of it out of order: the first bad record ends the log whatever follows.
+     of it out of order: the first bad record ends the log whatever follows. When the machine
+     did not restart since the last writer ran (``page_cache_kept``: no power loss, every write
+     is in the page cache), such a cut, and a bad last record without the trace of a write
+     cut short, lose entries that may have been acknowledged: ``lost_tail`` is set, as in
+     ``fsync`` mode.
    - Otherwise the bad record is the torn tail and is cut (logged with file, offset and
      entry index).
    - Without a trusted prefix (no checkpoint, or one that does not check out: "ahead of the
@@ -194,6 +198,8 @@ class _Planner(DamageJudge):
         self.durability = durability
         self.read_only = read_only
         self.rebuilt: list[IndexUnit] = []
+        #: the machine did not restart since the last writer: nothing it wrote was lost
+        self.page_cache_kept = False
         self.warnings: list[str] = []
         self.damaged: list[tuple[int, CorruptStoreError]] = []
         #: the term file's term, when read intact: no entry was written above it
@@ -523,6 +529,14 @@ class _Planner(DamageJudge):
                 # an acknowledged entry damaged in place. It is cut (the node must reopen) and
                 # the store reports that acknowledged entries may be lost.
                 self.lost_tail = True
+            if self.page_cache_kept and self.durability is PAGE_CACHE and bad_file is not None and (
+                    (bad and last_index >= 0 and not never_written(bad_file, pos - bad_file.file_from_offset))
+                    or (unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term))):
+                # page_cache mode, but the machine did not restart since the last process wrote
+                # (the page cache kept every write): a bad record without the trace of a write
+                # cut short, or intact entries cut after it, were written whole and may have
+                # been acknowledged; the store must report the loss (as in fsync mode)
+                self.lost_tail = True
             if bad:
                 self.warn("store %s: torn tail cut at entry %d (%s) in %s at offset %d",
                           self.store_dir, k, stop_reason, where[0], where[1])
@@ -611,10 +625,13 @@ class _Planner(DamageJudge):
 
 
 def recover(data: MmapFileList, index: MmapFileList, *, store_dir: str, data_path: str,
-            durability: Durability, read_only: bool, current_term: int | None = None) -> RecoveredLog:
+            durability: Durability, read_only: bool, current_term: int | None = None,
+            page_cache_kept: bool = False) -> RecoveredLog:
     """Plan the recovery of a store whose lists are loaded (see the module docstring).
-    ``current_term``: the term file's term when it was read intact (no entry is above it)."""
+    ``current_term``: the term file's term when it was read intact (no entry is above it).
+    ``page_cache_kept``: the machine did not restart since the last writer ran (``store/suspect.py``)."""
     planner = _Planner(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
                        read_only=read_only)
     planner.current_term = current_term
+    planner.page_cache_kept = page_cache_kept
     return planner.run()

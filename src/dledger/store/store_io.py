@@ -20,6 +20,11 @@ Rules:
   could not write the pages (the store then fails: see ``flusher.py``);
 - ``synced(nbytes)`` runs after an msync of ``nbytes`` bytes returned successfully, on the
   store's thread; the production one does nothing.
+- ``boot_id()`` names the running boot of the machine (Linux's
+  ``/proc/sys/kernel/random/boot_id``), or None where it cannot be known: the page cache
+  survives whatever keeps the boot, so a store last opened in this same boot lost nothing to
+  an unclean shutdown of its process (``store/suspect.py``). A simulated disk starts a new
+  boot at each power loss.
 - A ``StoreIO`` is handed to ``DLedgerMmapFileStore`` (``store_io=``), which passes it to its
   two ``MmapFileList``s and they to every ``MmapFile``; the default is ``LOCAL_IO``.
 """
@@ -29,6 +34,9 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+
+#: where Linux tells the id of the running boot (a new random UUID at every boot)
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
 class StoreIO:
@@ -53,6 +61,15 @@ class StoreIO:
 
     def deleted(self, path: str) -> None:
         """Segment ``path`` was unlinked (the list fsyncs the directory afterwards)."""
+
+    def boot_id(self) -> str | None:
+        """The id of the machine's running boot, None where unknown (then every unclean
+        shutdown in ``page_cache`` mode is taken for one that may have lost the page cache)."""
+        try:
+            with open(BOOT_ID_PATH) as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
 
 
 LOCAL_IO = StoreIO()

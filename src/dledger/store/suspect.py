@@ -4,8 +4,12 @@ After some faults a replica cannot vouch for its own state: it must not vote nor
 a commit quorum until it has caught up from a leader of the current term (the core decides
 that; the store only reports). ``SuspectReason`` says why:
 
-- ``UNCLEAN_SHUTDOWN``: ``page_cache`` mode, and the last process did not ``close`` the store
-  (no clean-shutdown marker): entries it acknowledged may not have reached the disk;
+- ``UNCLEAN_SHUTDOWN``: ``page_cache`` mode, the last process did not ``close`` the store (no
+  clean-shutdown marker), and the machine may have restarted since (the boot marker does not
+  name the running boot): entries it acknowledged may not have reached the disk. A process that
+  died while the machine stayed up lost nothing: its writes are in the page cache, which the
+  kernel writes back whatever becomes of the process, so the next open in the same boot is not
+  suspect for that;
 - ``LOST_TAIL``: recovery found that entries which may have been acknowledged are gone (a
   checkpoint vouched for an entry that is not in the files as recorded);
 - ``TERM_LOST``: the term file is damaged, or missing while the store holds a log or a
@@ -18,6 +22,11 @@ directory fsync) is written when a reason is found, before recovery changes anyt
 removed only by ``clear_suspect``; a second crash before catching up keeps it. The first
 reason stays until cleared. A marker that cannot be read still counts (as ``LOST_TAIL``).
 ``<dir>/clean_shutdown`` is written by a clean ``close`` and removed by the next writable open.
+``<dir>/boot`` (``boot=<id>``, written durably) is written by every writable open with the
+running boot's id (``StoreIO.boot_id``) once the suspect state is decided, and removed when the
+store fails (a failed msync: the kernel may have dropped the dirty pages, so this boot's page
+cache no longer vouches for them); where the boot id is unknown the file is not written and
+every unclean shutdown counts.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SUSPECT_FILE_NAME = "suspect"
 CLEAN_SHUTDOWN_FILE_NAME = "clean_shutdown"
+BOOT_FILE_NAME = "boot"
 
 
 class SuspectReason(str, enum.Enum):
@@ -80,3 +90,22 @@ def clean_marker_exists(directory: str) -> bool:
 
 def write_clean_marker(directory: str) -> None:
     write_properties_atomic(os.path.join(directory, CLEAN_SHUTDOWN_FILE_NAME), [("clean", "true")])
+
+
+def read_boot(directory: str) -> str | None:
+    """The boot id the last writable open recorded (None: none, or unreadable)."""
+    try:
+        props, crc = read_checked(os.path.join(directory, BOOT_FILE_NAME))
+    except ValueError:
+        return None
+    if props is None or crc == "bad":
+        return None
+    return props.get("boot") or None
+
+
+def write_boot(directory: str, boot_id: str | None) -> None:
+    """Record the running boot (or, unknown, forget the last one)."""
+    if boot_id is None:
+        remove_file_durably(directory, BOOT_FILE_NAME)
+    else:
+        write_properties_atomic(os.path.join(directory, BOOT_FILE_NAME), [("boot", boot_id)])
