@@ -294,8 +294,9 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         d = self.store_dir
         had_clean = clean_marker_exists(d)
         boot_now = self._store_io.boot_id()
+        boot_before = read_boot(d)
         # the last process died in this same boot: the page cache kept whatever it wrote
-        same_boot = boot_now is not None and read_boot(d) == boot_now
+        same_boot = boot_now is not None and boot_before == boot_now
         had_checkpoint = os.path.exists(os.path.join(d, CHECKPOINT_FILE_NAME))
         self._suspect = read_suspect(d)
         self.term_file.load()
@@ -318,7 +319,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
                     "store %s is suspect: %s", d, self._suspect.value)
                 if not self.read_only:  # durable before recovery changes anything
                     write_suspect(d, self._suspect)
-        if not self.read_only:
+        if not self.read_only and boot_before != boot_now:
             write_boot(d, boot_now)             # after the suspect marker: it vouches from now on
         if had_clean and not self.read_only:
             remove_file_durably(d, CLEAN_SHUTDOWN_FILE_NAME)
