@@ -258,8 +258,11 @@ class DLedgerServer:
         CURRENT.ctx = self.log_context
         try:
             self._store.clean(self.runtime.wall_time())
-        except (DLedgerError, OSError) as exc:
+        except DLedgerError as exc:
             log.error("%s: cleaning failed: %s", self.config.self_id, exc)
+        if self._store_failure() is not None:
+            self.driver.process()        # halts the node, as after a failed flush
+            return
         rt = self.runtime
         self._clean_timer = rt.call_at(rt.now_ms() + CLEAN_INTERVAL_MS, self._clean_tick)
 

@@ -135,3 +135,46 @@ def test_a_node_armed_to_die_inside_a_write_dies_there_and_recovers(tmp_path, po
         assert c.run_until(final.done, 3_000) and final.result().ok
         assert all(f.done() for f in futures)
         c.check()                                              # acknowledged appends all kept
+
+
+def test_a_node_whose_repair_rewrite_fails_its_msync_halts(tmp_path):
+    """Found by the swarm (seed 91046, 3 nodes, fsync, file stores, ``--safety-ms 20000``): the
+    msync of a repair's rewrite (a damaged record rewritten from a peer's copy) raised a raw
+    ``OSError`` out of the store, through the handler of the peer's answer: the simulation
+    crashed, and a real node would have gone on with its store neither failed nor halted.
+    Every write path of the store now goes through one gate (``store_io.writes_to_disk``):
+    the store fails, and the node halts like after any failed msync."""
+    from helpers.store_files import flip_bit, record_location
+
+    with Cluster(n=3, seed=35, store="file", base_dir=tmp_path, durability="fsync") as c:
+        assert c.run_until(lambda: c.leader() is not None, 2_000)
+        done = [c.append(b"entry-%02d" % i * 4) for i in range(8)]
+        assert c.run_until(lambda: all(f.done() and f.result().ok for f in done), 3_000)
+        end = done[-1].result().index
+        assert c.run_until(lambda: all(c.servers[i].store.ledger_end_index == end for i in c.ids), 2_000)
+        victim = next(i for i in c.ids if i != c.leader())
+        cfg = c.config_for(victim)
+        loc = record_location(cfg.default_path, 3, cfg.mapped_file_size_for_entry_index,
+                              cfg.mapped_file_size_for_entry_data)
+        c.crash(victim)
+        flip_bit(loc.path, loc.offset + loc.size - 2, 3)       # damage at rest in entry 3's body
+        c.restart(victim)
+        server = c.servers[victim]
+        with pytest.raises(DLedgerError):
+            server.store.get(3)                                # refused until repaired
+        c.power[victim].fail_syncs(None)                       # the rewrite's msync will fail
+        assert c.run_until(lambda: server.halted is not None, 5_000)
+        assert "repair failed" in server.halted and "msync" in server.halted
+        assert server.store.failed in server.halted
+        assert [h[1] for h in c.halts] == [victim] and victim in c.crashed
+        more = c.append(b"without it")                         # the majority goes on
+        assert c.run_until(more.done, 3_000) and more.result().ok
+        c.power[victim].heal_syncs()
+        c.restart(victim)                                      # reopened: repaired from a peer
+        final = c.append(b"final")
+        assert c.run_until(final.done, 3_000) and final.result().ok
+        index = final.result().index
+        assert c.run_until(lambda: all(c.servers[i].node.applied_index >= index for i in c.ids)
+                           and not c.servers[victim].store.damaged(), 5_000)
+        assert c.servers[victim].store.get(3).body == b"entry-03" * 4
+        c.check()

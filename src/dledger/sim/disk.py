@@ -24,6 +24,8 @@ The same ``PowerLoss`` is the node's disk, and can be told to misbehave:
   more that succeed), or every msync from now on,
   raises ``OSError(EIO)`` and makes nothing durable (the bytes stay in the page cache: a
   process crash keeps them, a power loss loses them); ``heal_syncs()`` ends it;
+- ``sync_fault``: a test's own plan, asked with the file's path before every msync (and
+  attached term or checkpoint write); an ``OSError`` it returns is raised as a failed sync;
 - ``on_sync``: called with the byte count after every msync that succeeded (slow I/O: the
   cluster makes it pause the node's process; ``SlowSync`` computes how long);
 - ``attach(store)``: the store's term file and checkpoint writes go through this disk too
@@ -145,6 +147,8 @@ class PowerLoss:
         self.before: dict[str, dict[int, bytes]] = {}
         #: a new segment cannot get its space (ENOSPC) while True
         self.no_space = False
+        #: a test's own plan: ``sync_fault(path)`` returns the error of this msync, or None
+        self.sync_fault: Callable[[str], OSError | None] | None = None
         #: msyncs still to fail with EIO (-1: every one)
         self._sync_errors = 0
         self._sync_skip = 0
@@ -203,6 +207,11 @@ class PowerLoss:
         self._sync_skip = 0
 
     def _sync_error(self, path: str) -> OSError | None:
+        if self.sync_fault is not None:
+            planned = self.sync_fault(path)
+            if planned is not None:
+                self.injected += 1
+                return planned
         if self._sync_errors == 0:
             return None
         if self._sync_skip > 0:

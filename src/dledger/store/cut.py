@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry
 from dledger.errors import DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, ReadOnlyStoreError
 from dledger.store.mmap_file_list import zero_header_at
+from dledger.store.store_io import writes_to_disk
 
 
 class Cut:
@@ -66,6 +67,7 @@ class Cut:
             if exc.code != DISK_FULL:
                 raise
 
+    @writes_to_disk("truncate")
     def truncate(self, truncate_index: int) -> int:
         """Remove ``truncate_index`` and every later entry; returns the new end index.
 
@@ -114,6 +116,7 @@ class Cut:
         else:
             idx.rebuild_with_pos(pos)
 
+    @writes_to_disk("truncate to entry")
     def truncate_to_entry(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> int:
         """Make ``entry`` the last entry, at ``entry.pos`` (the legacy TRUNCATE request of Java DLedger).
 
@@ -158,6 +161,7 @@ class Cut:
                                        self.ledger_end_index))
         return self.ledger_end_index
 
+    @writes_to_disk("reset")
     def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
         """Drop the log prefix up to and including ``before_begin_index`` (after a snapshot).
 

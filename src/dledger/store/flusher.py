@@ -22,7 +22,10 @@ first failure, and every later append, ``flush`` and ``flush_if_due`` raises
 ``DLedgerError(DISK_ERROR)`` naming it; no checkpoint is written any more. Reads go on. Only
 a new store object (the process restarts; recovery reads what the disk really holds) clears
 it. A sync is never retried into a false success. Every msync of a cut (the index erase, the
-zeroed header) follows the same rule (``cut.py``).
+zeroed header) follows the same rule (``cut.py``), and so does any other I/O error on a write
+path (a repair's rewrite, cleaning, a segment's creation): every write entry point goes through
+``store_io.writes_to_disk``, which fails the store on whatever the handlers here do not catch
+and refuses every write of a failed store at the door.
 
 A checkpoint write the disk refuses (``write_checkpoint`` raised ``OSError``; the previous
 checkpoint file is still in place, since the write is tmp + fsync + rename):
@@ -44,6 +47,7 @@ from dledger.store import background_flush as bg_flush
 from dledger.store.checkpoint import Checkpoint, write_checkpoint
 from dledger.store.mmap_file_list import read_index_unit
 from dledger.store.suspect import BOOT_FILE_NAME, remove_file_durably
+from dledger.store.store_io import writes_to_disk
 from dledger.store.term_file import disk_error_code
 
 log = logging.getLogger(__name__)
@@ -104,6 +108,7 @@ class Flusher:
             raise DLedgerError(f"store {self.store_dir}: checkpoint not written: {exc}", code) from exc
         self._checkpoint = cp
 
+    @writes_to_disk("flush")
     def flush(self, *, checkpoint: bool = True) -> None:
         """Make every appended entry durable (msync data, then index), then write the checkpoint."""
         self._check_open()
@@ -120,6 +125,7 @@ class Flusher:
                            or self._checkpoint.committed_index != self.committed_index):
             self._write_checkpoint(end)
 
+    @writes_to_disk("flush")
     def flush_if_due(self, now_ms: float) -> bool:
         """The periodic flush of ``page_cache`` mode, driven by the caller's clock.
 

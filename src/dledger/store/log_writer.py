@@ -37,6 +37,7 @@ from dledger.store.follower_batch import plan_follower_batch
 from dledger.store.log_store import AppendBatchResult, AppendHook
 from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import zero_header_at
+from dledger.store.store_io import writes_to_disk
 
 _ZERO8 = bytes(MIN_BLANK_LEN)
 
@@ -71,6 +72,7 @@ class LogWriter:
         if not self.index_list.files:
             self.index_list.rebuild_with_pos((self.ledger_end_index + 1) * INDEX_UNIT_SIZE)
 
+    @writes_to_disk("leader append")
     def append_as_leader(self, entry: DLedgerEntry) -> DLedgerEntry:
         """Append one entry as leader: index, term (the current term) and pos are assigned here.
 
@@ -80,6 +82,7 @@ class LogWriter:
         self._append_leader((entry.body,), entry.magic, [entry])
         return entry
 
+    @writes_to_disk("leader append")
     def batch_append_as_leader(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendBatchResult:
         """Append many bodies in one call (one fsync in ``fsync`` mode)."""
         return self._append_leader(bodies, magic, None)
@@ -256,6 +259,7 @@ class LogWriter:
         if f is not None and f.wrote_position + MIN_BLANK_LEN <= f.file_size:
             f.mm[f.wrote_position:f.wrote_position + MIN_BLANK_LEN] = _ZERO8
 
+    @writes_to_disk("follower append")
     def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
         """Append encoded records exactly as they lie in the leader's data file.
 

@@ -80,14 +80,16 @@ class MmapFile:
 
     # -- opening ---------------------------------------------------------------------------
     def _create(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            self._disk_full(exc)
+            raise
         try:
             try:
                 self.io.allocate(fd, self.file_size)
             except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DLedgerError(f"disk full while creating segment {self.path} "
-                                       f"({self.file_size} bytes)", DISK_FULL) from exc
+                self._disk_full(exc)
                 raise
             self.mm = self.io.map(fd, self.file_size, writable=True)
             self._addr = page_warmer.base_address(self.mm)
@@ -99,6 +101,12 @@ class MmapFile:
                 pass
             raise
         self._fd = fd
+
+    def _disk_full(self, exc: OSError) -> None:
+        """A full disk (no space, no inode, quota) at the creation: ``DISK_FULL``, nothing made."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DLedgerError(f"disk full while creating segment {self.path} "
+                               f"({self.file_size} bytes)", DISK_FULL) from exc
 
     def _open(self) -> None:
         flags = os.O_RDONLY if self.read_only else os.O_RDWR

@@ -135,7 +135,11 @@ class MmapFileList:
         os.makedirs(self.store_path, exist_ok=True)
         f = MmapFile(os.path.join(self.store_path, segment_name(offset)), offset,
                      self.mapped_file_size, create=True, io=self.io)
-        fsync_dir(self.store_path)
+        try:
+            fsync_dir(self.store_path)
+        except BaseException:
+            f.close()       # not part of the list; the file (all zeros) holds nothing to lose
+            raise
         self.files.append(f)
         return f
 

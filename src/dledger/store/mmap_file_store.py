@@ -80,11 +80,11 @@ from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end,
 from dledger.store.recovery import RecoveredLog, recover
 from dledger.store.repair import Repair
 from dledger.store.retention import Retention
-from dledger.store.store_io import LOCAL_IO, StoreIO
+from dledger.store.store_io import LOCAL_IO, StoreIO, writes_to_disk
 from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, SuspectReason,
                                    clean_marker_exists, read_boot, read_suspect, remove_file_durably,
                                    write_boot, write_clean_marker, write_suspect)
-from dledger.store.term_file import TermFile
+from dledger.store.term_file import TermFile, disk_error_code
 
 __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT_INDEX_FILE_SIZE",
            "DURABILITY_MODES", "DLedgerMmapFileStore", "FSYNC", "PAGE_CACHE"]
@@ -176,6 +176,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
     def vote_for(self) -> str | None:
         return self.term_file.vote_for
 
+    @writes_to_disk("term file write")
     def persist_term(self, term: int, vote_for: str | None) -> None:
         """Make ``term``/``vote_for`` durable (returns only once they are)."""
         self._check_open()
@@ -199,6 +200,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         """Why this replica may have lost acknowledged entries or a vote (None: it has not)."""
         return self._suspect
 
+    @writes_to_disk("suspect marker removal")
     def clear_suspect(self) -> None:
         """The replica caught up from a leader of the current term: drop the suspect state
         (durably: the marker file is removed and the directory fsynced). Idempotent."""
@@ -235,7 +237,10 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
             raise DLedgerError(f"store {self.store_dir} is not loaded; call load() first", INCONSISTENT_STATE)
 
     def close(self) -> None:
-        """Flush (unless read-only or failed) and unmap everything. Idempotent."""
+        """Flush (unless read-only or failed) and unmap everything. Idempotent. It never raises
+        for the disk: a flush or a clean-shutdown marker write that fails with an I/O error
+        fails the store (logged; no marker, so the next open is suspect) and the close
+        completes; a full disk only leaves the marker (or the last checkpoint) unwritten."""
         if self.closed:
             return
         if self._flush_job is not None:
@@ -252,7 +257,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
                     if exc.code != DISK_FULL and self.failed is None:
                         raise
                 if self.failed is None:
-                    write_clean_marker(self.store_dir)
+                    self._write_clean_marker()
             self.data_list.close()
             self.index_list.close()
             self.closed = True
@@ -261,6 +266,15 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
                 self._lock.release()
 
     shutdown = close
+
+    def _write_clean_marker(self) -> None:
+        try:
+            write_clean_marker(self.store_dir)
+        except OSError as exc:
+            if disk_error_code(exc) == DISK_ERROR:
+                self._fail(f"clean-shutdown marker write failed: {exc}")
+            else:
+                log.warning("store %s: no clean-shutdown marker, the disk is full: %s", self.store_dir, exc)
 
     def __enter__(self) -> "DLedgerMmapFileStore":
         return self

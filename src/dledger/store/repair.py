@@ -23,7 +23,9 @@ that refused an entry fill in.
   local index unit in every field (magic, index, term, pos, size), and that unit agrees with
   its neighbours (positions chain, terms do not decrease). Anything else raises
   ``RepairRefusedError`` and changes nothing. An accepted copy is written in place and synced
-  (in either durability mode) before ``repair`` returns; then the entry reads again.
+  (in either durability mode) before ``repair`` returns; then the entry reads again. An I/O
+  error while writing or syncing fails the store (``store_io.writes_to_disk``: ``DISK_ERROR``,
+  the node halts), and a failed store repairs nothing.
 
 A record and its index unit that differ only in the magic, both valid, are repaired only from a
 peer's copy (``repair(index)`` refuses: the record's magic is not under its CRC, so the unit
@@ -49,6 +51,7 @@ from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGIC
 from dledger.errors import INDEX_OUT_OF_RANGE, CorruptEntryError, CorruptStoreError, DLedgerError
 from dledger.store.log_store import RepairRefusedError
 from dledger.store.mmap_file_list import read_index_unit
+from dledger.store.store_io import writes_to_disk
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +116,12 @@ class Repair:
         self._check_open()
         if self.read_only:
             raise RepairRefusedError(f"store {self.store_dir} is read-only: entry {index} not repaired")
-        if self.failed is not None:
-            raise RepairRefusedError(f"store {self.store_dir} has failed ({self.failed}): entry "
-                                     f"{index} not repaired")
         if not self.ledger_before_begin_index < index <= self.ledger_end_index:
             raise DLedgerError(f"entry {index} is not in the log ({self.ledger_before_begin_index + 1}"
                                f"..{self.ledger_end_index})", INDEX_OUT_OF_RANGE)
 
     # -- repairing ------------------------------------------------------------------------
+    @writes_to_disk("repair")
     def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
         """Repair entry ``index``: its index unit from the local data (``record`` None), or its
         record from a peer's copy (see the module docstring); ``following`` is the same peer's

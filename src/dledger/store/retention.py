@@ -10,6 +10,8 @@ Rules:
   and force cleaning is on), and every entry in it is committed;
 - the new begin is announced in the checkpoint before the segment goes, and the cut epoch
   moves (a pending background flush job is dropped);
+- an I/O error deleting a segment or writing the checkpoint fails the store
+  (``store_io.writes_to_disk``);
 - ``is_disk_full`` is set when either the store's or the data directory's disk passes
   ``disk_full_ratio``; appends then refuse with ``DISK_FULL``.
 """
@@ -22,6 +24,7 @@ import time
 
 from dledger.entry import INDEX_UNIT_SIZE
 from dledger.store.mmap_file_list import first_index_in, read_index_unit
+from dledger.store.store_io import writes_to_disk
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class Retention:
             return -1.0
         return -(-used * 100 // entire) / 100
 
+    @writes_to_disk("clean")
     def clean(self, now: float | None = None) -> int:
         """One pass of expired-file cleaning; updates ``is_disk_full``. Returns files deleted.
 

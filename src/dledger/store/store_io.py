@@ -27,13 +27,34 @@ Rules:
   boot at each power loss.
 - A ``StoreIO`` is handed to ``DLedgerMmapFileStore`` (``store_io=``), which passes it to its
   two ``MmapFileList``s and they to every ``MmapFile``; the default is ``LOCAL_IO``.
+
+``writes_to_disk(what)``: the one gate of the file store's write paths. Every entry point of
+the store that writes or syncs anything (leader and follower appends, ``repair``,
+``truncate``, ``truncate_to_entry``, ``reset``, ``clean``, ``flush``, ``flush_if_due``,
+``persist_term``, ``clear_suspect``) is decorated with it, and it does two things:
+- a failed store (``failed`` set) is refused at the door: ``DLedgerError(DISK_ERROR)`` naming
+  the first failure, nothing touched;
+- an ``OSError`` that reaches it from anywhere below (an msync, an ``fsync``, a write, a
+  rename, an unlink, a segment's creation) fails the store (``_fail``: the same fail-stop as a
+  failed msync, ``flusher.py``) and is raised as ``DLedgerError(DISK_ERROR)``: a raw
+  ``OSError`` never leaves a write path. The places that know better catch first and
+  name the failure more precisely: a full disk where it is known harmless (a new segment's
+  space, a term or checkpoint file: ``DISK_FULL``, nothing changed, the store does not fail),
+  an ``fsync``-mode append whose msync failed (the log end is put back). An ``ENOSPC`` that
+  reaches the gate comes from a sync or a directory update (write-back that could not be
+  done: the kernel may have dropped the pages), so it fails the store like ``EIO``.
+``close`` is not gated (a failed store must still close); it never raises for the disk
+(``mmap_file_store.py``). ``load`` refuses an open the disk failed under (``DISK_ERROR``).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import mmap
 import os
+
+from dledger.errors import DISK_ERROR, DLedgerError
 
 #: where Linux tells the id of the running boot (a new random UUID at every boot)
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -73,3 +94,26 @@ class StoreIO:
 
 
 LOCAL_IO = StoreIO()
+
+
+def writes_to_disk(what: str):
+    """Decorate a write entry point of the file store (see the module docstring): ``what``
+    names it in the failure (``"<what> failed: <the OSError>"``). The store supplies
+    ``_check_not_failed`` and ``_fail`` (``flusher.Flusher``)."""
+
+    def gate(method):
+        @functools.wraps(method)
+        def gated(self, *args, **kwargs):
+            if self.failed is not None:
+                self._check_not_failed()
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as exc:
+                self._fail(f"{what} failed: {exc}")
+                raise DLedgerError(f"store {self.store_dir} failed ({self.failed}); reopen it",
+                                   DISK_ERROR) from exc
+
+        gated.writes_to_disk = what
+        return gated
+
+    return gate
