@@ -53,6 +53,8 @@ FIXED_LONG: dict[tuple, str] = {
     (91056, 3, "fsync"): "I5, acknowledged appends replaced: COMPARE backed up to the first index of "
                          "the follower's tail term, below entries both logs shared, and the TRUNCATE "
                          "that followed dropped committed entries; the leader lost power before refilling",
+    (91046, 3, "fsync"): "the simulation crashed: the EIO of an msync inside a repair from a peer's "
+                         "copy escaped as a raw OSError instead of failing the store (fail-stop)",
 }
 LONG_SAFETY_MS = 20_000
 

@@ -23,7 +23,8 @@ that refused an entry fill in.
   local index unit in every field (magic, index, term, pos, size), and that unit agrees with
   its neighbours (positions chain, terms do not decrease). Anything else raises
   ``RepairRefusedError`` and changes nothing. An accepted copy is written in place and synced
-  (in either durability mode) before ``repair`` returns; then the entry reads again.
+  (in either durability mode) before ``repair`` returns; then the entry reads again. An msync
+  of a repair that fails fails the store (``DISK_ERROR``, as in ``flusher.py``).
 
 A record and its index unit that differ only in the magic, both valid, are repaired only from a
 peer's copy (``repair(index)`` refuses: the record's magic is not under its CRC, so the unit
@@ -128,10 +129,14 @@ class Repair:
         and unit are both damaged. Raises ``RepairRefusedError`` and changes nothing when the
         repair cannot be proven right."""
         self._check_writable(index)
-        if record is None:
-            self._rebuild_unit(index)
-        else:
-            self._rewrite_record(index, bytes(record), None if following is None else bytes(following))
+        try:
+            if record is None:
+                self._rebuild_unit(index)
+            else:
+                self._rewrite_record(index, bytes(record), None if following is None else bytes(following))
+        except OSError as exc:
+            # what the disk holds is unknown from then on: the store fails (flusher.py)
+            raise self._sync_failed(f"msync of the repair of entry {index}", exc) from exc
         self._damaged.pop(index, None)
         self.get(index)      # reads back: a repair that does not read is not one
 
