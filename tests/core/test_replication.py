@@ -1,10 +1,12 @@
 """EntryPusher / EntryHandler / StateMachineCaller, stepped directly."""
 
+import pytest
 
 from core.wiring import Wired
 from dledger.core import Role
 from dledger.entry import MAGIC_NORMAL
 from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryType
+from dledger.store import DLedgerMemoryStore
 
 
 def elected(n=3, seed=1, **cfg):
@@ -224,3 +226,43 @@ def test_fast_advance_commit_index_commits_old_entries_with_a_noop():
     lead = w.leader()
     assert w.nodes[lead].store.get(1).magic != MAGIC_NORMAL
     assert all(n.committed_index == 1 for n in w.nodes.values())
+
+
+class _CutRecorder(DLedgerMemoryStore):
+    """A memory store that records where it was truncated."""
+
+    def __init__(self) -> None:
+        super().__init__(data_file_size=1 << 20, suspect=None)
+        self.cuts: list[int] = []
+
+    def truncate(self, truncate_index: int) -> int:
+        self.cuts.append(truncate_index)
+        return super().truncate(truncate_index)
+
+
+def _written(store, terms_bodies):
+    for term, body in terms_bodies:
+        if store.current_term < term:
+            store.persist_term(term, None)
+        store.batch_append_as_leader([body])
+    return store
+
+
+@pytest.mark.parametrize("holds_its_term", [True, False], ids=["leader-holds-the-tail-term", "leader-lacks-it"])
+def test_compare_backs_up_to_the_last_agreeing_entry_never_below_it(holds_its_term):
+    # Seed 91056 (fsync): a follower whose stale tail came from the term of the prefix it
+    # shares with the new leader answered COMPARE with the first index of that term (0); the
+    # leader compared there, matched below every shared entry and its TRUNCATE dropped the
+    # whole log, committed entries included, until they were pushed again.
+    shared_term = 2 if holds_its_term else 1
+    shared = [(shared_term, b"c%d" % i) for i in range(5)]
+    stale = [(2, b"old%d" % i) for i in range(5, 8)]
+    stores = {"n0": _written(_CutRecorder(), shared + [(3, b"new5"), (3, b"new6")]),
+              "n1": _written(_CutRecorder(), shared + stale),
+              "n2": _written(_CutRecorder(), shared)}
+    w = Wired(3, seed=1, stores=stores)
+    w.cut.add("n2")             # n0 and n1 alone: n0 wins (its last entry has the higher term)
+    assert w.run_until(lambda: w.leader() == "n0" and stores["n1"].ledger_end_index == 6
+                       and stores["n1"].get_entry_term(6) == 3, 3000)
+    assert stores["n1"].cuts == [5]             # only the entries that differ were dropped
+    assert [stores["n1"].get(i).body for i in range(7)] == [b"c0", b"c1", b"c2", b"c3", b"c4", b"new5", b"new6"]

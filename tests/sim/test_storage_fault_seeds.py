@@ -50,6 +50,9 @@ FIXED_LONG: dict[tuple, str] = {
     (6100, 5, "page_cache"): "I4, committed prefixes differ at index 0: a flipped bit in the chain "
                              "CRC of a no-op (empty body, CRC 0) was taken for a Java record's and "
                              "served, its bytes unlike every other replica's",
+    (91056, 3, "fsync"): "I5, acknowledged appends replaced: COMPARE backed up to the first index of "
+                         "the follower's tail term, below entries both logs shared, and the TRUNCATE "
+                         "that followed dropped committed entries; the leader lost power before refilling",
     (91046, 3, "fsync"): "the simulation crashed: the msync of a repair's rewrite raised a raw "
                          "OSError out of the store, through the handler of the peer's answer; the "
                          "store did not fail, the node did not halt",

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, DLedgerEntry, encode
-from dledger.errors import CorruptStoreError, DLedgerError
-from dledger.sim.disk import crash_store
+from dledger.errors import DISK_ERROR, CorruptStoreError, DLedgerError
+from dledger.sim.disk import PowerLoss, crash_store
 from dledger.store import DLedgerMemoryStore
 from dledger.store.log_store import RepairRefusedError
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small
@@ -365,3 +365,27 @@ def test_a_damaged_empty_record_a_no_op_is_repaired_from_a_copy_its_crc_is_0_and
     finally:
         s.close()
     assert segment_bytes(a) == segment_bytes(b)
+
+
+def test_a_repair_whose_msync_fails_fails_the_store(pristine, tmp_path):
+    # seed 91046 (3 nodes, fsync, --safety-ms 20000): the raw OSError of the msync escaped
+    # ``repair`` and crashed the node's event loop instead of failing the store (fail-stop)
+    a, b, durability = _replica(pristine, str(tmp_path), "closed")
+    copies = _records(b, N)
+    loc = record_location(a, 5, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    flip_bit(loc.path, loc.offset + BODY_OFFSET + 1, 2)
+    disk = PowerLoss()
+    s = open_small(a, durability, store_io=disk.io)
+    try:
+        with pytest.raises(CorruptStoreError):
+            s.get(5)
+        disk.fail_syncs(1)
+        with pytest.raises(DLedgerError) as info:
+            s.repair(5, copies[5])
+        assert info.value.code == DISK_ERROR and "repair of entry 5" in (s.failed or "")
+        with pytest.raises(RepairRefusedError):
+            s.repair(5, copies[5])      # a failed store repairs nothing more until reopened
+        with pytest.raises(DLedgerError):
+            append_bodies(s, [body(99, BODY)])
+    finally:
+        crash_store(s)

@@ -7,7 +7,8 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
 
 - COMPARE sends ``(pre_log_index, pre_log_term)`` of ``next - 1``; on a mismatch it
   backs up fast with the follower's ``x_term``/``x_index`` (or its end index), always strictly
-  downwards, until an index matches;
+  downwards and never below the last entry both logs share (to this leader's last entry of
+  ``x_term`` when it holds one, as Raft's fast backup), until an index matches;
 - TRUNCATE tells the follower to drop what follows the match (it never drops an entry it has
   already verified against this leader, nor a committed one);
 - APPEND keeps up to ``max_push_in_flight`` pushes in flight (pipelining); each carries
@@ -372,6 +373,35 @@ class EntryPusher:
         interval = self.cfg.heart_beat_time_interval_ms
         return max(1, interval // 10) if code == Code.NOT_FOLLOWER else interval
 
+    def _next_after_mismatch(self, compared: int, resp) -> int:
+        """The next ``next`` (COMPARE asks at ``next - 1``) after the follower's entry ``compared``
+        turned out of term ``x_term``, whose run starts there at ``x_index`` (Raft's fast backup).
+
+        Entries of one term agree wherever two logs hold them (log matching): when this leader
+        holds entries of ``x_term``, the logs agree up to the last of them and differ after it,
+        so the next COMPARE asks there; without any, the follower's whole run differs: it asks
+        just below it. Never lower: the TRUNCATE after a match drops everything above it, and
+        entries the follower shares with this leader, committed ones included, would have one
+        copy fewer until pushed again (seed 91056). A follower that named no term (``compared``
+        lies past its end, or its entry could not be read) is asked at its end index instead."""
+        if resp.x_term == -1:
+            return resp.end_index + 1
+        store, term = self.store, resp.x_term
+        try:
+            # the last entry of a term <= x_term at or below ``compared`` (terms never decrease)
+            lo, hi = store.ledger_before_begin_index, min(compared, store.ledger_end_index)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if store.get_entry_term(mid) <= term:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            held = lo > store.ledger_before_begin_index and store.get_entry_term(lo) == term
+        except DLedgerError as exc:
+            log.warning("%s: cannot find the last entry of term %d: %s", self.member_state.self_id, term, exc)
+            return compared                    # one index lower: never below an agreeing entry
+        return max(lo + 1, resp.x_index) if held else resp.x_index
+
     # -- a recovering follower (core.recovery) ---------------------------------------------
     def peer_recovering(self, now: int, peer: str, following: bool) -> None:
         """``peer`` answered ``recovering`` (a heartbeat or a push; ``following``: with
@@ -431,7 +461,7 @@ class EntryPusher:
             if resp.code == Code.SUCCESS:
                 pr.on_compare_match(compared)
             elif resp.code == Code.INCONSISTENT_STATE:
-                new = resp.x_index if resp.x_term != -1 else resp.end_index + 1
+                new = self._next_after_mismatch(compared, resp)
                 pr.become_compare(max(0, min(new, pr.next - 1)))       # strictly downwards
             else:
                 pr.become_compare(pr.next)
