@@ -50,6 +50,10 @@ FIXED_LONG: dict[tuple, str] = {
     (6100, 5, "page_cache"): "I4, committed prefixes differ at index 0: a flipped bit in the chain "
                              "CRC of a no-op (empty body, CRC 0) was taken for a Java record's and "
                              "served, its bytes unlike every other replica's",
+    (90058, 3, "page_cache"): "I4, committed prefixes differ at index 166: a push of the leader "
+                              "replayed after a power loss ended the recovery of a node that had "
+                              "lost entries committed with its acknowledgements (the push's commit "
+                              "index was older), and it helped elect a leader without them",
 }
 LONG_SAFETY_MS = 20_000
 
