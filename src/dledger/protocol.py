@@ -15,7 +15,8 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
 - Protocol-aware recovery (docs/architecture.md) adds ``VoteResult.REJECT_RECOVERING``,
   ``VoteRequest.unanimous``, ``VoteResponse.recovering``, ``PushEntryResponse.recovering``,
-  ``HeartBeatResponse.recovering``
+  ``HeartBeatResponse.recovering``, the follower's ``incarnation`` in those two answers and
+  its echo ``PushEntryRequest.incarnation``,
   and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
   ``MetadataResponse.role``/``ledger_end_term``/``committed_index``. Each is at the end of its
   message with a default: a frame from a peer that does not send them yet decodes with the defaults.
@@ -235,6 +236,9 @@ class HeartBeatRequest(RequestOrResponse):
 class HeartBeatResponse(RequestOrResponse):
     #: the follower is recovering: its answers confirm the leader but count toward no commit
     recovering: bool = False
+    #: with ``recovering``: the follower's incarnation (a number drawn per process), which
+    #: the leader's pushes echo (``PushEntryRequest.incarnation``); 0 otherwise
+    incarnation: int = 0
 
 
 @_dc
@@ -247,6 +251,10 @@ class PushEntryRequest(RequestOrResponse):
     first_entry_index: int = -1
     count: int = 0
     last_entry_term: int = -1
+    #: the incarnation of the recovering follower this push goes to, as the leader heard it in
+    #: an answer saying ``recovering`` and after forgetting that follower's water mark (0:
+    #: none); only a push naming its own incarnation can end a follower's recovery
+    incarnation: int = 0
 
     @property
     def last_entry_index(self) -> int:
@@ -268,6 +276,8 @@ class PushEntryResponse(RequestOrResponse):
     x_index: int = -1
     #: the follower is recovering: its water mark counts toward no commit (see HeartBeatResponse)
     recovering: bool = False
+    #: with ``recovering``: the follower's incarnation (see HeartBeatResponse); 0 otherwise
+    incarnation: int = 0
 
 
 @_dc
@@ -416,8 +426,9 @@ def _check_for(f) -> Any:
 _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
-_ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",), HeartBeatResponse: ("recovering",),
-                 PushEntryResponse: ("recovering",),
+_ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",),
+                 HeartBeatResponse: ("recovering", "incarnation"), PushEntryRequest: ("incarnation",),
+                 PushEntryResponse: ("recovering", "incarnation"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())

@@ -67,3 +67,13 @@ def test_an_answer_to_a_given_up_control_request_is_recognisably_stale():
     assert pr.control_seq != seq
     pr.control_answered()
     assert pr.control_sent_ms == -1
+
+
+def test_a_recovery_starts_once_per_incarnation_of_the_follower():
+    p = FollowerProgress("n1", 10, 4)
+    p.match = 7
+    assert p.recovery_starts(5)
+    p.start_recovery(9, 5)
+    assert (p.recovering, p.incarnation, p.match, p.epoch) == (True, 5, -1, 1)
+    assert not p.recovery_starts(5)             # the same process says it again
+    assert p.recovery_starts(6)                 # it restarted: its water mark is forgotten again

@@ -3,7 +3,8 @@
 A member whose store is suspect votes in no round but a unanimous one (and only once its term
 is known), persists nothing when it refuses, relearns a lost term from the others before it
 answers any leader, marks its answers ``recovering`` and clears the flag, durably, only after
-verifying the leader's log up to the leader's commit index and an entry of the leader's term.
+verifying the leader's log up to the leader's commit index and an entry of the leader's term,
+in a push naming its incarnation.
 Also here: a failed store stands down, and a role change is told with the term it is in.
 """
 
@@ -211,25 +212,54 @@ def _leader_records(term, count, start=0):
 def test_a_recovering_follower_answers_recovering_until_it_verified_an_entry_of_the_leaders_term():
     node = node_with(SuspectReason.UNCLEAN_SHUTDOWN, term=5)
     r = hb(node, "n1", 5)
-    assert r.code == Code.SUCCESS and r.recovering
-    assert push(node, type=PushEntryType.COMPARE, pre_log_index=-1, pre_log_term=-1).recovering
+    assert r.code == Code.SUCCESS and r.recovering and r.incarnation != 0
+    inc = r.incarnation                     # the leader's pushes echo it from now on
+    r = push(node, type=PushEntryType.COMPARE, pre_log_index=-1, pre_log_term=-1, incarnation=inc)
+    assert r.recovering and r.incarnation == inc
     leader = _leader_records(5, 3)
     # the leader says index 2 is committed: verifying 0..1 is not enough
     r = push(node, type=PushEntryType.APPEND, entries=leader.get_raw_range(0, 1 << 20, 2)[0], first_entry_index=0,
-             count=2, pre_log_index=-1, pre_log_term=-1, last_entry_term=5, commit_index=2)
+             count=2, pre_log_index=-1, pre_log_term=-1, last_entry_term=5, commit_index=2, incarnation=inc)
     assert r.code == Code.SUCCESS and r.recovering and node.store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
     r = push(node, type=PushEntryType.APPEND, entries=leader.get_raw_range(2, 1 << 20)[0], first_entry_index=2,
-             count=1, pre_log_index=1, pre_log_term=5, last_entry_term=5, commit_index=2)
+             count=1, pre_log_index=1, pre_log_term=5, last_entry_term=5, commit_index=2, incarnation=inc)
+    assert r.code == Code.SUCCESS and not r.recovering and node.store.suspect is None
+    assert r.incarnation == 0 and hb(node, "n1", 5).incarnation == 0
+
+
+@pytest.mark.parametrize("named", ["none", "an earlier incarnation"])
+def test_a_push_that_does_not_name_this_incarnation_never_ends_the_recovery(named):
+    """Swarm seed 90058: a frame of the leader of this term sent before it heard this node
+    say ``recovering`` (here replayed after the restart) carries a commit index from then;
+    entries the leader committed later with this node's acknowledgement (lost with its page
+    cache) are above it. Verifying that push's commit index and an entry of its term proves
+    nothing: only a push naming this process's incarnation (sent after the leader forgot this
+    node's water mark) may end the recovery."""
+    node = node_with(SuspectReason.UNCLEAN_SHUTDOWN, term=5)
+    inc = hb(node, "n1", 5).incarnation
+    stale = 0 if named == "none" else inc + 1
+    leader = _leader_records(5, 3)
+    assert push(node, type=PushEntryType.COMPARE, pre_log_index=-1, pre_log_term=-1, incarnation=stale).recovering
+    r = push(node, type=PushEntryType.APPEND, entries=leader.get_raw_range(0, 1 << 20)[0], first_entry_index=0,
+             count=3, pre_log_index=-1, pre_log_term=-1, last_entry_term=5, commit_index=1, incarnation=stale)
+    assert r.code == Code.SUCCESS and r.recovering and node.store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+    r = push(node, type=PushEntryType.COMMIT, commit_index=1, incarnation=stale)
+    assert r.code == Code.SUCCESS and r.recovering and node.store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+    assert vote(node, "n2", term=5, end_index=1, end_term=5, now=0).vote_result == R.REJECT_RECOVERING
+    # the leader's next push, sent once it heard the answer above, names the incarnation
+    r = push(node, type=PushEntryType.COMMIT, commit_index=2, incarnation=inc)
     assert r.code == Code.SUCCESS and not r.recovering and node.store.suspect is None
 
 
 def test_entries_of_older_terms_alone_do_not_clear_the_flag():
     node = node_with(SuspectReason.UNCLEAN_SHUTDOWN, term=6)
     older = _leader_records(5, 3)
-    hb(node, "n1", 6)
-    assert push(node, term=6, type=PushEntryType.COMPARE, pre_log_index=-1, pre_log_term=-1).code == Code.SUCCESS
+    inc = hb(node, "n1", 6).incarnation
+    assert push(node, term=6, type=PushEntryType.COMPARE, pre_log_index=-1, pre_log_term=-1,
+                incarnation=inc).code == Code.SUCCESS
     r = push(node, term=6, type=PushEntryType.APPEND, entries=older.get_raw_range(0, 1 << 20)[0],
-             first_entry_index=0, count=3, pre_log_index=-1, pre_log_term=-1, last_entry_term=5, commit_index=-1)
+             first_entry_index=0, count=3, pre_log_index=-1, pre_log_term=-1, last_entry_term=5, commit_index=-1,
+             incarnation=inc)
     assert r.code == Code.SUCCESS and r.recovering
     assert node.store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
 
@@ -291,6 +321,43 @@ def test_a_leader_counts_no_water_mark_of_a_follower_that_says_it_is_recovering(
     assert w.completions["t1"].response.code == Code.SUCCESS
 
 
+def test_a_leader_names_a_recovering_followers_incarnation_in_its_pushes_and_starts_again_for_a_new_one():
+    """The follower restarts suspect: the leader hears its incarnation with ``recovering``,
+    forgets its water mark and names that incarnation in every push until it clears. It
+    restarts again before clearing: the new incarnation starts the recovery anew (new epoch),
+    and only a push naming it ends the recovery."""
+    w = Wired(3, seed=1)
+    assert w.run_until(lambda: w.leader() is not None)
+    lead = w.leader()
+    f = next(i for i in w.ids if i != lead)
+    w.propose(lead, "t1", [b"x"])
+    w.run(200)
+    pr = w.nodes[lead].pusher.progress[f]
+    epoch = pr.epoch
+    pushes: list = []
+
+    def restart(incarnation: int) -> None:
+        w.stop(f)
+        w.stores[f].suspect = SuspectReason.UNCLEAN_SHUTDOWN
+        w.start(f).recovery.incarnation = incarnation
+
+    restart(111)
+    # the follower's heartbeat answers get through, the pushes to it do not
+    w.drop = lambda env: env.dst == f and isinstance(env.msg, PushEntryRequest) and not pushes.append(env.msg)
+    w.run(300)
+    assert (pr.recovering, pr.incarnation, pr.epoch) == (True, 111, epoch + 1)
+    assert pushes and all(m.incarnation == 111 for m in pushes)
+    assert w.stores[f].suspect is SuspectReason.UNCLEAN_SHUTDOWN
+    restart(222)
+    pushes.clear()
+    w.drop = lambda env: env.dst == f and isinstance(env.msg, PushEntryRequest) and pushes.append(env.msg)
+    assert w.run_until(lambda: w.stores[f].suspect is None, 2_000)
+    assert (pr.incarnation, pr.epoch) == (222, epoch + 2)
+    assert {m.incarnation for m in pushes} <= {0, 222} and pushes[0].incarnation == 222
+    w.run(300)
+    assert not pr.recovering and pr.match == w.nodes[lead].store.ledger_end_index
+
+
 def test_a_new_five_node_cluster_with_a_member_down_still_starts_after_the_wait():
     """Three late answers (n - q + 1) all saying term 0, no vote, an empty log: no leader was
     ever elected (its quorum would meet them), so the new node clears and keeps term 0."""
@@ -318,8 +385,9 @@ def test_a_member_that_voted_is_no_new_cluster():
 @pytest.mark.parametrize("msg", [
     VoteRequest(group="g", local_id="n1", remote_id="n0", term=3, unanimous=True),
     VoteResponse(group="g", local_id="n1", remote_id="n0", term=3, vote_result=R.REJECT_RECOVERING, recovering=True),
-    HeartBeatResponse(group="g", local_id="n1", remote_id="n0", term=3, recovering=True),
-    PushEntryResponse(group="g", local_id="n1", remote_id="n0", term=3, recovering=True),
+    HeartBeatResponse(group="g", local_id="n1", remote_id="n0", term=3, recovering=True, incarnation=1 << 40),
+    PushEntryResponse(group="g", local_id="n1", remote_id="n0", term=3, recovering=True, incarnation=1 << 40),
+    PushEntryRequest(group="g", local_id="n1", remote_id="n0", term=3, commit_index=4, incarnation=1 << 40),
     MetadataResponse(group="g", local_id="n1", remote_id="n0", term=3, ledger_end_index=7, vote_for="n2"),
 ])
 def test_the_recovery_fields_travel_and_a_frame_without_them_decodes_with_defaults(msg):

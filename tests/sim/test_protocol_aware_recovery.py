@@ -3,8 +3,8 @@
 A node whose store is suspect (it may have lost acknowledged entries or its vote: an unclean
 shutdown in page_cache mode, a wiped store, a lost term file) neither votes nor counts toward a
 commit until it has caught up from a leader of the current term. These scenarios stage the
-faults the swarm found (seeds 2069, 2088, 2134, 2143) and the catalogue's MB-02, EL-07/ST-09 by
-hand, each with one fault more than the suspect node, and check every invariant
+faults the swarm found (seeds 2069, 2088, 2134, 2143, 90058) and the catalogue's MB-02,
+EL-07/ST-09 by hand, each with one fault more than the suspect node, and check every invariant
 (``Cluster.check``: no acknowledged append lost, committed prefixes equal, one leader a term).
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from dledger.core import Role
 from dledger.core.recovery import NO_MEMBER
-from dledger.protocol import MetadataResponse
+from dledger.protocol import HeartBeatRequest, MetadataResponse, PushEntryRequest, PushEntryType
 from dledger.sim import Cluster
 from dledger.store.suspect import SuspectReason
 
@@ -98,6 +98,48 @@ def test_power_loss_of_one_node_and_a_partition_lose_no_acknowledged_append(tmp_
         assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
         c.heal()
         _leader(c)
+        _acked(c, b"after", 2)
+        assert c.run_until(lambda: c.servers[f].store.suspect is None, 2_000)
+        c.run_for(500)
+        c.check()
+
+
+def test_a_push_replayed_from_before_a_power_loss_does_not_end_the_recovery(tmp_path):
+    """Swarm seed 90058: F acknowledges appends the leader commits with it (S is cut off),
+    then loses power and comes back without them, UNCLEAN_SHUTDOWN; the leader crashes. Old
+    frames of the leader (a heartbeat, the push of an early entry with the commit index of
+    then) arrive late, as a replay: F follows the dead leader of its term and verifies an
+    entry of that term up to that commit index. That proves nothing about what the leader
+    committed since with F's lost acknowledgements: F must stay recovering, or F and S elect
+    F and the acknowledged appends, which only the leader holds, are overwritten. Only a push
+    that names F's incarnation (sent after the leader forgot F's water mark) ends it."""
+    with Cluster(n=3, seed=21, store="file", base_dir=tmp_path, durability="page_cache",
+                 flush_file_interval=60_000) as c:
+        lead = _leader(c)
+        f, s = [i for i in c.ids if i != lead]
+        c.partition([lead, f], [s])
+        frames: list = []
+        c.network.drop_if = lambda env: env.src == lead and env.dst == f and \
+            isinstance(env.msg, (HeartBeatRequest, PushEntryRequest)) and frames.append(env)
+        _acked(c, b"early", 2)
+        c.run_for(200)
+        c.network.drop_if = None
+        early = [e for e in frames if isinstance(e.msg, HeartBeatRequest)][-1:] + \
+            [e for e in frames if isinstance(e.msg, PushEntryRequest) and e.msg.type == PushEntryType.APPEND]
+        assert early[-1].msg.commit_index < early[-1].msg.last_entry_index
+        c.servers[f].store.flush()            # F's log is durable up to the early entries
+        _acked(c, b"acked", 5)                 # committed with F's acknowledgements
+        c.power_loss(f)
+        c.restart(f)
+        assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+        c.crash(lead)
+        c.heal()
+        for k, env in enumerate(early):
+            c.network.replay_envelope(env, 1 + k)
+        _no_leader_among(c, [f, s], 2_000)
+        assert c.servers[f].store.suspect is SuspectReason.UNCLEAN_SHUTDOWN
+        c.restart(lead)
+        _leader(c, 5_000)
         _acked(c, b"after", 2)
         assert c.run_until(lambda: c.servers[f].store.suspect is None, 2_000)
         c.run_for(500)

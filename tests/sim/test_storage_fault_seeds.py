@@ -56,6 +56,10 @@ FIXED_LONG: dict[tuple, str] = {
     (91046, 3, "fsync"): "the simulation crashed: the msync of a repair's rewrite raised a raw "
                          "OSError out of the store, through the handler of the peer's answer; the "
                          "store did not fail, the node did not halt",
+    (90058, 3, "page_cache"): "I4, committed prefixes differ at index 166: a push of the leader "
+                              "replayed after a power loss ended the recovery of a node that had "
+                              "lost entries committed with its acknowledgements (the push's commit "
+                              "index was older), and it helped elect a leader without them",
 }
 LONG_SAFETY_MS = 20_000
 

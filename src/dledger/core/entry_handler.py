@@ -23,14 +23,16 @@ Rules:
   highest index verified against the current leader in its term: a follower never commits
   an entry it has not checked against the leader;
 - an accepted push proves the leader alive, as a heartbeat does (``heard_leader``);
-- a recovering follower (``core.recovery``) marks every answer ``recovering``; before each
-  SUCCESS it asks recovery whether it has now caught up (``on_push_success``, which may clear
-  the flag durably first).
+- a recovering follower (``core.recovery``) marks every answer ``recovering`` (with its
+  ``incarnation``); before each SUCCESS it asks recovery whether it has now caught up
+  (``on_push_success``, told the incarnation the push names; it may clear the flag durably
+  first).
 
 Seams: the handler is handed the member state, the store, the config and callables:
 ``reply(dst, request_id, msg)`` for answers it sends later (parked pushes),
-``heard_leader(now)``, and recovery's ``may_follow()`` and ``on_push_success(term,
-commit_index, matched_term, matched_index)``.
+``heard_leader(now)``, and recovery's ``may_follow()``, ``on_push_success(term,
+commit_index, matched_term, matched_index, incarnation)`` and ``incarnation()`` (the one to
+send while recovering).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class EntryHandler:
     def __init__(self, member_state: MemberState, store: "LogStore", config, *,
                  reply: Callable[[str, int, Any], None], heard_leader: Callable[[int], None],
                  may_follow: Callable[[], bool] = lambda: True,
-                 on_push_success: Callable[[int, int, int, int], None] = lambda *a: None) -> None:
+                 on_push_success: Callable[[int, int, int, int, int], None] = lambda *a: None,
+                 incarnation: Callable[[], int] = lambda: 0) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
@@ -73,6 +76,7 @@ class EntryHandler:
         self._heard_leader = heard_leader
         self._may_follow = may_follow
         self._on_push_success = on_push_success
+        self._incarnation = incarnation
         #: parked APPENDs by first index
         self.waiting: dict[int, WaitingPush] = {}
         self.matched_term = -1
@@ -87,12 +91,14 @@ class EntryHandler:
         store = self.store
         if code == Code.SUCCESS and store.suspect is not None:
             # recovering: caught up far enough? (clears the flag durably before this answer)
-            self._on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index)
+            self._on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index,
+                                  req.incarnation)
+        recovering = store.suspect is not None
         return PushEntryResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                  leader_id=member.leader_id, code=code,
                                  term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
-                                 type=req.type, end_index=store.ledger_end_index,
-                                 recovering=store.suspect is not None, **kw)
+                                 type=req.type, end_index=store.ledger_end_index, recovering=recovering,
+                                 incarnation=self._incarnation() if recovering else 0, **kw)
 
     def _verified(self, term: int, index: int) -> None:
         if self.matched_term != term:

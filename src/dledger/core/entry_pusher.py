@@ -26,10 +26,13 @@ fail at once with LEADER_PENDING_FULL. The commit index follows the commit rule 
 
 A follower that answers ``recovering`` (protocol-aware recovery, ``core.recovery``) has its
 dispatcher reset (``FollowerProgress.start_recovery``) and its water mark left out of the
-commit rule until an answer without the flag; when such a follower answers SUCCESS (it
-follows) and this leader's log holds no entry of its term yet, a no-op is appended, since the
-follower clears its flag only after verifying one (a new cluster's empty log never needs it:
-its new members clear by themselves).
+commit rule until an answer without the flag. Every push to it from then on names the
+incarnation it answered with: such a push left after the water mark was forgotten, so the
+commit index it carries covers whatever that water mark helped commit, and the follower ends
+its recovery only on one. An answer naming another incarnation resets it again. When such a
+follower answers SUCCESS (it follows) and this leader's log holds no entry of its term yet, a
+no-op is appended, since the follower clears its flag only after verifying one (a new
+cluster's empty log never needs it: its new members clear by themselves).
 
 Seams: the pusher is handed the member state, the store, the config and four callables:
 ``send(peer, msg, on_response)``, ``complete(token, response, result)``,
@@ -258,7 +261,8 @@ class EntryPusher:
         member = self.member_state
         return PushEntryRequest(group=member.group, local_id=member.self_id, remote_id=pr.peer,
                                 leader_id=member.self_id, term=self.term, type=type_,
-                                commit_index=member.committed_index, **kw)
+                                commit_index=member.committed_index,
+                                incarnation=pr.incarnation if pr.recovering else 0, **kw)
 
     def _dispatch(self, now: int, pr: FollowerProgress) -> None:
         store = self.store
@@ -403,28 +407,29 @@ class EntryPusher:
         return max(lo + 1, resp.x_index) if held else resp.x_index
 
     # -- a recovering follower (core.recovery) ---------------------------------------------
-    def peer_recovering(self, now: int, peer: str, following: bool) -> None:
-        """``peer`` answered ``recovering`` (a heartbeat or a push; ``following``: with
-        SUCCESS, not while it still relearns its term)."""
+    def peer_recovering(self, now: int, peer: str, following: bool, incarnation: int = 0) -> bool:
+        """``peer`` (``incarnation``) answered ``recovering`` (a heartbeat or a push;
+        ``following``: with SUCCESS, not while it still relearns its term). True when this
+        started its recovery (again)."""
         pr = self.progress.get(peer)
         if pr is None or self.member_state.role is not Role.LEADER:
-            return
-        if not pr.recovering:
+            return False
+        started = pr.recovery_starts(incarnation)
+        if started:
             log.info("%s: %s is recovering: its water mark %d is forgotten; comparing again",
                      self.member_state.self_id, peer, pr.match)
-            pr.start_recovery(self.store.ledger_end_index)
+            pr.start_recovery(self.store.ledger_end_index, incarnation)
         if following and self.store.ledger_end_term != self.term:
             # the follower clears its flag only after verifying an entry of this term
             self.propose(now, [(None, [], MAGIC_NOOP)])
+        return started
 
     def _sound(self, now: int, pr: FollowerProgress, resp, epoch: int) -> bool:
         """Whether to act on this answer: a recovering follower starts its recovery here;
         answers to pushes sent before it began are ignored; the first answer without the flag
         ends it (its water mark counts again)."""
         if resp.recovering:
-            started = not pr.recovering
-            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS)
-            if started:
+            if self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation):
                 return False
         if epoch != pr.epoch:
             return False
@@ -448,8 +453,8 @@ class EntryPusher:
                              resp) -> None:
         if not self._current(now, pr, term, resp):
             return
-        if resp is not None and resp.recovering and not pr.recovering:
-            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS)
+        if resp is not None and resp.recovering and pr.recovery_starts(resp.incarnation):
+            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation)
             return
         if seq != pr.control_seq:
             return

@@ -29,7 +29,9 @@ Fields and the rules they keep:
 - ``recovering``: the follower said it is recovering (protocol-aware recovery,
   ``core.recovery``): its water mark counts toward no commit until an answer without the flag;
   ``epoch`` moves on when that starts, and answers to pushes sent before are ignored (they may
-  come from its earlier incarnation).
+  come from its earlier incarnation); ``incarnation`` is the one it named then, which every
+  push to it echoes while it recovers (only such a push can end its recovery). An answer
+  naming another incarnation (the follower restarted again) starts it anew.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class Inflights(dict):
 class FollowerProgress:
     __slots__ = ("peer", "state", "next", "match", "inflights", "control_sent_ms", "control_seq",
                  "retry_at", "commit_sent", "commit_outstanding", "quota_second", "quota_bytes", "last_push_ms",
-                 "recovering", "epoch")
+                 "recovering", "epoch", "incarnation")
 
     def __init__(self, peer: str, next_index: int, max_inflight: int) -> None:
         self.peer = peer
@@ -120,6 +122,7 @@ class FollowerProgress:
         self.last_push_ms = 0
         self.recovering = False
         self.epoch = 0
+        self.incarnation = 0
 
     def __repr__(self) -> str:
         return (f"FollowerProgress({self.peer} {self.state.value} match={self.match} next={self.next} "
@@ -167,11 +170,17 @@ class FollowerProgress:
         self.match = end_index
         self.become_compare(leader_end + 1)
 
-    def start_recovery(self, leader_end: int) -> None:
-        """The follower answered ``recovering``: what it acknowledged in an earlier life is
-        forgotten (water mark -1), answers to earlier pushes are ignored, and the dispatcher
-        compares again from the leader's end."""
+    def recovery_starts(self, incarnation: int) -> bool:
+        """Whether an answer saying ``recovering`` with ``incarnation`` starts a recovery:
+        none runs, or it names another incarnation of the follower."""
+        return not self.recovering or incarnation != self.incarnation
+
+    def start_recovery(self, leader_end: int, incarnation: int = 0) -> None:
+        """The follower (``incarnation``) answered ``recovering``: what it acknowledged in an
+        earlier life is forgotten (water mark -1), answers to earlier pushes are ignored, and
+        the dispatcher compares again from the leader's end."""
         self.recovering = True
+        self.incarnation = incarnation
         self.epoch += 1
         self.match = -1
         self.become_compare(leader_end + 1)

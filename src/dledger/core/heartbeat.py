@@ -22,14 +22,16 @@ confirmed within it and a node that started less than one election timeout ago a
 to join a higher term.
 
 A recovering follower (protocol-aware recovery, ``core.recovery``) marks its answers
-``recovering`` (its SUCCESS still confirms the leader: a node that votes for no one cannot
-help elect another leader), and the leader tells the pusher (``peer_recovering``); while it
+``recovering``, with its ``incarnation`` (its SUCCESS still confirms the leader: a node that
+votes for no one cannot help elect another leader), and the leader tells the pusher
+(``peer_recovering``, which keeps the incarnation for the pushes to echo); while it
 relearns its term it answers TERM_NOT_READY (``may_follow``), which confirms nothing.
 
 Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
 ``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term)``,
 ``follow(term, leader_id)``, ``catch_up_term(now, term)``), ``commit_hint(term, index)`` and
-recovery (``may_follow()``, ``recovering()``, ``peer_recovering(now, peer, following)``).
+recovery (``may_follow()``, ``recovering()``, ``incarnation()``,
+``peer_recovering(now, peer, following, incarnation)``).
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ class Heartbeats:
                  fail_reads: Callable[[int], None], step_down: Callable[[int, int], None],
                  follow: Callable[[int, str], None], catch_up_term: Callable[[int, int], None],
                  commit_hint: Callable[[int, int], None], may_follow: Callable[[], bool] = lambda: True,
-                 recovering: Callable[[], bool] = lambda: False,
-                 peer_recovering: Callable[[int, str, bool], None] = lambda now, peer, following: None) -> None:
+                 recovering: Callable[[], bool] = lambda: False, incarnation: Callable[[], int] = lambda: 0,
+                 peer_recovering: Callable[[int, str, bool, int], None] = lambda *a: None) -> None:
         self.member_state = member_state
         self.cfg = config
         self.election_timeout_ms = election_timeout_ms(config)
@@ -83,6 +85,7 @@ class Heartbeats:
         self._commit_hint = commit_hint
         self._may_follow = may_follow
         self._recovering = recovering
+        self._incarnation = incarnation
         self._peer_recovering = peer_recovering
         self.started_ms = now_ms
         #: follower: when the leader was last heard (heartbeat or push)
@@ -192,7 +195,7 @@ class Heartbeats:
         code = Code.NETWORK_ERROR if resp is None else resp.code
         member.peers_live[peer] = code != Code.NETWORK_ERROR
         if resp is not None and resp.recovering:
-            self._peer_recovering(now, peer, code == Code.SUCCESS)
+            self._peer_recovering(now, peer, code == Code.SUCCESS, resp.incarnation)
         if code == Code.SUCCESS:
             rnd.succ += 1
         elif code == Code.EXPIRED_TERM:
@@ -230,8 +233,10 @@ class Heartbeats:
         member = self.member_state
 
         def answer(code: int, term: int = -1) -> HeartBeatResponse:
+            recovering = self._recovering()
             return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                     leader_id=member.leader_id, code=code, term=term, recovering=self._recovering())
+                                     leader_id=member.leader_id, code=code, term=term, recovering=recovering,
+                                     incarnation=self._incarnation() if recovering else 0)
 
         if not member.is_peer_member(req.leader_id):
             return answer(Code.UNKNOWN_MEMBER, member.curr_term)

@@ -51,7 +51,7 @@ class LeaderElector:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], complete_read: Callable[[Any, int, int], None],
                  commit_hint: Callable[[int, int], None], match_index: Callable[[str], int],
-                 recovery: Recovery, peer_recovering: Callable[[int, str, bool], None],
+                 recovery: Recovery, peer_recovering: Callable[[int, str, bool, int], None],
                  round_trip_ms: Callable[[int, int], int] | None = None) -> None:
         self.member_state = member_state
         self.cfg = config
@@ -64,7 +64,8 @@ class LeaderElector:
                                      fail_reads=self.reads.fail, step_down=self.voting.become_candidate,
                                      follow=self.voting.follow, catch_up_term=self.voting.catch_up_term,
                                      commit_hint=commit_hint, may_follow=recovery.may_follow,
-                                     recovering=lambda: recovery.recovering, peer_recovering=peer_recovering)
+                                     recovering=lambda: recovery.recovering,
+                                     incarnation=lambda: recovery.incarnation, peer_recovering=peer_recovering)
         self.transfer = LeadershipTransfer(member_state, config, now_ms=now_ms, send=send, match_index=match_index,
                                            catch_up_term=self.voting.catch_up_term)
         #: after a store error (the term file could not be written) wait before retrying

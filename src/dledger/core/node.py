@@ -135,13 +135,14 @@ class Node:
                                      complete_read=self.complete_read,
                                      commit_hint=lambda term, index: self.handler.commit_hint(term, index),
                                      match_index=lambda peer: self.pusher.match_index(peer), recovery=recovery,
-                                     peer_recovering=lambda now, peer, following:
-                                     self.pusher.peer_recovering(now, peer, following))
+                                     peer_recovering=lambda now, peer, following, incarnation:
+                                     self.pusher.peer_recovering(now, peer, following, incarnation))
         self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
                                   step_down=self.elector.become_candidate)
         self.handler = EntryHandler(member, store, config, reply=self.reply,
                                     heard_leader=self.elector.heartbeats.heard_leader,
-                                    may_follow=recovery.may_follow, on_push_success=recovery.on_push_success)
+                                    may_follow=recovery.may_follow, on_push_success=recovery.on_push_success,
+                                    incarnation=lambda: recovery.incarnation)
         self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
@@ -150,6 +151,8 @@ class Node:
         # request ids start at a random point so that answers meant for an earlier
         # incarnation of this node cannot be taken for answers to this one's requests
         self._next_rid = (rng.getrandbits(30) << 20) + 1
+        # and so does this process's incarnation, which its recovery names (core.recovery)
+        recovery.incarnation = self._next_rid
         self._seen_changes = 0
         self._reacted = 0
         self.stopped = False

@@ -31,10 +31,15 @@ recovery"):
 5. it clears the flag, durably and before any answer without ``recovering``, when
    (``on_push_success``) as the follower of the leader of its current term it has verified
    that leader's log up to the commit index the leader sent *and* up to an entry of the
-   leader's term: entries past the leader's log end at its election are of its term, so the
-   verified prefix holds every entry committed before this term (leader completeness), and
-   the commit index covers what this leader committed, its stale water marks of this node
-   included. A leader appends a no-op when a follower recovers and its log holds no entry of
+   leader's term, in a push that names this process's ``incarnation``: entries past the
+   leader's log end at its election are of its term, so the verified prefix holds every
+   entry committed before this term (leader completeness), and the commit index covers what
+   this leader committed, its stale water marks of this node included, because the leader
+   names the incarnation only in pushes sent after it heard it with ``recovering`` and forgot
+   those water marks. A push without it may have left before (a delayed or replayed frame,
+   or one sent before the leader heard of the restart): its commit index can lag an entry
+   this leader committed with an acknowledgement this node gave and then lost (swarm seed
+   90058). A leader appends a no-op when a follower recovers and its log holds no entry of
    its term (``entry_pusher``). ``FRESH`` also clears at once when every other member
    answered with an empty log (nothing was ever written, so nothing can be lost); and a
    recovering candidate that wins an election clears (``on_won_election``).
@@ -80,6 +85,9 @@ class Recovery:
         self.cfg = config
         self._send = send
         self.reason: SuspectReason | None = store.suspect
+        #: this process's incarnation, sent with every ``recovering`` answer (the node sets it
+        #: to its first request id, drawn at random per process); 0: not yet known
+        self.incarnation = 0
         #: whether this node knows a term at least as high as any it may have voted in
         self.term_known = self.reason not in _TERM_LOST
         #: peer -> (its answer, whether the query was sent after ``settled_ms``)
@@ -195,11 +203,14 @@ class Recovery:
     # =====================================================================================
     # clearing
     # =====================================================================================
-    def on_push_success(self, term: int, commit_index: int, matched_term: int, matched_index: int) -> None:
-        """A push of the leader of ``term`` was answered SUCCESS; this node verified its log
-        against that leader up to ``matched_index`` (in ``matched_term``)."""
+    def on_push_success(self, term: int, commit_index: int, matched_term: int, matched_index: int,
+                        incarnation: int = 0) -> None:
+        """A push of the leader of ``term`` naming ``incarnation`` was answered SUCCESS; this
+        node verified its log against that leader up to ``matched_index`` (in ``matched_term``)."""
         if not self.term_known or not self.recovering:
             return
+        if incarnation != self.incarnation or incarnation == 0:
+            return          # the push may predate the leader forgetting this node's water marks
         member = self.member_state
         if member.role is not Role.FOLLOWER or term != member.curr_term or matched_term != term:
             return

@@ -10,7 +10,8 @@ at its default draws nothing, so a seed replays the same with or without the new
   probability ``duplicate``;
 - replay: with probability ``replay`` a send also re-injects a copy of an older frame, picked
   from the last ``replay_window`` frames sent on any link, delivered after a long delay
-  (uniform in ``[replay_min_delay_ms, replay_max_delay_ms]``) to the node it was addressed to;
+  (uniform in ``[replay_min_delay_ms, replay_max_delay_ms]``) to the node it was addressed to
+  (``replay_envelope`` replays a chosen one, for scenario tests);
 - corruption: each delivered copy has one bit flipped in its encoded bytes with probability
   ``corrupt`` (needs the codec). The receiver's ``decode_frame`` refuses it (the frame's
   CRC-32 does not match) and the network drops it, as a TCP stack drops a segment that fails
@@ -189,6 +190,14 @@ class SimNetwork:
         self.blocked.clear()
         for link in list(self.clogged):
             self.unclog(*link)
+
+    def replay_envelope(self, env: Envelope, delay_ms: int) -> None:
+        """Deliver a copy of ``env`` (one recorded earlier, e.g. through ``drop_if``) to its
+        addressee ``delay_ms`` from now, as a replayed frame: through the codec, and dropped
+        if the link is blocked or the addressee down at delivery."""
+        self.replayed += 1
+        payload = encode_frame(env) if self.options.codec else env
+        self.scheduler.call_at(self.scheduler.now + delay_ms, self._deliver, env.src, env.dst, payload, False)
 
     # -- moving envelopes -----------------------------------------------------------------
     def _delay(self, src: str, dst: str) -> int:
