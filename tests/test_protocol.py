@@ -219,3 +219,42 @@ def test_a_request_of_another_wire_version_carries_its_unsupported_answer(versio
     with pytest.raises(UnsupportedVersion) as exc:
         decode_envelope(frame([version, "c1", "n0", 41, False, len(MESSAGE_TYPES), []]))
     assert exc.value.answer is None
+
+
+# -- GetEntriesRequest.read_mode --------------------------------------------------------------
+
+def test_a_get_request_carries_its_read_mode_and_defaults_to_read_index():
+    from dledger.protocol import GetEntriesRequest, ReadMode
+    assert GetEntriesRequest().read_mode == ReadMode.READ_INDEX_READ
+    for mode in ReadMode:
+        env = Envelope("c1", "n0", 3, False, GetEntriesRequest(group="g", begin_index=7, read_mode=mode))
+        back = decode_envelope(encode_envelope(env))
+        assert back == env and back.msg.read_mode == mode and type(back.msg.read_mode) is int
+
+
+def test_a_get_request_without_the_read_mode_field_decodes_with_read_index():
+    """An older client's frame, which ends before ``read_mode``, decodes with the default."""
+    from dledger.protocol import GetEntriesRequest, ReadMode
+    tag = [cls for cls, _ in MESSAGE_TYPES].index(GetEntriesRequest)
+    old = decode_envelope(frame([WIRE_VERSION, "c1", "n0", 3, False, tag, ["g", "n0", "c1", 200, None, -1, 7, 0, []]]))
+    assert old.msg.begin_index == 7 and old.msg.read_mode == ReadMode.READ_INDEX_READ
+
+
+@pytest.mark.parametrize("bad", ["READ_INDEX_READ", 2.0, True, None, [2]])
+def test_a_read_mode_of_the_wrong_type_is_refused_by_the_codec(bad):
+    from dledger.protocol import GetEntriesRequest
+    tag = [cls for cls, _ in MESSAGE_TYPES].index(GetEntriesRequest)
+    with pytest.raises(FrameError, match="read_mode"):
+        decode_envelope(frame([WIRE_VERSION, "c1", "n0", 3, False, tag,
+                               ["g", "n0", "c1", 200, None, -1, 7, 0, [], bad]]))
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 99, -(1 << 63), (1 << 63) - 1])
+def test_a_read_mode_that_names_no_mode_decodes_and_is_out_of_range(bad):
+    """The codec checks types; ``out_of_range`` (asked first by the node: UNEXPECTED_ARGUMENT,
+    nothing else done) refuses a number that is no ``ReadMode``."""
+    from dledger.protocol import GetEntriesRequest, ReadMode, out_of_range
+    env = decode_envelope(encode_envelope(Envelope("c1", "n0", 3, False, GetEntriesRequest(read_mode=bad))))
+    assert "read_mode" in out_of_range(env.msg, 0)
+    assert out_of_range(GetEntriesRequest(read_mode="LEASE_READ"), 0) is not None     # in process: no coercion
+    assert all(out_of_range(GetEntriesRequest(read_mode=m), 0) is None for m in ReadMode)

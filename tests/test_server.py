@@ -359,3 +359,33 @@ def test_a_running_server_whose_disk_fails_halts_and_answers_disk_error(tmp_path
         again.shutdown()
     finally:
         runtime.close()
+
+
+def test_get_reads_the_local_store_by_default_and_confirms_leadership_in_the_other_modes(group):
+    """``get(index)`` reads the node's own store (any role); ``get(index, mode)`` in a
+    linearizable mode first confirms, as ``read(mode)``, that the node leads."""
+    from dledger.errors import DLedgerError
+    from transport.tcp_helpers import when
+    lead = group.leader()
+    r = lead.append(b"g").result(5)
+    follower = next(s for s in group.servers.values() if s is not lead)
+    assert when(follower, lambda s: s.node.committed_index >= r.index).wait(5), "the follower never learnt the commit"
+    assert follower.get(r.index).body == b"g" and follower.get(r.index, "unsafe_read").body == b"g"
+    for mode in ReadMode:
+        assert lead.get(r.index, mode).body == b"g", mode
+        with pytest.raises(DLedgerError) as exc:
+            lead.get(r.index + 5, mode)
+        assert exc.value.code == Code.INDEX_OUT_OF_RANGE, mode
+        if mode is not ReadMode.UNSAFE_READ:
+            with pytest.raises(DLedgerError) as exc:
+                follower.get(r.index, mode)
+            assert exc.value.code == Code.NOT_LEADER, mode
+    with pytest.raises(ValueError, match="read mode"):
+        lead.get(r.index, "fast")
+    with pytest.raises(TypeError):
+        lead.get("0", ReadMode.READ_INDEX_READ)
+
+    async def both():
+        return [(await lead.get_async(r.index, mode)).body for mode in ReadMode]
+
+    assert asyncio.run(both()) == [b"g"] * len(ReadMode)

@@ -1,4 +1,5 @@
 """The client subcommands of ``dledger``: ``append``, ``get``, ``status``, ``transfer-leader``.
+``get`` reads in READ_INDEX_READ by default (``--read-mode``; ``--node`` asks one member only).
 
 Each takes ``--peers`` and ``--group`` like ``dledger node`` (one reachable address is enough:
 the others are learnt from it), ``--secret-file`` (else ``$DLEDGER_SECRET``), ``--timeout``, and
@@ -14,6 +15,7 @@ import json
 import sys
 
 from dledger.client import AppendOutcomeUnknown, DLedgerClient
+from dledger.protocol import ReadMode
 
 PEERS_EXAMPLE = "'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913'"
 EXIT_UNKNOWN = 3
@@ -44,8 +46,14 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_append)
 
     p = _parser(sub, "get", "print the body of the committed entry at INDEX",
-                f"dledger get --peers {PEERS_EXAMPLE} --group g 0")
+                f"dledger get --peers {PEERS_EXAMPLE} --group g 0\n"
+                f"  dledger get --peers {PEERS_EXAMPLE} --group g --read-mode unsafe --node n1 0")
     p.add_argument("index", type=int)
+    p.add_argument("--read-mode", type=_read_mode, default=ReadMode.READ_INDEX_READ, metavar="MODE",
+                   help="read_index (default: the node confirms with a quorum that it leads, then answers), "
+                        "lease, raft_log, or unsafe (the node's own log up to its commit index, any role; "
+                        "may miss recent entries)")
+    p.add_argument("--node", help="ask only this member (with --read-mode unsafe: read its own log)")
     p.set_defaults(func=cmd_get)
 
     p = _parser(sub, "status", "print every node's metadata as JSON (unreachable nodes with an error)",
@@ -56,6 +64,17 @@ def add_parsers(sub) -> None:
                 f"dledger transfer-leader --peers {PEERS_EXAMPLE} --group g --to n1")
     p.add_argument("--to", required=True, help="the member that should lead")
     p.set_defaults(func=cmd_transfer)
+
+
+def _read_mode(text: str) -> ReadMode:
+    """A read mode by short name (``read_index``, ``lease``, ``raft_log``, ``unsafe``) or by
+    any name ``ReadMode.parse`` takes (``READ_INDEX_READ``)."""
+    name = text.strip().lower().replace("-", "_")
+    try:
+        return ReadMode.parse(name if name.endswith("_read") else name + "_read")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"unknown read mode {text!r}; valid: read_index, lease, raft_log, "
+                                         "unsafe") from None
 
 
 def _client(args: argparse.Namespace) -> DLedgerClient:
@@ -83,7 +102,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        entry = c.get(args.index)
+        entry = c.get(args.index, args.read_mode, args.node)
     sys.stdout.buffer.write(entry.body + b"\n")
     sys.stdout.flush()
     return 0

@@ -10,6 +10,11 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   ``first_entry_index - 1``: the follower accepts it only when its own entry there has it.
 - ``ReadMode.parse`` accepts a mode by member, number or name; ``out_of_range`` range-checks
   every term, index, count and position field of a message from a peer (``PEER_TERM_BOUND``).
+- ``GetEntriesRequest.read_mode`` (Java's has none) is the ``ReadMode`` the node serves the get
+  in: READ_INDEX_READ (the default, also for a request that does not send the field)
+  confirms the node's leadership with a quorum before it answers, UNSAFE_READ answers from the
+  node's own log up to its commit index in any role (docs/embedding.md). A value that is not a
+  ``ReadMode`` number is refused by ``out_of_range`` (UNEXPECTED_ARGUMENT).
 - ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
   marks the vote of a transferee (see ``core.vote``).
 - ``AppendEntryResponse.positions`` lists every position of a batch append.
@@ -18,8 +23,9 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   ``HeartBeatResponse.recovering``, the follower's ``incarnation`` in those two answers and
   its echo ``PushEntryRequest.incarnation``,
   and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
-  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``. Each is at the end of its
-  message with a default: a frame from a peer that does not send them yet decodes with the defaults.
+  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``; read modes for ``get`` add
+  ``GetEntriesRequest.read_mode``. Each is at the end of its message with a default: a frame
+  from a peer or client that does not send them yet decodes with the defaults.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
@@ -186,7 +192,7 @@ TERM_STEP = 1 << 20
 PEER_TERM_BOUND = MAX_TERM - TERM_STEP
 INT64_MAX = (1 << 63) - 1
 #: int fields that are codes or enums, not terms, indexes, counts or positions
-_NOT_RANGED = frozenset(("code", "type", "vote_result"))
+_NOT_RANGED = frozenset(("code", "type", "vote_result", "read_mode"))
 
 
 def term_acceptable(term: int, own_term: int) -> bool:
@@ -306,6 +312,8 @@ class GetEntriesRequest(RequestOrResponse):
     begin_index: int = -1
     max_size: int = 0
     index_list: list = field(default_factory=list)
+    #: the ``ReadMode`` (its number) the get is served in; absent on the wire: READ_INDEX_READ
+    read_mode: int = ReadMode.READ_INDEX_READ
 
 
 @_dc
@@ -428,7 +436,7 @@ _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ i
 #: peer may end before them, and they take their defaults
 _ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",),
                  HeartBeatResponse: ("recovering", "incarnation"), PushEntryRequest: ("incarnation",),
-                 PushEntryResponse: ("recovering", "incarnation"),
+                 PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
@@ -439,12 +447,19 @@ def _ranged_fields(cls) -> tuple[str, ...]:
 
 
 _RANGED = {cls: _ranged_fields(cls) for cls, _ in MESSAGE_TYPES}
+#: int fields that name a member of an enum: (field, enum) per message type
+_ENUM_FIELDS = {GetEntriesRequest: (("read_mode", ReadMode),)}
 
 
 def out_of_range(msg: Any, own_term: int) -> str | None:
-    """Why ``msg`` (from a peer) carries a term, index, count or position this node must not
-    act on, or None. Every such field lies in ``-1 .. 2**63-1`` (-1: none), and every term
-    field passes ``term_acceptable`` against ``own_term``."""
+    """Why ``msg`` (from a peer or a client) carries a term, index, count, position or mode
+    this node must not act on, or None. Every term, index, count and position field lies in
+    ``-1 .. 2**63-1`` (-1: none), every term field passes ``term_acceptable`` against
+    ``own_term``, and every mode field is the number of a member of its enum."""
+    for name, enum in _ENUM_FIELDS.get(type(msg), ()):
+        value = getattr(msg, name)
+        if type(value) is not int and not isinstance(value, enum) or value not in enum._value2member_map_:
+            return f"{type(msg).__name__}.{name}={value!r} is not a {enum.__name__} number"
     for name in _RANGED.get(type(msg), ()):
         value = getattr(msg, name)
         if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= INT64_MAX:

@@ -24,7 +24,8 @@ What it promises:
   UNSAFE_READ at once (may be stale), RAFT_LOG_READ after a NOOP entry commits, READ_INDEX_READ
   after a heartbeat round confirms leadership, LEASE_READ at once while the leader's lease
   (``lease_ratio`` of the election timeout since the last confirmed round) holds and no
-  leadership transfer was started in its term (docs/embedding.md);
+  leadership transfer was started in its term (docs/embedding.md); ``get(index, mode)`` reads
+  the entry after the same read (UNSAFE_READ, the default: this node's own store at once);
 - role-change handlers receive ``RoleChange(term, role, leader_id)`` on the runtime's thread,
   each transition once, in order;
 - every blocking call has an ``*_async`` twin for hosts running their own asyncio loop;
@@ -51,9 +52,9 @@ from typing import Any, Callable
 
 from dledger.config import FILE, DLedgerConfig
 from dledger.core import Node, Role, RoleChange
-from dledger.entry import MAGIC_NORMAL, DLedgerEntry
+from dledger.entry import MAGIC_NORMAL, DLedgerEntry, decode
 from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
-from dledger.protocol import AppendEntryResponse, ReadMode
+from dledger.protocol import SUCCESS, AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.runtime.log_context import CURRENT, LogContext
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
@@ -380,12 +381,20 @@ class DLedgerServer:
         self.runtime.call_soon_threadsafe(lambda: self.driver.transfer_leadership(op, target_id))
         return f
 
-    def get(self, index: int) -> DLedgerEntry:
+    def get(self, index: int, mode: ReadMode = ReadMode.UNSAFE_READ) -> DLedgerEntry:
         """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index,
-        DISK_ERROR once the node halted)."""
+        DISK_ERROR once the node halted). ``mode`` as for ``read``: UNSAFE_READ (the default)
+        reads this node's own store up to its commit index at once, in any role (it may not
+        have learnt of an entry a newer leader committed); the other modes first confirm, as
+        ``read(mode)`` does, that this node leads, and raise the read's failure code
+        (NOT_LEADER, LEADER_TRANSFERRING, ...). They block the calling thread until the node
+        answers: call them from a host thread, never the runtime's (``get_async`` there)."""
+        mode = ReadMode.parse(mode)
         if self.halted is not None:
             raise DLedgerError(f"{self.config.self_id} halted: {self.halted}", DISK_ERROR)
         self._check_started()
+        if mode is not ReadMode.UNSAFE_READ:
+            return self._entry_of(index, self._get(index, mode).result())
 
         def read_entry() -> DLedgerEntry:
             if index > self.node.committed_index:
@@ -394,6 +403,27 @@ class DLedgerServer:
             return self._store.get(index)
 
         return self.runtime.run_sync(read_entry)
+
+    def _get(self, index: int, mode: ReadMode) -> Future:
+        """A future of the node's ``GetEntriesResponse`` for ``index`` read in ``mode``."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
+        f: Future = Future()
+        if self._refused(Op(f, READ)):
+            return f
+        self._check_started()
+        op = Op(f, READ, self._now())
+        self.runtime.call_soon_threadsafe(lambda: self.driver.get(op, index, mode))
+        return f
+
+    def _entry_of(self, index: int, resp) -> DLedgerEntry:
+        if resp.code == SUCCESS and resp.entries:
+            return decode(resp.entries[0])
+        if resp.code == INDEX_OUT_OF_RANGE:
+            raise DLedgerError(f"index {index} is beyond the committed index", INDEX_OUT_OF_RANGE)
+        name = Code(resp.code).name if resp.code in Code._value2member_map_ else str(resp.code)
+        raise DLedgerError(f"{self.config.self_id} could not read index {index}: {name} "
+                           f"(leader: {resp.leader_id})", resp.code)
 
     def metadata(self) -> dict[str, Any]:
         self._check_started()
@@ -423,8 +453,13 @@ class DLedgerServer:
     async def transfer_leadership_async(self, target_id: str):
         return await asyncio.wrap_future(self.transfer_leadership(target_id))
 
-    async def get_async(self, index: int) -> DLedgerEntry:
-        return await asyncio.get_running_loop().run_in_executor(None, self.get, index)
+    async def get_async(self, index: int, mode: ReadMode = ReadMode.UNSAFE_READ) -> DLedgerEntry:
+        mode = ReadMode.parse(mode)
+        if mode is ReadMode.UNSAFE_READ:
+            return await asyncio.get_running_loop().run_in_executor(None, self.get, index)
+        if self.halted is not None:
+            raise DLedgerError(f"{self.config.self_id} halted: {self.halted}", DISK_ERROR)
+        return self._entry_of(index, await asyncio.wrap_future(self._get(index, mode)))
 
     async def metadata_async(self) -> dict[str, Any]:
         return await asyncio.get_running_loop().run_in_executor(None, self.metadata)

@@ -33,6 +33,7 @@ def one_error_line(capsys) -> str:
     (["get", "--peers", "n0-127.0.0.1:1", "--group", "g", "--secret-file", "/nonexistent/secret", "0"],
      "/nonexistent/secret"),
     (["status", "--peers", "n0-127.0.0.1:1", "--group", "g", "--tls-cert", "c.pem"], "--tls-key"),
+    (["get", "--peers", "n0-127.0.0.1:1", "--group", "g", "--node", "n9", "0"], "'n9' is not in peers"),
 ])
 def test_bad_flags_are_one_line_and_exit_2_or_1(argv, words, capsys):
     code = main(argv)
@@ -44,6 +45,20 @@ def test_an_argparse_error_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["get", "--peers", "n0-127.0.0.1:1", "--group", "g", "not-a-number"])
     assert exc.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_get_takes_a_read_mode_by_short_or_full_name_and_refuses_others(capsys):
+    from dledger.cli import build_parser
+    from dledger.protocol import ReadMode
+    base = ["get", "--peers", "n0-127.0.0.1:1", "--group", "g", "0"]
+    assert build_parser().parse_args(base).read_mode is ReadMode.READ_INDEX_READ
+    for text, mode in [("unsafe", ReadMode.UNSAFE_READ), ("raft-log", ReadMode.RAFT_LOG_READ),
+                       ("LEASE_READ", ReadMode.LEASE_READ), ("read_index", ReadMode.READ_INDEX_READ)]:
+        assert build_parser().parse_args(base + ["--read-mode", text]).read_mode is mode
+    with pytest.raises(SystemExit) as exc:
+        main(base + ["--read-mode", "fast"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "unknown read mode 'fast'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", [["append", "x"], ["get", "0"], ["transfer-leader", "--to", "n1"]])

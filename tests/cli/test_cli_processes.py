@@ -92,6 +92,12 @@ def test_three_node_processes_serve_the_client_commands_and_stop_cleanly_on_sigt
     assert index >= 5
     r = dledger("get", *client, str(index), env=env)
     assert r.returncode == 0 and r.stdout == b"after-transfer\n", r.stderr
+    # a local read of one node's log, and a linearizable one a follower refuses
+    r = dledger("get", *client, "--read-mode", "unsafe", "--node", target, "1", env=env)
+    assert r.returncode == 0 and r.stdout == b"world\n", r.stderr
+    follower = next(n for n in status if n != target)
+    r = dledger("get", *client, "--read-mode", "read_index", "--node", follower, "1", env=env)
+    assert r.returncode == 1 and "NOT_LEADER" in r.stderr.decode(), r.stderr
     for p in nodes.values():
         p.send_signal(signal.SIGTERM)
     for name, p in nodes.items():

@@ -1,10 +1,10 @@
 """Fuzzing every request handler of the node: well-formed and malformed requests of every
 type (vote, heartbeat, push APPEND/COMPARE/TRUNCATE/COMMIT and unknown push types, append,
-batch append, get, metadata, pull, leadership transfer, install snapshot, and responses sent
-as requests or with no matching request), with terms and indexes at the format's limits and
-beyond, negative values, non-contiguous or oversized pushes, and wrong group, peer and
-sender ids. Every message first crosses the production codec as bytes, as it would on the
-wire, sometimes with its body mutated and its checksum recomputed.
+batch append, get in every read mode, metadata, pull, leadership transfer, install snapshot,
+and responses sent as requests or with no matching request), with terms and indexes at the
+format's limits and beyond, negative values, non-contiguous or oversized pushes, and wrong
+group, peer and sender ids. Every message first crosses the production codec as bytes, as it
+would on the wire, sometimes with its body mutated and its checksum recomputed.
 
 What must hold, for every message:
 - only documented answers escape: ``receive`` raises nothing, every answer is the response
@@ -32,8 +32,8 @@ from dledger.entry import MAX_INDEX, MAX_TERM
 from dledger.protocol import (MESSAGE_TYPES, PEER_TERM_BOUND, TERM_STEP, AppendEntryRequest,
                               BatchAppendEntryRequest, DLedgerResponseCode as Code, Envelope, FrameError,
                               GetEntriesRequest, HeartBeatRequest, InstallSnapshotRequest, LeadershipTransferRequest,
-                              MetadataRequest, PullEntriesRequest, PushEntryRequest, PushEntryType, VoteRequest,
-                              decode_envelope, encode_envelope, out_of_range)
+                              MetadataRequest, PullEntriesRequest, PushEntryRequest, PushEntryType, ReadMode,
+                              VoteRequest, decode_envelope, encode_envelope, out_of_range)
 from dledger.core.node import RESPONSE_OF
 from core.wiring import Wired
 
@@ -110,6 +110,8 @@ def _plausible(draw, cls, f, src: str, dst: str):
         return 200
     if f.name == "type":
         return draw(st.sampled_from(list(PushEntryType)), label="type")
+    if f.name == "read_mode":
+        return draw(st.sampled_from(list(ReadMode)), label="read_mode")
     if f.type == "int" and f.name.endswith("term"):
         return draw(st.sampled_from(["<term>", "<term>", "<term-1>", "<term+1>", -1, 0]), label=f.name)
     if f.type == "int":
@@ -217,6 +219,8 @@ def _must_refuse(node, env: Envelope) -> bool:
         if not member.is_peer_member(named) or named == member.self_id and not isinstance(
                 req, LeadershipTransferRequest):
             return True
+    if isinstance(req, GetEntriesRequest) and req.read_mode == ReadMode.RAFT_LOG_READ:
+        return False                         # a log read appends a NOOP on the leader, as ``read`` does
     if isinstance(req, (GetEntriesRequest, PullEntriesRequest, InstallSnapshotRequest)):
         return True                          # reads or unsupported: never a state change
     return False

@@ -198,3 +198,34 @@ def test_storage_identity_waits_for_a_damaged_entry_and_skips_what_retention_rem
     assert any("n1 committed index 2" in p for p in problems)
     ident.observe("n2", 1, 40, 2, _Log(_records(b"?", b"?", b"c"), begin=1))
     assert not any("n2" in p for p in problems)        # indexes 0 and 1 are below its log start
+
+
+def get(op_id, mode, index, invoke, complete, code=200, body=b"", term=1):
+    return Operation(op_id, body, "n0", invoke, complete, code, index, term if code == 200 else -1,
+                     index * 100 if code == 200 else -1, kind="get", mode=int(mode))
+
+
+def test_a_get_reported_missing_after_its_entry_was_acknowledged_is_stale_in_every_linearizable_mode():
+    for mode in (ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ, ReadMode.LEASE_READ):
+        ops = [ok(0, b"a", 0, 0, 10), ok(1, b"b", 1, 5, 20),
+               get(2, mode, 1, 21, 25, code=int(Code.INDEX_OUT_OF_RANGE)),
+               get(3, mode, 2, 21, 25, code=int(Code.INDEX_OUT_OF_RANGE)),          # truly beyond: fine
+               get(4, mode, 1, 20, 25, code=int(Code.INDEX_OUT_OF_RANGE))]          # concurrent: fine
+        problems = check_reads(ops, log_of(b"a", b"b"))
+        assert len(problems) == 1 and "stale get" in problems[0] and "op#2" in problems[0], mode
+
+
+def test_an_unsafe_get_may_report_an_entry_missing_but_no_get_may_return_another_entry():
+    ops = [ok(0, b"a", 0, 0, 10), get(1, ReadMode.UNSAFE_READ, 0, 11, 12, code=int(Code.INDEX_OUT_OF_RANGE)),
+           get(2, ReadMode.UNSAFE_READ, 0, 11, 12, body=b"a"), get(3, ReadMode.READ_INDEX_READ, 0, 11, 12, body=b"a"),
+           get(4, ReadMode.READ_INDEX_READ, 0, 11, 12, code=int(Code.NOT_LEADER))]
+    assert check_reads(ops, log_of(b"a")) == []
+    wrong = [ok(0, b"a", 0, 0, 10), get(1, ReadMode.UNSAFE_READ, 0, 11, 12, body=b"z")]
+    assert any("returned b'z'" in p for p in check_reads(wrong, log_of(b"a")))
+    beyond = [ok(0, b"a", 0, 0, 10), get(1, ReadMode.READ_INDEX_READ, 3, 11, 12, body=b"a")]
+    assert any("beyond the agreed committed log" in p for p in check_reads(beyond, log_of(b"a")))
+
+
+def test_gets_do_not_count_as_appends():
+    ops = [ok(0, b"a", 0, 0, 10), get(1, ReadMode.READ_INDEX_READ, 0, 11, 12, body=b"a")]
+    assert check_commit_log(ops, log_of(b"a")) == []      # body b"a" is in the log once, appended once

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from dledger.client.aio import AsyncDLedgerClient
 from dledger.client.errors import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError
 from dledger.entry import DLedgerEntry
-from dledger.protocol import AppendEntryResponse, LeadershipTransferResponse
+from dledger.protocol import AppendEntryResponse, LeadershipTransferResponse, ReadMode
 
 
 class DLedgerClient:
@@ -51,8 +51,9 @@ class DLedgerClient:
     def batch_append(self, bodies: Sequence[bytes]) -> AppendEntryResponse:
         return self._run(self._aio.batch_append(bodies))
 
-    def get(self, index: int) -> DLedgerEntry:
-        return self._run(self._aio.get(index))
+    def get(self, index: int, mode: ReadMode | int | str = ReadMode.READ_INDEX_READ,
+            node_id: str | None = None) -> DLedgerEntry:
+        return self._run(self._aio.get(index, mode, node_id))
 
     def metadata(self) -> dict[str, Any]:
         return self._run(self._aio.metadata())

@@ -14,6 +14,8 @@ added). Every call has ``timeout_s`` seconds:
   attempt failed before the append was taken, it raises ``ClusterUnavailableError``: nothing
   was appended;
 - reads (``get``, ``metadata``) and leadership transfers are retried after any failure;
+  ``get`` is a linearizable read by default (READ_INDEX_READ: the node confirms with a quorum
+  that it still leads before it answers), a local read of one node's log with UNSAFE_READ;
 - appends made while four requests are already in flight wait and then travel together as one
   batch append (``client.coalesce``; ``coalesce=False`` sends each alone); each caller still
   gets its own entry's index and position, and the rules above hold for each of them.
@@ -39,7 +41,7 @@ from dledger.entry import DLedgerEntry, decode
 from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, GetEntriesRequest, LeadershipTransferRequest,
-                              LeadershipTransferResponse, MetadataRequest)
+                              LeadershipTransferResponse, MetadataRequest, ReadMode)
 from dledger.transport.auth import client_tls_context, load_secret
 
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5
@@ -236,17 +238,41 @@ class AsyncDLedgerClient:
         return self._check_append(target, resp)
 
     # -- reads and admin ---------------------------------------------------------------------
-    async def get(self, index: int) -> DLedgerEntry:
-        """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index)."""
+    async def get(self, index: int, mode: ReadMode | int | str = ReadMode.READ_INDEX_READ,
+                  node_id: str | None = None) -> DLedgerEntry:
+        """The committed entry at ``index`` (``DLedgerError`` 410 beyond the commit index).
+        ``mode`` (a ``ReadMode``, its number or its name) is how the node serves it:
+        READ_INDEX_READ (the default) confirms with a quorum that the node still leads before
+        it answers, so an entry committed before the call is never reported missing;
+        RAFT_LOG_READ and LEASE_READ as for ``DLedgerServer.read``; UNSAFE_READ answers from
+        the node's own log up to its commit index, whatever its role, and may miss recent
+        entries. The call goes to the leader (found and followed as for appends), or only to
+        ``node_id`` when given (a node that does not lead answers the linearizable modes with
+        NOT_LEADER, raised as ``DLedgerError``)."""
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise ValueError(f"index must be a non-negative integer, got {index!r}")
-        target, resp = await self._leader_call(
-            lambda t: GetEntriesRequest(group=self.group, local_id=self.client_id, remote_id=t, begin_index=index),
-            resend_after_loss=True)
+        mode = ReadMode.parse(mode)
+
+        def request(t: str) -> GetEntriesRequest:
+            return GetEntriesRequest(group=self.group, local_id=self.client_id, remote_id=t, begin_index=index,
+                                     read_mode=int(mode))
+
+        if node_id is None:
+            target, resp = await self._leader_call(request, resend_after_loss=True)
+        else:
+            if node_id not in self.peers:
+                raise ValueError(f"{node_id!r} is not in peers")
+            target = node_id
+            try:
+                resp = await self._ask(node_id, request(node_id),
+                                       asyncio.get_running_loop().time() + self.timeout_s)
+            except (NotSent, AnswerLost) as exc:
+                raise ClusterUnavailableError(str(exc)) from None
         if resp.code == Code.INDEX_OUT_OF_RANGE:
             raise DLedgerError(f"index {index} is beyond the committed index", Code.INDEX_OUT_OF_RANGE)
         if resp.code != Code.SUCCESS or not resp.entries:
-            raise DLedgerError(f"{target} could not read index {index}: code {resp.code}", resp.code)
+            name = Code(resp.code).name if resp.code in Code._value2member_map_ else str(resp.code)
+            raise DLedgerError(f"{target} could not read index {index}: {name}", resp.code)
         return decode(resp.entries[0])
 
     async def node_metadata(self, node_id: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ The host (a driver) calls, always with the current time in milliseconds:
 - ``tick(now_ms)`` when ``next_deadline_ms`` of the last ``Ready`` has come;
 - ``receive(now_ms, envelope)`` for every envelope addressed to this node;
 - ``propose(now_ms, token, bodies)``, ``read(now_ms, token, mode)``,
-  ``transfer_leadership(now_ms, token, target)`` for local clients;
+  ``get(now_ms, token, index, mode)``, ``transfer_leadership(now_ms, token, target)`` for
+  local clients;
 and after each call ``take_ready()``, which hands back one ``Ready``: the envelopes to send,
 the client operations completed, the role changes, the commit and applied index, and the
 next deadline. The contract (docs/architecture.md):
@@ -116,6 +117,16 @@ class _Remote:
         self.src, self.rid, self.req = src, rid, req
 
 
+class _Get:
+    """A token standing for a get waiting for its read: when the read completes, ``token``
+    (a host's, or a ``_Remote``) is completed with the ``GetEntriesResponse`` for ``index``."""
+
+    __slots__ = ("token", "index")
+
+    def __init__(self, token: Any, index: int) -> None:
+        self.token, self.index = token, index
+
+
 class Node:
     def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0) -> None:
         if not config.peer_map:
@@ -176,6 +187,8 @@ class Node:
         self._messages.append(Envelope(self.member_state.self_id, dst, rid, True, msg))
 
     def complete(self, token: Any, response: Any, result: Any = None) -> None:
+        if isinstance(token, _Get):
+            token, response, result = token.token, self._get_answer(token.index, response), None
         if isinstance(token, _Remote):
             response.remote_id = token.src
             self.reply(token.src, token.rid, response)
@@ -259,6 +272,21 @@ class Node:
         """Complete ``token`` when reading the local state at the returned index is safe."""
         mode = ReadMode.parse(mode)
         now = self._clock(now_ms)
+        self._read(now, token, mode)
+        self._after(now)
+
+    def get(self, now_ms: int, token: Any, index: int, mode: ReadMode = ReadMode.READ_INDEX_READ) -> None:
+        """Complete ``token`` with a ``GetEntriesResponse``: the committed entry at ``index``
+        once reading in ``mode`` is safe (the read of ``read``), INDEX_OUT_OF_RANGE beyond
+        the commit index then, or the read's failure (NOT_LEADER with the leader's id when
+        known, LEADER_TRANSFERRING, ...). UNSAFE_READ answers at once from this node's own log
+        up to its commit index, whatever its role."""
+        mode = ReadMode.parse(mode)
+        now = self._clock(now_ms)
+        self._read(now, _Get(token, index), mode)
+        self._after(now)
+
+    def _read(self, now: int, token: Any, mode: ReadMode) -> None:
         member = self.member_state
         if mode is ReadMode.UNSAFE_READ:
             self.complete_read(token, Code.SUCCESS, self.caller.applied_index)
@@ -272,7 +300,6 @@ class Node:
             self.complete_read(token, Code.SUCCESS, member.committed_index)
         else:
             self.elector.register_read(now, token, member.committed_index)
-        self._after(now)
 
     def transfer_leadership(self, now_ms: int, token: Any, transferee_id: str) -> None:
         now = self._clock(now_ms)
@@ -390,6 +417,24 @@ class Node:
         return c >= 0 and c > self.store.ledger_before_begin_index and c > member.leader_base_index \
             and self.store.get_entry_term(c) == member.curr_term
 
+    def _get_answer(self, index: int, read: Any) -> GetEntriesResponse:
+        """What a get of ``index`` answers once its read completed with ``read``: the read's
+        failure, INDEX_OUT_OF_RANGE beyond the commit index (every entry committed before the
+        read began is within it: the read confirmed that), else the entry's record."""
+        member = self.member_state
+        resp = GetEntriesResponse(group=member.group, local_id=member.self_id, code=int(read.code),
+                                  leader_id=member.leader_id, term=member.curr_term)
+        if read.code != Code.SUCCESS:
+            return resp
+        if index > member.committed_index:
+            resp.code = Code.INDEX_OUT_OF_RANGE
+            return resp
+        try:
+            resp.entries = [bytes(self.store.get_raw(index))]
+        except DLedgerError as exc:      # trimmed, or damaged and not repaired yet
+            resp.code = int(exc.code)
+        return resp
+
     def _first_rpc_deadline(self) -> int | None:
         order, rpcs = self._rpc_order, self._rpcs
         while order:
@@ -499,11 +544,7 @@ class Node:
         if isinstance(req, PullEntriesRequest):
             return self.repairer.handle_pull(req)
         if isinstance(req, GetEntriesRequest):
-            if member.role is not Role.LEADER:
-                return self._error(req, Code.NOT_LEADER)
-            if req.begin_index > member.committed_index:
-                return self._error(req, Code.INDEX_OUT_OF_RANGE)
-            return GetEntriesResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                      leader_id=member.leader_id, term=member.curr_term,
-                                      entries=[bytes(self.store.get_raw(req.begin_index))])
+            # answered when its read completes (at once for UNSAFE_READ and most failures)
+            self._read(now, _Get(_Remote(env.src, env.request_id, req), req.begin_index), ReadMode(req.read_mode))
+            return None
         return self._error(req, Code.UNSUPPORTED)

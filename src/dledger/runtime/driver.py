@@ -131,6 +131,14 @@ class Driver:
         self.node.read(self.runtime.now_ms(), op, mode)
         self.process()
 
+    def get(self, op: Op, index: int, mode) -> None:
+        CURRENT.ctx = self.log_context
+        if self.stopped:
+            self.refuse(op)
+            return
+        self.node.get(self.runtime.now_ms(), op, index, mode)
+        self.process()
+
     def transfer_leadership(self, op: Op, target: str) -> None:
         CURRENT.ctx = self.log_context
         if self.stopped:

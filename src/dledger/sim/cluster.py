@@ -21,8 +21,9 @@ cluster only plays the operating system:
   (``DLedgerServer``: fail-stop); the cluster then takes it for crashed (``halts`` lists
   them) until ``restart``;
 - ``step()``: run one event (``run_for``/``run_until`` run many).
-Client calls (``append``, ``write``, ``read``) are recorded in ``history``; ``check()`` runs
-every checker over it and over the stores.
+Client calls (``append``, ``write``, ``read``, and ``get``: a client's ``GetEntriesRequest``
+over the simulated network) are recorded in ``history``; ``check()`` runs every checker over it
+and over the stores.
 Every random choice comes from ``seed``.
 
     c = Cluster(n=3, seed=7)
@@ -45,7 +46,8 @@ from typing import Callable
 
 from dledger.config import DLedgerConfig
 from dledger.core import Role
-from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
+from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesRequest,
+                              GetEntriesResponse, ReadMode)
 from dledger.server import DLedgerServer, open_store_for
 from dledger.sim.clocks import SimClock
 from dledger.errors import DLedgerError
@@ -58,6 +60,8 @@ from dledger.sim.scheduler import SimProcess, SimScheduler
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
 from dledger.store.store_io import LOCAL_IO
 
+#: the simulated network's id of the client that sends ``Cluster.get`` requests
+CLIENT_ID = "client"
 SIM_DEFAULTS = dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 * 8192,
                     flush_file_interval=200)
 
@@ -113,8 +117,11 @@ class Cluster:
                                              for i, rate in (clock_rates or {}).items()}
         #: with ``store="file"``: each node's power-loss recorder (its stores are opened through it)
         self.power: dict[str, PowerLoss] = {i: PowerLoss() for i in self.ids} if store == "file" else {}
-        #: client calls made through ``append``/``read`` and not answered yet, per node
+        #: client calls made through ``append``/``read``/``get`` and not answered yet, per node
         self._in_flight: dict[str, set[Future]] = {i: set() for i in self.ids}
+        #: the client endpoint of ``get`` (made at the first), and its calls by request id
+        self._client = None
+        self._gets: dict[int, tuple[Future, str]] = {}
         #: forced roles (Java DLedger's test harness with the elector disabled): the leader's id
         self.forced_leader = leader
         self.forced_term: int | None = None
@@ -376,6 +383,47 @@ class Cluster:
 
         f.add_done_callback(done)
         return f
+
+    def get(self, index: int, mode=ReadMode.READ_INDEX_READ, via: str | None = None) -> Future:
+        """A client's get of the entry at ``index`` in ``mode``, sent to ``via`` (default: the
+        current leader) over the simulated network as ``DLedgerClient.get`` sends it: one
+        ``GetEntriesRequest`` from ``CLIENT_ID``, not resent. A future of the node's
+        ``GetEntriesResponse`` (it fails if the node crashes first, and stays pending if the
+        request or answer is lost). The history records it with its mode, index and answer."""
+        mode = ReadMode.parse(mode)
+        node = via if via is not None else self.leader()
+        op = self.history.invoke_get(index, mode, node, self.now_ms)
+        f: Future = Future()
+        if node is None or node in self.crashed:
+            resp = GetEntriesResponse(code=Code.NOT_LEADER if node is None else Code.NETWORK_ERROR)
+            History.complete_get(op, self.now_ms, resp)
+            f.set_result(resp)
+            return f
+        if self._client is None:
+            self._client = self.network.endpoint(CLIENT_ID)
+            self._client.set_receiver(self._client_answer)
+        rid = len(self.history)                   # unique per call
+        self._gets[rid] = (f, node)
+
+        def done(fut: Future) -> None:
+            self._gets.pop(rid, None)
+            if fut.exception() is None:
+                History.complete_get(op, self.now_ms, fut.result())
+            else:
+                op.complete_ms = self.now_ms       # outcome stays "info"
+
+        self._track(node, f).add_done_callback(done)
+        self._client.send(Envelope(CLIENT_ID, node, rid, False, GetEntriesRequest(
+            group="sim", local_id=CLIENT_ID, remote_id=node, begin_index=index, read_mode=int(mode))))
+        return f
+
+    def _client_answer(self, env: Envelope) -> None:
+        call = self._gets.get(env.request_id)
+        if call is not None and env.is_response and env.src == call[1] and isinstance(env.msg, GetEntriesResponse):
+            try:
+                call[0].set_result(env.msg)
+            except InvalidStateError:
+                pass
 
     def _track(self, node_id: str, f: Future) -> Future:
         """Remember a client call until it is answered: if its node crashes first, the call

@@ -25,6 +25,14 @@ index they returned. ``check_reads(ops, log)`` checks them:
 6. a SUCCESS read in any mode returns an index the agreed committed log holds (a read is
    never served beyond what was committed).
 ``UNSAFE_READ`` promises no freshness and is exempt from (5).
+
+Gets (``kind="get"``, ``Cluster.get``: a client's ``GetEntriesRequest`` over the network) are
+in the history with their mode, the index asked for and, when answered SUCCESS, the entry's
+body, term and pos. ``check_reads`` checks them too:
+7. a SUCCESS get returns the entry the agreed committed log holds at that index;
+8. a get in a linearizable mode is never answered INDEX_OUT_OF_RANGE for an index that an
+   append acknowledged before the get was invoked reached (the entry was committed then: the
+   get is stale, the entry seems to vanish). ``UNSAFE_READ`` gets are exempt from (8).
 """
 
 from __future__ import annotations
@@ -33,8 +41,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from dledger.entry import decode
 from dledger.protocol import DLedgerResponseCode as Code, ReadMode
 
+#: the kinds of operation that append (the rest, ``read`` and ``get``, only look)
+APPENDS = ("append", "write")
 DEFINITE_FAILURES = frozenset({Code.NOT_LEADER, Code.LEADER_PENDING_FULL, Code.LEADER_TRANSFERRING,
                                Code.REQUEST_WITH_EMPTY_BODYS, Code.UNEXPECTED_ARGUMENT, Code.DISK_FULL})
 
@@ -51,7 +62,7 @@ class Operation:
     term: int = -1
     pos: int = -1
     kind: str = "append"
-    #: for reads: the ``ReadMode``
+    #: for reads and gets: the ``ReadMode``
     mode: int = -1
 
     @property
@@ -63,7 +74,7 @@ class Operation:
         return "info"
 
     def __str__(self) -> str:
-        what = ReadMode(self.mode).name if self.kind == "read" else repr(self.body[:16])
+        what = ReadMode(self.mode).name if self.kind not in APPENDS else repr(self.body[:16])
         return (f"op#{self.op_id} {self.kind} {what} via {self.node} invoked {self.invoke_ms}ms "
                 f"completed {self.complete_ms}ms code {self.code} index {self.index}")
 
@@ -90,6 +101,20 @@ class History:
         self.ops.append(op)
         return op
 
+    def invoke_get(self, index: int, mode: int, node: str | None, now_ms: int) -> Operation:
+        op = Operation(len(self.ops), b"", node, now_ms, kind="get", mode=int(mode), index=index)
+        self.ops.append(op)
+        return op
+
+    @staticmethod
+    def complete_get(op: Operation, now_ms: int, resp) -> None:
+        """``resp``: the node's ``GetEntriesResponse`` (its first record, decoded, on SUCCESS)."""
+        op.complete_ms = now_ms
+        op.code = int(resp.code)
+        if resp.code == Code.SUCCESS and resp.entries:
+            entry = decode(resp.entries[0])
+            op.body, op.term, op.pos = bytes(entry.body), entry.term, entry.pos
+
     @staticmethod
     def complete(op: Operation, now_ms: int, resp) -> None:
         op.complete_ms = now_ms
@@ -104,7 +129,7 @@ class History:
 
     def counts(self) -> Counter:
         """Outcomes of the appends (and writes)."""
-        return Counter(op.outcome for op in self.ops if op.kind != "read")
+        return Counter(op.outcome for op in self.ops if op.kind in APPENDS)
 
     def read_counts(self) -> Counter:
         """``(mode name, outcome)`` of the reads."""
@@ -115,7 +140,7 @@ def check_commit_log(ops: list[Operation], log: list[LogEntry], *, strict: bool 
                      normal_magic: int = 1) -> list[str]:
     """Problems found (empty when the history is consistent with the log)."""
     problems: list[str] = []
-    ops = [op for op in ops if op.kind != "read"]
+    ops = [op for op in ops if op.kind in APPENDS]
     by_index = {e.index: e for e in log}
     acked = [op for op in ops if op.outcome == "ok"]
     # 1 + 2
@@ -169,10 +194,10 @@ LINEARIZABLE_READS = frozenset({ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ
 
 
 def check_reads(ops: list[Operation], log: list[LogEntry] | None = None) -> list[str]:
-    """Problems of the reads in ``ops`` (rules 5 and 6 above); ``log``: the agreed committed
-    log (None: skip rule 6)."""
+    """Problems of the reads and gets in ``ops`` (rules 5 to 8 above); ``log``: the agreed
+    committed log (None: skip rules 6 and 7)."""
     problems: list[str] = []
-    acked = [op for op in ops if op.kind != "read" and op.outcome == "ok"]
+    acked = [op for op in ops if op.kind in APPENDS and op.outcome == "ok"]
     reads = [op for op in ops if op.kind == "read" and op.code == Code.SUCCESS]
     last = log[-1].index if log else -1
     for r, best in _latest_acked_before(acked, reads):
@@ -181,4 +206,24 @@ def check_reads(ops: list[Operation], log: list[LogEntry] | None = None) -> list
                             f"was invoked")
         if log is not None and r.index > last:
             problems.append(f"{r} returned index {r.index} beyond the agreed committed log (last index {last})")
+    return problems + _check_gets(acked, ops, log)
+
+
+def _check_gets(acked: list[Operation], ops: list[Operation], log: list[LogEntry] | None) -> list[str]:
+    """Rules 7 and 8."""
+    problems: list[str] = []
+    gets = [op for op in ops if op.kind == "get" and op.code in (Code.SUCCESS, Code.INDEX_OUT_OF_RANGE)]
+    by_index = {e.index: e for e in log} if log is not None else {}
+    last = log[-1].index if log else -1
+    for g, best in _latest_acked_before(acked, gets):
+        if g.code == Code.SUCCESS:
+            e = by_index.get(g.index)
+            if log is not None and g.index > last:
+                problems.append(f"{g} returned an entry beyond the agreed committed log (last index {last})")
+            elif e is not None and (e.body, e.term, e.pos) != (g.body, g.term, g.pos):
+                problems.append(f"{g} returned {g.body[:16]!r} (term {g.term}, pos {g.pos}), the committed log "
+                                f"holds {e.body[:16]!r} (term {e.term}, pos {e.pos})")
+        elif g.mode in LINEARIZABLE_READS and best is not None and best.index >= g.index:
+            problems.append(f"stale get: {g} answered INDEX_OUT_OF_RANGE, but {best} was acknowledged at index "
+                            f"{best.index} before it was invoked")
     return problems
