@@ -383,8 +383,9 @@ def test_a_repair_whose_msync_fails_fails_the_store(pristine, tmp_path):
         with pytest.raises(DLedgerError) as info:
             s.repair(5, copies[5])
         assert info.value.code == DISK_ERROR and "repair failed" in (s.failed or "") and "msync" in s.failed
-        with pytest.raises(RepairRefusedError):
+        with pytest.raises(DLedgerError) as again:
             s.repair(5, copies[5])      # a failed store repairs nothing more until reopened
+        assert again.value.code == DISK_ERROR and "reopen it" in str(again.value)
         with pytest.raises(DLedgerError):
             append_bodies(s, [body(99, BODY)])
     finally:
