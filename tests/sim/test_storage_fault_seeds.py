@@ -60,6 +60,10 @@ FIXED_LONG: dict[tuple, str] = {
                               "replayed after a power loss ended the recovery of a node that had "
                               "lost entries committed with its acknowledgements (the push's commit "
                               "index was older), and it helped elect a leader without them",
+    (100034, 3, "page_cache"): "L1, no leader after healing: n2's store stayed refused (damage beyond "
+                               "repair) and n0 and n1, whose processes had only crashed, came back "
+                               "UNCLEAN_SHUTDOWN, so only a unanimous round could elect; a crash in the "
+                               "same boot keeps the page cache and is no longer suspect",
 }
 LONG_SAFETY_MS = 20_000
 
