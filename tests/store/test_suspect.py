@@ -17,7 +17,7 @@ from dledger.sim.disk import PowerLoss, crash_store
 from dledger.store import DLedgerMemoryStore, open_store
 from dledger.store.suspect import SuspectReason
 from helpers.small_store import MODES, Machine, append_bodies, body, open_small
-from helpers.store_files import zero, index_unit_location
+from helpers.store_files import flip_bit, index_unit_location, record_location, zero
 
 
 @pytest.mark.parametrize("durability", MODES)
@@ -93,6 +93,50 @@ def test_a_process_crash_in_the_same_boot_is_not_suspect(tmp_path):
         assert [e.body for e in s.iter_entries()] == [body(i) for i in range(3)]
         with open(os.path.join(d, "boot")) as f:
             assert "boot=boot-0" in f.read()
+    finally:
+        s.close()
+
+
+def _crashed_after_a_flush(d, machine, appended=3, more=3):
+    """A cleared page_cache store whose first ``appended`` entries are flushed and checkpointed,
+    then ``more`` appended after the checkpoint, and the process crashes (same boot)."""
+    s = _cleared(d, store_io=machine)
+    s.flush()
+    append_bodies(s, [body(i) for i in range(appended, appended + more)])
+    crash_store(s)
+
+
+def test_in_the_same_boot_a_damaged_record_written_whole_is_a_lost_tail(tmp_path):
+    """The page cache kept every write, so a bad last record is not a write cut short but an
+    entry written whole and damaged since: it may have been acknowledged, and its cut must make
+    the replica suspect (as in fsync mode), not pass for a torn tail."""
+    from dledger.entry import BODY_OFFSET
+    d = str(tmp_path / "s")
+    machine = Machine()
+    _crashed_after_a_flush(d, machine)
+    loc = record_location(d, 5, 32 * 64, 1024)
+    flip_bit(loc.path, loc.offset + BODY_OFFSET + 3, 1)
+    s = open_small(d, store_io=machine)
+    try:
+        assert s.ledger_end_index == 4
+        assert s.suspect is SuspectReason.LOST_TAIL
+    finally:
+        s.close()
+
+
+def test_in_the_same_boot_an_append_cut_short_is_not_suspect(tmp_path):
+    """The header of the last record was written, its body never (the process died in
+    between): that append never returned, nothing acknowledged is lost."""
+    from dledger.entry import BODY_OFFSET
+    d = str(tmp_path / "s")
+    machine = Machine()
+    _crashed_after_a_flush(d, machine)
+    loc = record_location(d, 5, 32 * 64, 1024)
+    zero(loc.path, loc.offset + BODY_OFFSET, 16)
+    s = open_small(d, store_io=machine)
+    try:
+        assert s.ledger_end_index == 4
+        assert s.suspect is None
     finally:
         s.close()
 
