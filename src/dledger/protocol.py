@@ -17,7 +17,8 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   ``VoteRequest.unanimous``, ``VoteResponse.recovering``, ``PushEntryResponse.recovering``,
   ``HeartBeatResponse.recovering``
   and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
-  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``. Each is at the end of its
+  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``; a repair pull's answer
+  adds ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``). Each is at the end of its
   message with a default: a frame from a peer that does not send them yet decodes with the defaults.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
@@ -331,6 +332,11 @@ class PullEntriesRequest(RequestOrResponse):
 @_dc
 class PullEntriesResponse(RequestOrResponse):
     entries: list = field(default_factory=list)
+    #: the answering node's log ends before ``begin_index``: it holds no entry there (a repair
+    #: pull's answer; a leader whose damaged entry no voter holds may drop it, ``core.damaged_tail``)
+    absent: bool = False
+    #: the answering node is recovering: it may have lost entries it acknowledged
+    recovering: bool = False
 
 
 @_dc
@@ -417,7 +423,7 @@ _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ i
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
 _ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",), HeartBeatResponse: ("recovering",),
-                 PushEntryResponse: ("recovering",),
+                 PushEntryResponse: ("recovering",), PullEntriesResponse: ("absent", "recovering"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())

@@ -50,6 +50,16 @@ FIXED_LONG: dict[tuple, str] = {
     (6100, 5, "page_cache"): "I4, committed prefixes differ at index 0: a flipped bit in the chain "
                              "CRC of a no-op (empty body, CRC 0) was taken for a Java record's and "
                              "served, its bytes unlike every other replica's",
+    (6147, 3, "fsync"): "L1, no append committed after healing: the leader's entry 5, appended and "
+                        "never replicated, was flipped at rest; no peer had a copy, so it pushed "
+                        "nothing past it for ever (now cut: the pulls' answers prove it uncommitted)",
+    (90016, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its "
+                              "damaged, never replicated entry 10, every follower recovering",
+    (90026, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its damaged, "
+                              "never replicated entry 21; then a no-op whose pos flipped was read "
+                              "as intact and refused by every follower",
+    (90079, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its "
+                              "damaged, never replicated entry 18, every follower recovering",
 }
 LONG_SAFETY_MS = 20_000
 
