@@ -154,12 +154,14 @@ def matches_unit(unit: IndexUnit, magic: int, size: int, index: int, term: int, 
     The CRC covers only the body, so this is what catches a damaged header field. Two
     allowances for Java DLedger's files: its leaders write magic 1 (NORMAL) into the index unit
     of every entry, NOOP entries included; and its records carry no CRC (``body_crc`` 0) and may
-    hold another node's ``pos``, so for them the position is not compared.
+    hold another node's ``pos``, so for them the position is not compared. A no-op of ours has
+    no CRC either (its body is empty), but its unit says NOOP, which Java never writes: its
+    position is compared.
     """
     # the magic rule is magic_matches_unit's, short-circuited here: every get() runs this
     return (index == unit.index and term == unit.term and size == unit.size
             and (magic == unit.magic or (unit.magic == MAGIC_NORMAL and magic == MAGIC_NOOP))
-            and (not body_crc or pos == unit.pos))
+            and (pos == unit.pos or not body_crc and unit.magic != MAGIC_NOOP))
 
 
 def crc_vouches(body_crc: int, size: int) -> bool:

@@ -24,8 +24,10 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   its echo ``PushEntryRequest.incarnation``,
   and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
   ``MetadataResponse.role``/``ledger_end_term``/``committed_index``; read modes for ``get`` add
-  ``GetEntriesRequest.read_mode``. Each is at the end of its message with a default: a frame
-  from a peer or client that does not send them yet decodes with the defaults.
+  ``GetEntriesRequest.read_mode``; a repair pull's answer adds
+  ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``). Each is at the end of its
+  message with a default: a frame from a peer or client that does not send them yet decodes with
+  the defaults.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
@@ -349,6 +351,11 @@ class PullEntriesRequest(RequestOrResponse):
 @_dc
 class PullEntriesResponse(RequestOrResponse):
     entries: list = field(default_factory=list)
+    #: the answering node's log ends before ``begin_index``: it holds no entry there (a repair
+    #: pull's answer; a leader whose damaged entry no voter holds may drop it, ``core.damaged_tail``)
+    absent: bool = False
+    #: the answering node is recovering: it may have lost entries it acknowledged
+    recovering: bool = False
 
 
 @_dc
@@ -437,6 +444,7 @@ _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ i
 _ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",),
                  HeartBeatResponse: ("recovering", "incarnation"), PushEntryRequest: ("incarnation",),
                  PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),
+                 PullEntriesResponse: ("absent", "recovering"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())

@@ -1,6 +1,6 @@
 import pytest
 
-from dledger.core.quorum import is_quorum, next_commit_index, quorum_index, quorum_size
+from dledger.core.quorum import Majority, is_quorum, next_commit_index, quorum_index, quorum_size
 
 
 @pytest.mark.parametrize("members,size", [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)])
@@ -126,3 +126,18 @@ def test_majority_commit_rule_is_the_pure_rule(marks, committed, terms, current)
     acked = {f"n{i}": mark for i, mark in enumerate(marks)}
     assert m.next_commit_index(acked, committed, current, terms.__getitem__) == \
         next_commit_index(marks, committed, current, terms.__getitem__)
+
+
+@pytest.mark.parametrize("voters,ids,meets", [
+    (["a"], [], False),
+    (["a"], ["a"], True),
+    (["a", "b"], ["b"], True),                  # 2 voters: the quorum is both
+    (["a", "b", "c"], ["b"], False),
+    (["a", "b", "c"], ["b", "c"], True),
+    (["a", "b", "c", "d", "e"], ["b", "c"], False),
+    (["a", "b", "c", "d", "e"], ["b", "c", "d"], True),
+    (["a", "b", "c"], ["b", "c", "x"], True),   # a non-voter counts for nothing
+    (["a", "b", "c"], ["b", "x"], False),
+])
+def test_a_set_of_voters_meets_every_quorum_with_n_minus_q_plus_one_of_them(voters, ids, meets):
+    assert Majority(voters).meets_every_quorum(ids) is meets

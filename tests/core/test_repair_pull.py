@@ -46,3 +46,21 @@ def test_a_pull_answer_carries_the_next_record_too_the_askers_proof_by_log_match
         w._collect(node)
         w.deliver()
         assert [bytes(e) for e in answers[0].entries] == [bytes(r) for r in want]
+
+
+def test_a_pull_answer_says_whether_the_log_ends_before_the_index_and_whether_it_recovers():
+    """The leader's judgement of a damaged entry no peer holds (core.damaged_tail) rests on
+    these two fields: ``absent`` only when the answering log ends before the index asked."""
+    w = Wired(3)
+    assert w.run_until(lambda: w.leader() is not None)
+    lead = w.leader()
+    w.propose(lead, "t", [b"x", b"y"])
+    assert w.run_until(lambda: all(n.committed_index >= 1 for n in w.nodes.values()))
+    follower = next(i for i in w.ids if i != lead)
+    repairer = w.nodes[follower].repairer
+    ask = lambda begin: repairer.handle_pull(PullEntriesRequest(  # noqa: E731
+        group="g", local_id=lead, remote_id=follower, node_id=lead, begin_index=begin))
+    held, past = ask(1), ask(2)
+    assert held.entries and not held.absent
+    assert not past.entries and past.absent
+    assert held.recovering is past.recovering is (w.stores[follower].suspect is not None)

@@ -64,6 +64,16 @@ FIXED_LONG: dict[tuple, str] = {
                                "repair) and n0 and n1, whose processes had only crashed, came back "
                                "UNCLEAN_SHUTDOWN, so only a unanimous round could elect; a crash in the "
                                "same boot keeps the page cache and is no longer suspect",
+    (6147, 3, "fsync"): "L1, no append committed after healing: the leader's entry 5, appended and "
+                        "never replicated, was flipped at rest; no peer had a copy, so it pushed "
+                        "nothing past it for ever (now cut: the pulls' answers prove it uncommitted)",
+    (90016, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its "
+                              "damaged, never replicated entry 10, every follower recovering",
+    (90026, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its damaged, "
+                              "never replicated entry 21; then a no-op whose pos flipped was read "
+                              "as intact and refused by every follower",
+    (90079, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its "
+                              "damaged, never replicated entry 18, every follower recovering",
 }
 LONG_SAFETY_MS = 20_000
 

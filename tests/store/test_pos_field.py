@@ -14,6 +14,8 @@ import struct
 
 import pytest
 
+from dledger.entry import MAGIC_NOOP
+from dledger.errors import CorruptStoreError
 from dledger.sim.disk import crash_store
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, open_small
 from helpers.store_files import read_at, record_location, write_at
@@ -49,5 +51,40 @@ def test_a_tail_record_whose_pos_field_is_wrong_is_never_kept(tmp_path, crc):
         if s.ledger_end_index >= 4:
             with pytest.raises(Exception):
                 s.get(4)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("where", [0, 2])
+def test_a_no_op_whose_pos_field_flipped_at_rest_is_refused_by_every_read(tmp_path, where):
+    """A no-op's record is all header and carries no body CRC (the CRC-32 of nothing is 0), so
+    the CRC-less allowance for Java's records let a flipped ``pos`` through every read: the
+    leader pushed it, and every follower refused it forever ("pushed entry 0 has pos 4096 but
+    would land at 0 here"; swarm seed 90026). Java DLedger never writes a no-op's index unit
+    with the NOOP magic, so a unit that says NOOP is ours, and its record's ``pos`` must name
+    where it lies: the entry is damaged (to be repaired from a peer), never read."""
+    d = str(tmp_path / "s")
+    s = open_small(d, "fsync")
+    s.clear_suspect()
+    s.persist_term(1, "n1")
+    for i in range(4):
+        if i == where:
+            s.batch_append_as_leader([b""], MAGIC_NOOP)
+        else:
+            s.batch_append_as_leader([b"entry-%d" % i * 4])
+    s.update_committed_index(3)
+    s.flush()
+    s.close()
+    loc = record_location(d, where, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    pos = struct.unpack(">q", read_at(loc.path, loc.offset + POS_OFFSET, 8))[0]
+    write_at(loc.path, loc.offset + POS_OFFSET, struct.pack(">q", pos ^ 4096))
+    s = open_small(d, "fsync")
+    try:
+        with pytest.raises(CorruptStoreError):
+            s.get(where)
+        with pytest.raises(CorruptStoreError):
+            s.get_raw_range(where, 1 << 20)
+        assert where in s.damaged()
+        assert s.get(where + 1).body == b"entry-%d" % (where + 1) * 4
     finally:
         s.close()

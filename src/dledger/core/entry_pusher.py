@@ -111,6 +111,19 @@ class EntryPusher:
             self.progress = {}
             self.term = -1
 
+    def log_cut(self, index: int) -> None:
+        """This leader cut its own log at ``index`` (a damaged entry proven never committed,
+        ``core.damaged_tail``): its pending appends from ``index`` on are gone and fail (with
+        DISK_ERROR), the ranges read for pushes are forgotten, and every follower is compared
+        again from the new end."""
+        table = self.pending.get(self.member_state.curr_term)
+        while table and table[-1].last_index >= index:
+            self._fail(table.pop().token, Code.DISK_ERROR)
+        self._ranges = {}
+        end = self.store.ledger_end_index
+        window = self.cfg.max_push_in_flight
+        self.progress = {p: FollowerProgress(p, end + 1, window) for p in self.member_state.remote_peer_ids}
+
     def match_index(self, peer: str) -> int:
         if peer == self.member_state.self_id:
             return self.store.ledger_end_index

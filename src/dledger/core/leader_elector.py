@@ -78,6 +78,12 @@ class LeaderElector:
         """Step down (or stay) as candidate, knowing ``term``; the next vote after a random delay."""
         self.voting.become_candidate(now, term)
 
+    def step_aside(self, now: int) -> None:
+        """A leader stuck on a damaged entry steps down and lets the others stand first
+        (``core.damaged_tail``)."""
+        if self.member_state.role is Role.LEADER and self.cfg.enable_leader_elector:
+            self.voting.stand_aside(now)
+
     def become_leader(self, now: int, term: int, *, forced: bool = False) -> None:
         """Lead ``term``: a passed vote (or, ``forced``, the test harness's roles)."""
         self.recovery.on_won_election()          # a recovering winner won a unanimous round

@@ -43,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+from dledger.core.damaged_tail import DamagedTail
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
@@ -154,7 +155,9 @@ class Node:
                                     heard_leader=self.elector.heartbeats.heard_leader,
                                     may_follow=recovery.may_follow, on_push_success=recovery.on_push_success,
                                     incarnation=lambda: recovery.incarnation)
-        self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms)
+        self.tail = DamagedTail(member, store, lagging=self._lagging, cut=self._cut_damaged_tail,
+                                step_aside=self.elector.step_aside)
+        self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms, heard=self.tail.heard)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -352,7 +355,7 @@ class Node:
     def next_deadline(self) -> int | None:
         now = self.now_ms
         cands = [self.elector.next_deadline(now), self.pusher.next_deadline(now), self.handler.next_deadline(),
-                 self.recovery.next_deadline(), self.repairer.next_deadline(now)]
+                 self.recovery.next_deadline(), self.repairer.next_deadline(now), self.tail.next_deadline(now)]
         if self._rpcs:
             cands.append(self._first_rpc_deadline())
         cands = [c for c in cands if c is not None]
@@ -459,6 +462,8 @@ class Node:
             self.recovery.maintain(now)
             self.elector.maintain(now)
             self._react_to_role_changes(now)
+            if not self.stopped:
+                self.tail.pump(now)
             self.pusher.pump(now)
             if self.member_state.committed_index > self.caller.applied_index:
                 results = self.caller.on_committed(self.member_state.committed_index)
@@ -484,6 +489,30 @@ class Node:
         """Scrub and repair damaged entries of the store from peers (never changes roles)."""
         if not self.stopped:
             self.repairer.pump(now)
+
+    def _lagging(self, index: int) -> bool:
+        """Does a follower still need entry ``index`` (its water mark is below it)?"""
+        match = self.pusher.match_index
+        return any(match(p) < index for p in self.member_state.remote_peer_ids)
+
+    def _cut_damaged_tail(self, now: int, index: int, why: str) -> bool:
+        """Leader: cut the log at damaged entry ``index``, proven never committed
+        (``core.damaged_tail``); the pusher starts over from the shorter log, and a no-op of
+        this term follows (a recovering follower clears only after verifying one)."""
+        member, store = self.member_state, self.store
+        try:
+            store.truncate(index)
+        except DLedgerError as exc:
+            log.error("%s: cannot cut the log at damaged entry %d: %s", member.self_id, index, exc)
+            return False
+        if store.ledger_end_index >= index:
+            return False
+        self.pusher.log_cut(index)
+        # entries appended from now on are this leadership's (linearizable reads wait for one)
+        member.leader_base_index = min(member.leader_base_index, store.ledger_end_index)
+        if store.ledger_end_term != member.curr_term:
+            self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
+        return True
 
     def _unless_damaged(self, resp: Any) -> Any:
         """A follower does not acknowledge a match over an entry whose local copy is damaged

@@ -16,7 +16,8 @@ Rules:
   the Raft paper's Figure 8 shows), and the commit index never goes backwards;
 - a vote is WON once a quorum said yes, LOST once a quorum can no longer say yes even if
   every voter still missing did, and PENDING otherwise; a unanimous vote (protocol-aware
-  recovery) is WON only when every voter said yes, and LOST once every voter answered.
+  recovery) is WON only when every voter said yes, and LOST once every voter answered;
+- a set of voters meets every quorum when it has ``n - q + 1`` of them (``meets_every_quorum``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class Majority:
 
     def is_quorum(self, count: int) -> bool:
         return count >= self.size
+
+    def meets_every_quorum(self, ids: Iterable[str]) -> bool:
+        """Does every quorum of these voters contain one of ``ids`` (``n - q + 1`` voters)?"""
+        return len(set(ids).intersection(self.voters)) >= len(self.voters) - self.size + 1
 
     def committed_index(self, acked: Mapping[str, int]) -> int:
         """The highest value a quorum has reached: with log indexes, the index a quorum holds;

@@ -21,14 +21,16 @@ pushed to a follower. This component makes the refusal temporary when a good cop
   of ``begin_index`` if this node reads it intact (any role; the asker checks it), else with
   no record; the record of ``begin_index + 1``, read in the same step, follows it when intact
   (the asker's proof when its own record and index unit are both damaged: equal entries at
-  ``index + 1`` mean equal logs up to there).
+  ``index + 1`` mean equal logs up to there). The answer also says whether this node's log
+  ends before ``begin_index`` (``absent``) and whether it is recovering: every answer goes to
+  ``heard``, where a leader judges a damaged entry no peer holds (``core.damaged_tail``).
 
 - **not counted**: ``damaged_up_to(index)`` tells the node that a match over ``index`` must not
   be acknowledged (the node answers such a push DISK_ERROR): a damaged copy never counts
   toward a commit.
 
-Seams: the member state, the store and one callable, ``send(peer, msg, on_response)``. The
-component never changes roles, terms or the commit index.
+Seams: the member state, the store, ``send(peer, msg, on_response)`` and ``heard(now, index,
+peer, answer)``. The component never changes roles, terms or the commit index.
 """
 
 from __future__ import annotations
@@ -59,10 +61,12 @@ REPAIR_STEP_MS = 100
 
 class Repairer:
     def __init__(self, member_state: MemberState, store: "LogStore", *,
-                 send: Callable[[str, Any, Callable], int], now_ms: int = 0) -> None:
+                 send: Callable[[str, Any, Callable], int], now_ms: int = 0,
+                 heard: Callable[[int, int, str, PullEntriesResponse], None] | None = None) -> None:
         self.member_state = member_state
         self.store = store
         self._send = send
+        self._heard = heard
         #: next entry the scrub reads (None: no pass under way) and when it steps next; the
         #: first pass starts at once
         self._scrub_next: int | None = store.ledger_before_begin_index + 1
@@ -173,6 +177,8 @@ class Repairer:
     def _on_answer(self, now: int, index: int, peer: str, resp) -> None:
         if resp is None or not isinstance(resp, PullEntriesResponse):
             return                          # unanswered: the next round asks another peer
+        if self._heard is not None:
+            self._heard(now, index, peer, resp)
         if index not in self.store.damaged():
             self._asking.pop(index, None)
             return
@@ -219,6 +225,8 @@ class Repairer:
                 entries.append(bytes(self.store.get_raw(req.begin_index + 1)))
             except DLedgerError:
                 pass
+        store = self.store
         return PullEntriesResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                    leader_id=member.leader_id, code=int(code), term=member.curr_term,
-                                   entries=entries)
+                                   entries=entries, absent=store.ledger_end_index < req.begin_index,
+                                   recovering=store.suspect is not None)

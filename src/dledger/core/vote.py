@@ -170,6 +170,13 @@ class Voting:
         self.round = None
         self.next_time_to_request_vote = now + self.vote_delay()
 
+    def stand_aside(self, now: int) -> None:
+        """A leader that cannot serve steps down and stands again only after the others had a
+        chance: its followers notice the silence after an election timeout and run their rounds
+        (each after a vote delay) before its own next round."""
+        self.become_candidate(now, self.member_state.curr_term)
+        self.next_time_to_request_vote += 2 * election_timeout_ms(self.cfg) + self.cfg.max_vote_interval_ms
+
     def catch_up_term(self, now: int, term: int) -> None:
         """A higher ``term`` was seen: become its candidate; the term is taken at once."""
         self.become_candidate(now, term)
