@@ -74,6 +74,11 @@ FIXED_LONG: dict[tuple, str] = {
                               "as intact and refused by every follower",
     (90079, 3, "page_cache"): "L1, no append committed after healing: the leader stuck on its "
                               "damaged, never replicated entry 18, every follower recovering",
+    (300079, 5, "page_cache"): "L1, replicas did not converge: with three of five members suspect only "
+                               "a unanimous round could elect, and the liveness phase kept corrupting "
+                               "one frame in ten (dropped, as loss), so the group elected after 7 s and "
+                               "the last answers a member needed were lost; the liveness phase now stops "
+                               "corruption with loss",
 }
 LONG_SAFETY_MS = 20_000
 

@@ -18,7 +18,8 @@ A run has two phases:
   the ``power_victims``), a full disk for a while, a failing msync (the node halts: fail-stop,
   and the cluster takes it for crashed), slow syncs (the node's process pauses for the sync's
   virtual time) and crashes or power cuts inside a write or msync (``Cluster.crash_inside``);
-- liveness phase (budget ``liveness_ms``): message loss and the disk's faults stop, every
+- liveness phase (budget ``liveness_ms``): message loss, corruption in transit (loss too: a
+  corrupted frame is dropped) and the disk's faults stop, every
   partition heals and every node restarts. A node whose store refuses to open (damage it
   cannot recover from without a repair) stays down and does not fail the seed, as long as a
   majority is up: a leader must appear, a new append must commit, every node that is up must
@@ -395,7 +396,7 @@ class _Swarm:
 
     def liveness_phase(self) -> None:
         c, opts = self.c, self.opts
-        c.network.options = dataclasses.replace(c.network.options, loss=0.0)
+        c.network.options = dataclasses.replace(c.network.options, loss=0.0, corrupt=0.0)
         c.heal()
         self.heal_disks()
         for node_id in c.ids:
