@@ -79,6 +79,10 @@ FIXED_LONG: dict[tuple, str] = {
                                "one frame in ten (dropped, as loss), so the group elected after 7 s and "
                                "the last answers a member needed were lost; the liveness phase now stops "
                                "corruption with loss",
+    (400123, 3, "fsync"): "I4 at the step, committed entries lost: a TRUNCATE at 0 from the first "
+                          "moments of term 0, replayed by the network after a follower restarted, cut "
+                          "its whole log (at -1 every log matches); the next leader, elected with its "
+                          "vote, lacked them. A TRUNCATE now names the term at the cut",
 }
 LONG_SAFETY_MS = 20_000
 

@@ -17,8 +17,12 @@ Rules:
   unanswered, so its leader waits for a timeout);
   TRUNCATE never removes an entry already verified against this leader in this term (so a
   late duplicate cannot undo acknowledged appends) nor a committed one; it is accepted only
-  right after a COMPARE matched the index before it in this term, and answers SUCCESS only
-  when the store's log really ends before the cut afterwards;
+  right after a COMPARE matched the index before it in this term (at -1 every log matches, so
+  a TRUNCATE at 0 always passes that check), and answers SUCCESS only when the store's log
+  really ends before the cut afterwards. It names in
+  ``pre_log_term`` the term of the leader's entry at the cut (its own term when its log ended
+  before the cut): an entry there of that term is the leader's own, so nothing conflicts and
+  nothing is cut (a TRUNCATE replayed after a restart once dropped a whole log: seed 400123);
 - the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
   highest index verified against the current leader in its term: a follower never commits
   an entry it has not checked against the leader;
@@ -259,6 +263,12 @@ class EntryHandler:
             return self._answer(req, Code.INCONSISTENT_STATE, index=p)
         at = max(p, self.matched_index + 1, self.member_state.committed_index + 1)
         try:
+            if at == p and req.pre_log_term >= 0 and at <= store.ledger_end_index \
+                    and store.get_entry_term(at) == req.pre_log_term:
+                # the entry at the cut has the term the leader's log has there (its own term
+                # where its log ended when it sent this): it is the leader's entry, not a
+                # conflicting one, and a late copy of an earlier TRUNCATE must not cut it
+                at = store.ledger_end_index + 1
             if at <= store.ledger_end_index:
                 store.truncate(at)
         except DLedgerError as exc:

@@ -307,7 +307,17 @@ class EntryPusher:
             req = self._request(pr, PushEntryType.COMPARE, pre_log_index=compare_index, pre_log_term=term)
             compared = compare_index
         else:
-            req = self._request(pr, PushEntryType.TRUNCATE, pre_log_index=pr.match + 1)
+            cut = pr.match + 1
+            try:
+                # the term of this leader's entry at the cut (its own term past its log's end):
+                # the follower keeps an entry of that term there, which a late copy of this
+                # TRUNCATE could otherwise cut (core.entry_handler)
+                cut_term = store.get_entry_term(cut) if cut <= store.ledger_end_index else self.term
+            except DLedgerError as exc:
+                log.warning("%s: cannot read entry %d for %s: %s", self.member_state.self_id, cut, pr.peer, exc)
+                pr.retry_at = now + self.cfg.max_push_timeout_ms
+                return
+            req = self._request(pr, PushEntryType.TRUNCATE, pre_log_index=cut, pre_log_term=cut_term)
             compared = -1
         seq = pr.control_sent(now)
         term = self.term
