@@ -83,6 +83,10 @@ FIXED_LONG: dict[tuple, str] = {
                           "moments of term 0, replayed by the network after a follower restarted, cut "
                           "its whole log (at -1 every log matches); the next leader, elected with its "
                           "vote, lacked them. A TRUNCATE now names the term at the cut",
+    (400019, 5, "page_cache"): "L1, no leader after healing: failing msyncs struck three of five nodes "
+                               "(each then suspect: a failed write-back may drop the page cache) and a "
+                               "fourth stayed refused; the swarm now draws EIO on power victims only in "
+                               "page_cache mode, whose promise covers a fixed minority",
 }
 LONG_SAFETY_MS = 20_000
 

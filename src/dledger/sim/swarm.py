@@ -180,6 +180,10 @@ class _Swarm:
             self.disk_counts["enospc"] += 1
         if opts.eio and drng.random() < opts.eio:
             live = c.live()
+            if opts.durability == "page_cache":
+                # a failed write-back may drop pages the node acknowledged from the page cache
+                # (its next open is suspect): page_cache mode promises that of a fixed minority
+                live = [n for n in live if n in opts.power_victims]
             if live:
                 c.power[drng.choice(live)].fail_syncs(1)
                 self.disk_counts["eio"] += 1
