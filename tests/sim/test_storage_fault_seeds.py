@@ -87,6 +87,10 @@ FIXED_LONG: dict[tuple, str] = {
                                "(each then suspect: a failed write-back may drop the page cache) and a "
                                "fourth stayed refused; the swarm now draws EIO on power victims only in "
                                "page_cache mode, whose promise covers a fixed minority",
+    (400185, 5, "fsync"): "L1, no leader after healing: two flips at rest in a term file (the crc "
+                          "line's '=' and its value) made it unreadable as dledger's, so the open "
+                          "was refused for good instead of TERM_LOST, and with two members "
+                          "recovering no quorum of sound votes was left",
 }
 LONG_SAFETY_MS = 20_000
 

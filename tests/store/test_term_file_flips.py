@@ -84,3 +84,28 @@ def test_a_damaged_leftover_next_to_an_intact_term_file_changes_nothing(tmp_path
         assert (s.current_term, s.vote_for) == (5, "n2")
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("second", range(0, 8 * 8, 3))
+def test_two_flips_that_break_the_crc_lines_separator_and_its_value_still_open_term_lost(tmp_path, second):
+    """Over a long run a small file can take two flips (seed 400185, 5 nodes, fsync): one turned
+    the ``=`` of the ``crc`` line into ``5``, another hit the line's value, so no single flip
+    restores it. A line that starts with ``crc`` is still the trace of dledger's writer."""
+    base = str(tmp_path / "s")
+    data = _store(base, with_log=True)
+    at = data.index(b"\ncrc=") + 4                       # the crc line's '='
+    buf = bytearray(data)
+    buf[at] ^= 0x08                                      # '=' -> '5'
+    value = at + 1 + second // 8
+    if value < len(buf) - 1:
+        buf[value] ^= 1 << (second % 8)
+    d = str(tmp_path / "d")
+    shutil.copytree(base, d)
+    with open(os.path.join(d, "currterm"), "wb") as fh:
+        fh.write(bytes(buf))
+    s = open_small(d, "fsync")
+    try:
+        assert s.suspect is SuspectReason.TERM_LOST
+        assert s.current_term >= s.ledger_end_term
+    finally:
+        s.close()
