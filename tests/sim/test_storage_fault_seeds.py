@@ -50,6 +50,9 @@ FIXED_LONG: dict[tuple, str] = {
     (6100, 5, "page_cache"): "I4, committed prefixes differ at index 0: a flipped bit in the chain "
                              "CRC of a no-op (empty body, CRC 0) was taken for a Java record's and "
                              "served, its bytes unlike every other replica's",
+    (100109, 5, "page_cache"): "L1, no append committed: a flipped bit in entry 0's index field "
+                               "(not under the CRC, no trusted prefix) became the log's end, "
+                               "2**43, and the leader's",
 }
 LONG_SAFETY_MS = 20_000
 
