@@ -91,6 +91,9 @@ FIXED_LONG: dict[tuple, str] = {
                           "line's '=' and its value) made it unreadable as dledger's, so the open "
                           "was refused for good instead of TERM_LOST, and with two members "
                           "recovering no quorum of sound votes was left",
+    (100109, 5, "page_cache"): "L1, no append committed: a flipped bit in entry 0's index field "
+                               "(not under the CRC, no trusted prefix) became the log's end, "
+                               "2**43, and the leader's",
 }
 LONG_SAFETY_MS = 20_000
 

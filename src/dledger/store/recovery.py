@@ -20,7 +20,10 @@ The rules (see also ``docs/format.md``):
 2. **Tail scan.** From there, records are read one by one: blank padding is skipped; each
    record must have a valid header, continue the index chain, not lower the term, and match
    its CRC. Its index unit is compared; from the first disagreement on, index units are
-   rewritten from the data (a torn or lost index is rebuilt).
+   rewritten from the data (a torn or lost index is rebuilt). Where no trusted prefix says
+   which index comes first, the first record's index (not covered by its CRC) must be vouched
+   for by its index unit or by the entry after it (``index_vouched``), else that record is bad:
+   a flipped bit there is damage, never the log's end (swarm seed 100109: 2**43).
 3. **Where the scan stops.** The first record that fails (or a zero header) ends the log.
    - If intact entries follow the bad record (their index units agree with them, CRC and
      term check out), the damage is in the middle of the log. When the record's index unit
@@ -47,8 +50,9 @@ The rules (see also ``docs/format.md``):
    - Without a trusted prefix (no checkpoint, or one that does not check out: "ahead of the
      log"), the scan starts at most three segments from the end, as Java DLedger does, and
      refuses when more than a segment of written data would be discarded.
-4. **Begin index.** The first data record gives the before-begin index; the checkpoint keeps
-   its term. An empty log after a full ``reset`` keeps its begin from the index list.
+4. **Begin index.** The first data record gives the before-begin index (its index as its
+   unit, the index list's first unit or the entry after it vouches for; else the checkpoint's
+   stays); the checkpoint keeps its term. An empty log after a full ``reset`` keeps its begin from the index list.
 
 A read-only open follows the same rules but the store changes nothing on disk when it applies
 them: rebuilt index units are kept in memory and the tail is ignored rather than cut.
@@ -412,6 +416,7 @@ class _Planner(DamageJudge):
         if files:
             fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
         stop_reason = None
+        unvouched = False  # the scan stopped at an intact first record whose index is not vouched for
         index_trusted = self.start_unit is None
         # the record before the scan carries a CRC (see _check_body)
         unit0 = self.start_unit or (self.unit_at(last_index) if last_index >= 0 else None)
@@ -442,6 +447,14 @@ class _Planner(DamageJudge):
                     k, term = h.index, h.term
                     if expect is not None and k != expect:
                         stop_reason = f"entry index {k} where {expect} was expected"
+                        break
+                    if expect is None and not self.index_vouched(h, pos):
+                        # nothing before it says which index comes next: its index field (not
+                        # under the CRC) must be vouched for, else it is damage, never the end
+                        expect = self.begin_unit_at(pos)
+                        stop_reason = (f"entry index {k} is vouched for by neither its index unit "
+                                       f"nor the entry after it")
+                        unvouched = True
                         break
                     if term < last_term:
                         stop_reason = f"entry {k} has term {term} below the previous term {last_term}"
@@ -494,7 +507,7 @@ class _Planner(DamageJudge):
                 offset=pos - bad_file.file_from_offset, position=pos))
             last_index, last_term, expect = k, unit.term, k + 1
             pos += unit.size
-            stop_reason = None
+            stop_reason, unvouched = None, False
             fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
 
         bad = stop_reason is not None and stop_reason != _END_OF_DATA
@@ -523,11 +536,13 @@ class _Planner(DamageJudge):
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
             tail = data.max_wrote_position() - pos
-            if (bad and self.durability is FSYNC and last_index >= 0 and bad_file is not None
+            if (bad and self.durability is FSYNC and (last_index >= 0 or unvouched)
+                    and bad_file is not None
                     and not never_written(bad_file, pos - bad_file.file_from_offset)):
-                # fsync mode, a bad last record without the trace of unwritten bytes: it may be
-                # an acknowledged entry damaged in place. It is cut (the node must reopen) and
-                # the store reports that acknowledged entries may be lost.
+                # fsync mode, a bad last record without the trace of unwritten bytes (or an
+                # intact first one whose index nothing vouches for): it may be an acknowledged
+                # entry damaged in place. It is cut (the node must reopen) and the store
+                # reports that acknowledged entries may be lost.
                 self.lost_tail = True
             if self.page_cache_kept and self.durability is PAGE_CACHE and bad_file is not None and (
                     (bad and last_index >= 0 and not never_written(bad_file, pos - bad_file.file_from_offset))
@@ -552,32 +567,6 @@ class _Planner(DamageJudge):
         unit), rather than replace the whole index (it does not reach that far)?"""
         idx, target = self.index, self.rebuilt[0].index * INDEX_UNIT_SIZE
         return bool(idx.files) and idx.min_offset() <= target <= idx.max_wrote_position()
-
-    def first_index(self, data_end: int) -> int | None:
-        """Index of the first record of the first data segment, once the data is cut at
-        ``data_end``."""
-        if not self.data.files:
-            return None
-        f = self.data.files[0]
-        end = f.wrote_position
-        if f.file_from_offset <= data_end < f.file_from_offset + f.file_size:
-            end = data_end - f.file_from_offset
-        for item in iter_segment_records(f.mm, f.start_position, end):
-            h = item.header
-            if h is None:
-                return None
-            pos = f.file_from_offset + item.offset
-            unit = self.unit_at(h.index)
-            if unit is None or unit.index != h.index or unit.pos != pos:
-                # the record's index field may be damaged (its CRC does not cover it): the
-                # index unit that names this position tells the begin instead
-                k = self.index.min_offset() // INDEX_UNIT_SIZE if self.index.files else -1
-                for j in range(k, k + 2) if k >= 0 else ():
-                    u = self.unit_at(j)
-                    if u is not None and u.index == j and u.pos == pos:
-                        return j
-            return h.index
-        return None
 
     def before_begin_term(self, before_begin: int, cp: Checkpoint | None) -> int:
         """Term of the before-begin index: from its index unit if it survives the rebuild, else

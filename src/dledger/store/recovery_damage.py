@@ -22,15 +22,22 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
 - ``magic_ambiguous``: an intact record and its unit that differ only in the magic, both
   valid: the record's magic is not under its CRC, so which one flipped is not known; the entry
   is kept as damaged and only a peer's copy repairs it (record and unit).
+- ``index_vouched``: a record's index field (not under its CRC) read where no earlier entry
+  says which index comes next (the first record of a scan without a trusted start, the first
+  record of the data for ``first_index``, the log's begin): taken only when its own unit or
+  the entry after it agrees with it, else the record is damaged (``begin_unit_at`` names the
+  entry the index places there). A flipped bit there must never become the log's end or begin
+  (swarm seed 100109: 2**43).
 
 The planner provides ``unit_at(k)``, ``read_record(f, off)`` (a validated header, CRC checked),
-``data`` (the data segment list), ``current_term`` (the term file's term when it was read
+``data`` and ``index`` (the data and index segment lists), ``current_term`` (the term file's term when it was read
 intact, else None), ``damaged`` (the list it fills), ``store_dir`` and ``warn``.
 """
 
 from __future__ import annotations
 
-from dledger.entry import BODY_OFFSET, VALID_MAGICS, IndexUnit, RecordHeader, crc_vouches
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, VALID_MAGICS, IndexUnit, RecordHeader, crc_vouches,
+                           iter_segment_records)
 from dledger.errors import CorruptEntryError, CorruptStoreError
 
 
@@ -125,6 +132,72 @@ class DamageJudge:
             f"entry {unit.index}: its record says magic {h.magic}, its index unit {unit.magic}",
             path=f.path, offset=unit.pos - f.file_from_offset, position=unit.pos))
         return True
+
+    # -- the first record's index (the scan's, the log's begin) --------------------------
+    def index_vouched(self, h: RecordHeader, pos: int) -> bool:
+        """Is the index field of the record at ``pos`` (``h``, intact) vouched for by the
+        structure, with no earlier entry to say which index comes next? Its own unit (slot
+        ``h.index``) names it (its index and position; the scan then compares the rest), or
+        entry ``h.index + 1`` follows it: its unit names it where this record ends (or at the
+        start of the next segment), or the record there reads intact with that index and a
+        term not below."""
+        k, end, fsize = h.index, pos + h.size, self.data.mapped_file_size
+        unit = self.unit_at(k)
+        if unit is not None and unit.index == k and unit.pos == pos:
+            return True
+        nxt = self.unit_at(k + 1)
+        if nxt is not None and nxt.index == k + 1 and nxt.term >= h.term and (
+                nxt.pos == end or (nxt.pos > end and nxt.pos % fsize == 0)):
+            return True
+        for at in (end, end - end % fsize + fsize) if end % fsize else (end,):
+            g = self.data.find_file(at)
+            if g is None:
+                continue
+            try:
+                n = self.read_record(g, at - g.file_from_offset)
+            except CorruptEntryError:
+                continue
+            if n.index == k + 1 and n.term >= h.term:
+                return True
+        return False
+
+    def first_index(self, data_end: int) -> int | None:
+        """Index of the first record of the first data segment, once the data is cut at
+        ``data_end``."""
+        if not self.data.files:
+            return None
+        f = self.data.files[0]
+        end = f.wrote_position
+        if f.file_from_offset <= data_end < f.file_from_offset + f.file_size:
+            end = data_end - f.file_from_offset
+        for item in iter_segment_records(f.mm, f.start_position, end):
+            h = item.header
+            if h is None:
+                return None
+            pos = f.file_from_offset + item.offset
+            unit = self.unit_at(h.index)
+            if unit is not None and unit.index == h.index and unit.pos == pos:
+                return h.index
+            # the record's index field may be damaged (its CRC does not cover it): the index
+            # unit that names this position tells the begin instead, else the entry after it
+            # must vouch for it (a flipped bit is never the begin)
+            j = self.begin_unit_at(pos)
+            if j is not None:
+                return j
+            return h.index if self.index_vouched(h, pos) else None
+        return None
+
+    def begin_unit_at(self, pos: int) -> int | None:
+        """The entry the index list's first unit (or the one after it) places at ``pos``: its
+        slot, its index field and its position agree. Else None."""
+        if not self.index.files:
+            return None
+        k = self.index.min_offset() // INDEX_UNIT_SIZE
+        for j in (k, k + 1):
+            u = self.unit_at(j)
+            if u is not None and u.index == j and u.pos == pos:
+                return j
+        return None
 
     # -- damaged records kept in the log ------------------------------------------------
     def just_damaged(self, k: int) -> bool:
