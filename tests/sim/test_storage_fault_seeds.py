@@ -64,6 +64,9 @@ FIXED_LONG: dict[tuple, str] = {
                                "repair) and n0 and n1, whose processes had only crashed, came back "
                                "UNCLEAN_SHUTDOWN, so only a unanimous round could elect; a crash in the "
                                "same boot keeps the page cache and is no longer suspect",
+    (200137, 5, "page_cache"): "I4, committed prefixes differ at index 9: the local repair rebuilt the "
+                               "index unit of a damaged last entry from its record, whose term field "
+                               "(no CRC covers it) had flipped to 2**27, above the node's term",
 }
 LONG_SAFETY_MS = 20_000
 

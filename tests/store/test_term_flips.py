@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 from dledger.errors import CorruptStoreError
 from dledger.sim.disk import crash_store
+from dledger.store.log_store import RepairRefusedError
 from helpers.small_store import DATA_FILE_SIZE, INDEX_FILE_SIZE, append_bodies, body, open_small
 from helpers.store_files import (copy_store, flip_bit, index_unit_location, record_location, segment_bytes,
                                  write_at)
@@ -188,5 +189,34 @@ def test_a_term_above_the_term_files_is_damage_where_no_unit_vouches_for_it(pris
         assert all(s.get_raw(i) == copies[i] for i in range(LAST + 1) if i != victim)
         s.repair(victim, copies[victim], copies[victim + 1])
         assert [s.get_raw(i) for i in range(LAST + 1)] == copies
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("durability", ["page_cache", "fsync"])
+def test_a_local_repair_never_takes_a_term_above_the_nodes_from_a_record(tmp_path, durability):
+    """The last entry, which the checkpoint vouches for, has its record's term flipped above the
+    term file's: the open keeps it as damaged (its unit agrees with the checkpoint). The local
+    repair, which rebuilds a unit from its intact record, must not take the record's term:
+    nothing after the entry bounds it, but no entry is written above the node's term (swarm seed
+    200137: the unit was rebuilt with term 2**27 and the entry committed so on one replica)."""
+    d = str(tmp_path / "s")
+    s = open_small(d, durability)
+    s.clear_suspect()
+    s.persist_term(3, None)
+    append_bodies(s, [body(i, 40) for i in range(6)])
+    copies = [s.get_raw(i) for i in range(6)]
+    s.close()
+    _flip_term(d, 5, 27)
+    s = open_small(d, durability)
+    try:
+        assert (s.ledger_end_index, s.ledger_end_term, s.current_term) == (5, 3, 3)
+        assert list(s.damaged()) == [5]
+        with pytest.raises(RepairRefusedError):
+            s.repair(5)
+        with pytest.raises(CorruptStoreError):
+            s.get_raw(5)
+        s.repair(5, copies[5])
+        assert [s.get_raw(i) for i in range(6)] == copies
     finally:
         s.close()
