@@ -205,13 +205,15 @@ def test_st12_five_nodes_with_a_majority_damaged_at_different_places_repair_ever
     from the record (seeds 3, 4, 5, 7, 10 and 11 refused to open before that). Seed 12 damages
     a record and its index unit both (entry 28's body and its unit's index field on n0): the
     next entry places it, and a peer's copy proven by its neighbours repairs it (the open
-    refused before that)."""
+    refused before that). Seed 5 (fsync) flips the term of entry 25 on n1 (0 -> 2**26), with
+    the pos of unit 21: the term, which no CRC covers, is damage, not a torn tail after it
+    (the open cut the intact entries 26-39 and took the flipped term before that; n1, elected
+    with it, made two followers cut committed entries)."""
     c = Cluster(n=5, seed=seed, store="file", durability=durability)
     try:
         _commit(c, count=40)
         # small regions: the atlas spreads damage over the log, at most two copies per region
-        # (records straddle them; no margin at their boundaries: these draws stay as they were)
-        atlas = ClusterFaultAtlas(c.ids, random.Random(seed), region_bytes=256, record_bytes=0)
+        atlas = ClusterFaultAtlas(c.ids, random.Random(seed), region_bytes=256)
         rng = random.Random(seed)
         others = [i for i in c.ids if i != c.leader()]
         # page_cache mode cuts a damaged record after the last checkpoint (never promised

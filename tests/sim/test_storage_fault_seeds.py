@@ -94,6 +94,9 @@ FIXED_LONG: dict[tuple, str] = {
     (100109, 5, "page_cache"): "L1, no append committed: a flipped bit in entry 0's index field "
                                "(not under the CRC, no trusted prefix) became the log's end, "
                                "2**43, and the leader's",
+    (200137, 5, "page_cache"): "I4, committed prefixes differ at index 9: the local repair rebuilt the "
+                               "index unit of a damaged last entry from its record, whose term field "
+                               "(no CRC covers it) had flipped to 2**27, above the node's term",
 }
 LONG_SAFETY_MS = 20_000
 

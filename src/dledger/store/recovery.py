@@ -20,17 +20,22 @@ The rules (see also ``docs/format.md``):
 2. **Tail scan.** From there, records are read one by one: blank padding is skipped; each
    record must have a valid header, continue the index chain, not lower the term, and match
    its CRC. Its index unit is compared; from the first disagreement on, index units are
-   rewritten from the data (a torn or lost index is rebuilt). Where no trusted prefix says
-   which index comes first, the first record's index (not covered by its CRC) must be vouched
-   for by its index unit or by the entry after it (``index_vouched``), else that record is bad:
-   a flipped bit there is damage, never the log's end (swarm seed 100109: 2**43).
+   rewritten from the data (a torn or lost index is rebuilt), though still compared. A term
+   (not under the CRC) no agreeing unit vouches for must not be above the term file's or the
+   next unit's (``term_implausible``): else that record is the damaged one, not the next.
+   Where no trusted prefix says which index comes first, the first record's index (not covered
+   by its CRC) must be vouched for by its index unit or by the entry after it
+   (``index_vouched``), else that record is bad: a flipped bit there is damage, never the log's
+   end (swarm seed 100109: 2**43).
 3. **Where the scan stops.** The first record that fails (or a zero header) ends the log.
    - If intact entries follow the bad record (their index units agree with them, CRC and
-     term check out), the damage is in the middle of the log. When the record's index unit
-     locates it beyond doubt (``skip_damaged``: it names the entry at that position, with a
-     sane size, a term not below the previous entry's, and the next unit follows it), the
-     entry is kept and listed in ``damaged`` (reads refuse it until it is repaired from a
-     peer, see ``store/repair.py``) and the scan goes on after it. Otherwise the open stops
+     term check out; or its unit names it and the next entry's intact record begins where it
+     ends), the damage is in the middle of the log. When the record's index unit locates it
+     beyond doubt (``skip_damaged``: it names the entry at that position, with a sane size, a
+     term not below the previous entry's, and the next unit, or the next intact record,
+     follows it), the entry is kept and listed in ``damaged`` (reads refuse it until it is
+     repaired from a peer, see ``store/repair.py``) and the scan goes on after it (while the
+     index is rebuilt, its unit is kept as it is on disk). Otherwise the open stops
      with ``CorruptStoreError`` naming the file and offset instead of cutting away good data.
      In ``fsync`` mode this holds after a trusted prefix too: every append was synced before
      it was acknowledged, and the checkpoint lags behind. One exception: a bad record that
@@ -52,7 +57,8 @@ The rules (see also ``docs/format.md``):
      refuses when more than a segment of written data would be discarded.
 4. **Begin index.** The first data record gives the before-begin index (its index as its
    unit, the index list's first unit or the entry after it vouches for; else the checkpoint's
-   stays); the checkpoint keeps its term. An empty log after a full ``reset`` keeps its begin from the index list.
+   stays); the checkpoint keeps its term. An empty log after a full ``reset`` keeps its begin
+   from the index list.
 
 A read-only open follows the same rules but the store changes nothing on disk when it applies
 them: rebuilt index units are kept in memory and the tail is ignored rather than cut.
@@ -358,9 +364,7 @@ class _Planner(DamageJudge):
     def intact_entries_after(self, k: int, bad_pos: int, last_term: int) -> bool:
         """Do intact entries with index > k lie beyond ``bad_pos``? (mid-log corruption test)"""
         idx = self.index
-        if not idx.files or (self.rebuilt and not self.read_only):
-            # Units rebuilt from the data replace the index from the first rebuilt one on, up
-            # to the last scanned entry (k): after them there is nothing left to look at.
+        if not idx.files:
             return False
         last_k = idx.max_wrote_position() // INDEX_UNIT_SIZE - 1
         candidates = list(range(k + 1, min(k + 1 + LOOKAHEAD_UNITS, last_k + 1)))
@@ -417,7 +421,9 @@ class _Planner(DamageJudge):
             fi = max(0, min((pos - files[0].file_from_offset) // fsize, len(files) - 1))
         stop_reason = None
         unvouched = False  # the scan stopped at an intact first record whose index is not vouched for
-        index_trusted = self.start_unit is None
+        # from the first unit that disagrees with its record on, every unit is rewritten from
+        # the data; the units on disk are still compared (and looked at to judge damage)
+        rebuilding = self.start_unit is not None
         # the record before the scan carries a CRC (see _check_body)
         unit0 = self.start_unit or (self.unit_at(last_index) if last_index >= 0 else None)
         h0 = self.record_for_unit(unit0) if unit0 is not None else None
@@ -459,26 +465,32 @@ class _Planner(DamageJudge):
                     if term < last_term:
                         stop_reason = f"entry {k} has term {term} below the previous term {last_term}"
                         break
-                    if index_trusted:
-                        unit = self.unit_at(k)
-                        agrees = unit is not None and _unit_matches(unit, h, pos)
-                        if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
-                                and not agrees and not (_torn_unit(unit, h, pos)
-                                                        and not self.term_implausible(k, term, pos + h.size))
-                                and not self.unit_damaged(unit, h, last_term, pos + h.size)
-                                and not (not unconfirmed_tail  # there: a torn tail
-                                         and self.self_consistent_record(k, pos) is not None
-                                         and self.magic_ambiguous(unit, h))):
-                            # Same entry, same place, but another term or type, and not a unit torn
-                            # by a crash: a header field (not covered by the CRC) or the unit is
-                            # damaged. Stale units are erased on truncation, so this is not a leftover.
-                            stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
-                                           f"its index unit (term {unit.term}, magic {unit.magic})")
-                            break
-                        if not agrees and not self.just_damaged(k):
-                            index_trusted = False  # from here on every unit is rewritten
-                    if not index_trusted:
-                        rebuild(IndexUnit(h.magic, pos, h.size, k, term))
+                    unit = self.unit_at(k)
+                    agrees = unit is not None and _unit_matches(unit, h, pos)
+                    if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
+                            and not agrees and not (_torn_unit(unit, h, pos)
+                                                    and not self.term_implausible(k, term, pos + h.size))
+                            and not self.unit_damaged(unit, h, last_term, pos + h.size)
+                            and not (not unconfirmed_tail  # there: a torn tail
+                                     and self.self_consistent_record(k, pos) is not None
+                                     and self.magic_ambiguous(unit, h))):
+                        # Same entry, same place, but another term or type, and not a unit torn
+                        # by a crash: a header field (not covered by the CRC) or the unit is
+                        # damaged. Stale units are erased on truncation, so this is not a leftover.
+                        stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
+                                       f"its index unit (term {unit.term}, magic {unit.magic})")
+                        break
+                    kept = self.just_damaged(k)  # its unit is kept as it is: a peer's copy decides
+                    if not agrees and not kept and self.term_implausible(k, term, pos + h.size):
+                        # no unit vouches for the record's term (not covered by its CRC), and it
+                        # is above the term file's or the next entry's: its term field is damaged
+                        stop_reason = (f"entry {k} has term {term}, above the term file's "
+                                       f"({self.current_term}) or the next index unit's")
+                        break
+                    if not agrees and not kept:
+                        rebuilding = True  # from here on every unit is rewritten
+                    if rebuilding:
+                        rebuild(unit if kept else IndexUnit(h.magic, pos, h.size, k, term))
                     last_index, last_term, expect = k, term, k + 1
                     pos += h.size
                 else:  # the walk reached the segment's end
@@ -490,21 +502,25 @@ class _Planner(DamageJudge):
                 if files and pos > files[-1].file_from_offset + fsize:  # pragma: no cover - defensive
                     pos = files[-1].file_from_offset + fsize
             # a zero header followed by intact entries is a lost write in the middle of the log
-            if stop_reason is None or unconfirmed_tail or not index_trusted:
+            if stop_reason is None or unconfirmed_tail:
                 break
             k = expect if expect is not None else last_index + 1
             bad_file = data.find_file(pos)
-            if bad_file is None or not self.intact_entries_after(last_index, pos, last_term) or (
+            if bad_file is None or not (self.intact_entries_after(last_index, pos, last_term)
+                                        or self.located_by_next_record(k, pos, last_term)) or (
                     self.durability is FSYNC and never_written(bad_file, pos - bad_file.file_from_offset)):
                 break
             unit = self.skip_damaged(k, pos, last_term)
-            if unit is None:
+            on_disk = self.unit_at(k)
+            if unit is None or (rebuilding and on_disk is None):
                 break
             # mid-log damage with intact entries after it, located by its index unit: the entry
             # stays in the log, refused by reads until repaired; the scan goes on after it
             self.note_damaged(k, CorruptStoreError(
                 f"entry {k} is damaged ({stop_reason.split(' (file ')[0]})", path=bad_file.path,
                 offset=pos - bad_file.file_from_offset, position=pos))
+            if rebuilding:
+                rebuild(on_disk)  # its unit stays as it is on disk (a repair proves it)
             last_index, last_term, expect = k, unit.term, k + 1
             pos += unit.size
             stop_reason, unvouched = None, False
@@ -545,7 +561,7 @@ class _Planner(DamageJudge):
                 # reports that acknowledged entries may be lost.
                 self.lost_tail = True
             if self.page_cache_kept and self.durability is PAGE_CACHE and bad_file is not None and (
-                    (bad and last_index >= 0 and not never_written(bad_file, pos - bad_file.file_from_offset))
+                    (bad and (last_index >= 0 or unvouched) and not never_written(bad_file, pos - bad_file.file_from_offset))
                     or (unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term))):
                 # page_cache mode, but the machine did not restart since the last process wrote
                 # (the page cache kept every write): a bad record without the trace of a write

@@ -6,7 +6,8 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
 
 - ``term_implausible``: a term above the term file's, or above the next entry's, cannot be an
   entry's (terms do not decrease along the log, and no entry is written above the current
-  term);
+  term); the scan takes such a term, where no agreeing unit vouches for it, for a damaged
+  record, never for a torn tail after it;
 - ``unit_damaged``: an intact record that disagrees with its unit in term or magic, where the
   record fits the log and the unit does not: the unit is rebuilt from the data;
 - ``self_consistent_record``: a record intact over its own size, naming its entry and fitting
@@ -16,8 +17,11 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
   cut the intact entries after it as a torn tail);
 - ``skip_damaged``: the unit of a damaged record, when it locates the record beyond doubt, so
   the scan steps over it and the entry is kept as damaged (``note_damaged``), refused by reads
-  until it is repaired from a peer (``store/repair.py``); when that unit is damaged too, the
-  next entry, intact, places it (``placed_by_next``).
+  until it is repaired from a peer (``store/repair.py``); what follows it is unit ``k + 1``
+  or, where that one is damaged or missing, the intact record of entry ``k + 1`` at its end
+  (``record_follows``; ``located_by_next_record`` also counts it as intact entries after the
+  damage); when the record's unit is damaged too, the next entry, intact, places it
+  (``placed_by_next``).
 
 - ``magic_ambiguous``: an intact record and its unit that differ only in the magic, both
   valid: the record's magic is not under its CRC, so which one flipped is not known; the entry
@@ -211,16 +215,15 @@ class DamageJudge:
         """The index unit of a damaged record at ``pos`` (entry ``k``) if it locates it beyond
         doubt, so the scan can step over it and keep the entries after it: the unit names
         ``k`` at ``pos`` with a sane size inside the segment, a term not below the previous
-        entry's nor above the term file's, and unit ``k + 1`` follows it (position and term);
-        without a readable unit ``k + 1`` the term file's term must be known to bound the
-        unit's. Else None (or the place ``placed_by_next`` finds)."""
+        entry's nor above the term file's, and entry ``k + 1`` follows it: its unit (position
+        and term), or its intact record (``record_follows``); without a readable unit
+        ``k + 1`` the term file's term must be known to bound the unit's. Else None (or the
+        place ``placed_by_next`` finds)."""
         unit = self.unit_at(k)
         f = self.data.find_file(pos)
         if f is None:
             return None
-        if (unit is None or unit.index != k or unit.pos != pos
-                or unit.magic not in VALID_MAGICS or unit.size < BODY_OFFSET
-                or pos - f.file_from_offset + unit.size > f.file_size or unit.term < last_term):
+        if not self.names_damaged(unit, k, pos, last_term):
             return self.placed_by_next(k, pos, last_term, f)
         if self.current_term is not None and unit.term > self.current_term:
             return None          # a damaged term: no entry is written above the current term
@@ -229,10 +232,49 @@ class DamageJudge:
             end = pos + unit.size
             if nxt.term < unit.term or not (nxt.pos == end or (
                     nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)):
+                if self.record_follows(unit):
+                    return unit  # unit k + 1 is damaged, record k + 1 places entry k
                 return self.placed_by_next(k, pos, last_term, f)
-        elif self.current_term is None:
+        elif self.current_term is None and not self.record_follows(unit):
             return None          # nothing bounds the unit's term: it is not trusted
         return unit
+
+    def record_follows(self, unit: IndexUnit) -> bool:
+        """Does an intact record of entry ``unit.index + 1`` (header, CRC, reserved fields 0,
+        ``pos`` its own position) begin where ``unit`` says its entry ends, or open the next
+        segment, with a term not below the unit's nor above the term file's? Then the data
+        confirms the unit's place and size, and bounds its term, where unit ``k + 1`` cannot
+        (it is damaged too, or was never written)."""
+        fsize = self.data.mapped_file_size
+        end = unit.pos + unit.size
+        for at in dict.fromkeys((end, end + (-end) % fsize)):
+            g = self.data.find_file(at)
+            if g is None:
+                continue
+            try:
+                n = self.read_record(g, at - g.file_from_offset)
+            except CorruptEntryError:
+                continue
+            if (n.index == unit.index + 1 and n.pos == at and crc_vouches(n.body_crc, n.size)
+                    and unit.term <= n.term
+                    and (self.current_term is None or n.term <= self.current_term)):
+                return True
+        return False
+
+    def names_damaged(self, unit: IndexUnit | None, k: int, pos: int, last_term: int) -> bool:
+        """Does ``unit`` name entry ``k`` at ``pos`` with a valid magic, a sane size inside its
+        data segment, and a term not below ``last_term`` (the previous entry's)?"""
+        f = self.data.find_file(pos)
+        return (f is not None and unit is not None and unit.index == k and unit.pos == pos
+                and unit.magic in VALID_MAGICS and unit.size >= BODY_OFFSET
+                and pos - f.file_from_offset + unit.size <= f.file_size and unit.term >= last_term)
+
+    def located_by_next_record(self, k: int, pos: int, last_term: int) -> bool:
+        """Intact entries follow a damaged record at ``pos`` (entry ``k``) even where no index
+        unit after it agrees with its record: unit ``k`` names the record (``names_damaged``)
+        and the intact record of entry ``k + 1`` begins where it ends (``record_follows``)."""
+        unit = self.unit_at(k)
+        return self.names_damaged(unit, k, pos, last_term) and self.record_follows(unit)
 
     def placed_by_next(self, k: int, pos: int, last_term: int, f) -> IndexUnit | None:
         """The damaged record at ``pos`` (entry ``k``) whose index unit is damaged too: placed

@@ -13,8 +13,9 @@ that refused an entry fill in.
   alone. The record is found where its neighbours say it lies (right after entry
   ``index - 1``, or at the start of the next segment; the log's first entry opens the data),
   must be intact (header, CRC, reserved
-  fields 0, ``pos`` its own position), carry ``index``, a term between its neighbours', and
-  end where entry ``index + 1`` begins.
+  fields 0, ``pos`` its own position), carry ``index``, a term between its neighbours' and not
+  above the node's current term (the term field is not under the CRC, and nothing after the
+  last entry bounds it), and end where entry ``index + 1`` begins.
 - ``repair(index, record)``: a damaged **data record** is rewritten, byte for byte, from a
   peer's copy. Raft's log matching makes an entry fully determined by its index and term,
   and replicas are byte-identical (a follower stores the leader's record at the leader's
@@ -283,7 +284,8 @@ class Repair:
             unit = IndexUnit(e.magic, pos, e.size, e.index, e.term)
             if (e.index != index or not crc_vouches(e.body_crc, e.size) or e.channel or e.chain_crc or e.pos != pos
                     or e.term < low_term or (nxt is not None and (nxt.term < e.term
-                                                                   or not self._follows(unit, nxt.pos)))):
+                                                                   or not self._follows(unit, nxt.pos)))
+                    or e.term > self.term_file.term):  # no entry is written above the node's term
                 continue
             if self._magic_in_doubt(read_index_unit(self.index_list, index)) is not None:
                 raise RepairRefusedError(
