@@ -97,6 +97,11 @@ FIXED_LONG: dict[tuple, str] = {
     (200137, 5, "page_cache"): "I4, committed prefixes differ at index 9: the local repair rebuilt the "
                                "index unit of a damaged last entry from its record, whose term field "
                                "(no CRC covers it) had flipped to 2**27, above the node's term",
+    (200010, 5, "fsync"): "I4 at the step, committed entries lost: a lost write of a synced sector on "
+                          "n3 read as never written, and recovery cut it and the 36 acknowledged "
+                          "entries after it as an interrupted append, not suspect; n3 then voted for "
+                          "a leader without them. Units are now written after the data sync, and "
+                          "such a cut reports LOST_TAIL",
 }
 LONG_SAFETY_MS = 20_000
 

@@ -5,7 +5,8 @@ appends that cross segment ends, with the unsynced sectors torn and reordered at
 (``power_loss(store, rng)``), for many seeds. After each cut the store must reopen (an unsynced
 tail is cut, never a reason to refuse), every append acknowledged before the cut (its call
 returned) must be there byte for byte, and what follows them can only be a prefix of the append
-that was in flight. The cut leaves the store not suspect (nothing acknowledged was lost).
+that was in flight. The cut leaves the store not suspect (nothing acknowledged was lost): an
+interrupted append wrote no index unit yet (units are written once the data is synced).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from dledger.entry import DLedgerEntry
 from dledger.sim.disk import PowerLoss, SimulatedCrash
+from dledger.store.suspect import SuspectReason
 from helpers.small_store import open_small, snapshot
 from helpers.store_files import segments
 
@@ -81,10 +83,14 @@ def test_fsync_power_cut_at_every_write_keeps_every_acknowledged_append_and_reop
             s.close()
 
 
-def test_a_lost_sector_in_the_middle_of_an_unfinished_append_cuts_it_rather_than_refusing(tmp_path):
-    """The case recovery refused before: a power cut while an append of several records was in
-    flight wrote back its later sectors but not an earlier one; the later records are intact
-    and agree with their (also written back) index units."""
+def test_a_lost_sector_under_entries_whose_units_are_on_disk_is_a_lost_write_and_a_lost_tail(tmp_path):
+    """Both appends returned, so their index units were written after their data was synced: a
+    sector of the second append's data that reads as never written is a lost write of
+    acknowledged data, not an append a power cut interrupted (whose units are never written
+    before its data is synced). The records from there are cut (nothing can restore them here)
+    and the store reports LOST_TAIL, so the replica neither votes nor counts toward a commit
+    until a leader gave them back (seed 200010 lost committed entries when such a cut passed for
+    an interrupted append)."""
     d = str(tmp_path / "s")
     s = open_small(d, "fsync")
     s.clear_suspect()
@@ -94,14 +100,35 @@ def test_a_lost_sector_in_the_middle_of_an_unfinished_append_cuts_it_rather_than
     from dledger.sim.disk import crash_store
     crash_store(s)
     data = segments(d)[0]
-    # the 512-byte sector holding most of the first record of the second append never reached
-    # the disk: zeros where it was
     from helpers.store_files import zero
-    zero(data, 512, 512)
+    zero(data, 512, 512)                     # the sector holding most of the second append's first record
     s = open_small(d, "fsync")
     try:
         assert s.ledger_end_index == first.last_index
-        assert s.suspect is None
         assert r.first_index == first.last_index + 1
+        assert s.suspect is SuspectReason.LOST_TAIL
     finally:
+        s.close()
+
+
+def test_units_are_written_only_once_the_data_is_synced(tmp_path):
+    """fsync mode: a power cut between the data msync and the index units leaves no unit of the
+    append on disk, whatever the write-back kept; a unit on disk proves its data synced."""
+    with PowerLoss() as pl:
+        s = open_small(str(tmp_path / "s"), "fsync", store_io=pl.io)
+        s.clear_suspect()
+        s.persist_term(1, None)
+        s.batch_append_as_leader([b"a" * 100])
+        seen = []
+        real = s.data_list.sync_from
+
+        def sync_then_look(pos):
+            real(pos)
+            seen.append(s.index_list.max_wrote_position())
+
+        s.data_list.sync_from = sync_then_look
+        s.batch_append_as_leader([b"b" * 100, b"c" * 100])
+        s.append_as_leader(DLedgerEntry(body=b"d" * 100))
+        assert seen == [32, 96]              # at each data sync, only the earlier appends' units
+        assert s.index_list.max_wrote_position() == 128
         s.close()

@@ -13,7 +13,10 @@ Rules:
   truncation never read as a continuation of the log;
 - an append that raises before counting its entries (a full disk when a segment is created, a
   hook that raised) counts none of them and is cut back (``_cut_back``): it changed nothing;
-- in ``fsync`` mode every append call msyncs what it wrote, data then index, before it returns;
+- in ``fsync`` mode every append call msyncs what it wrote, data then index, before it returns,
+  and writes its index units only once its data is synced: an index unit on disk then proves
+  its record's data was synced, so recovery tells a lost write of acknowledged data (units of
+  later entries present) from an append a power cut interrupted (no units past its data);
   when that msync fails the append raises ``DISK_ERROR``, the log end goes back to where it
   was before the call (the store never counts an entry it could not make durable), and the
   store is failed (``flusher.py``): it refuses every later append until it is reopened.
@@ -126,6 +129,8 @@ class LogWriter:
         wp, dsize, base, mm, ready = df.wrote_position, df.file_size, df.file_from_offset, df.mm, df.populated_to
         xf = idx.files[-1]
         xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
+        #: fsync mode: the index units, written only once the data is synced (_end_append)
+        deferred: list[tuple] | None = [] if self.durability is FSYNC else None
         try:
             for body in bodies:
                 n = len(body)
@@ -149,12 +154,15 @@ class LogWriter:
                         e = entries[len(positions)]
                         e.index, e.term, e.pos, e.size, e.body_crc, e.magic = index, term, pos, size, crc, magic
                 wp += size
-                if xw + INDEX_UNIT_SIZE > xsize:
-                    xf.wrote_position = xw
-                    xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
-                    xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
-                pack_idx(xmm, xw, magic, pos, size, index, term)
-                xw += INDEX_UNIT_SIZE
+                if deferred is not None:
+                    deferred.append((magic, pos, size, index, term))
+                else:
+                    if xw + INDEX_UNIT_SIZE > xsize:
+                        xf.wrote_position = xw
+                        xf = idx.reserve(INDEX_UNIT_SIZE, use_blank=False)
+                        xw, xsize, xmm = xf.wrote_position, xf.file_size, xf.mm
+                    pack_idx(xmm, xw, magic, pos, size, index, term)
+                    xw += INDEX_UNIT_SIZE
                 add(pos)
                 index += 1
         except Exception:
@@ -164,7 +172,7 @@ class LogWriter:
             raise
         df.wrote_position = wp
         xf.wrote_position = xw
-        self._end_append(df, first_index, first_index + len(positions) - 1, term, start_pos)
+        self._end_append(df, first_index, first_index + len(positions) - 1, term, start_pos, deferred)
         return AppendBatchResult(first_index, term, positions)
 
     def _append_leader_joined(self, bodies: Sequence[bytes], magic: int, term: int, first_index: int,
@@ -192,19 +200,25 @@ class LogWriter:
             df.populate(wp, wp + total)
         df.mm[wp:wp + total] = b"".join(chain.from_iterable(zip(heads, bodies)))
         df.wrote_position = wp + total
-        try:
-            self._write_index_units(list(zip(repeat(magic, n), positions, sizes, indexes, repeat(term, n))), 0, n)
-        except Exception:
-            self._cut_back(start_pos)
-            raise
-        self._end_append(df, first_index, first_index + n - 1, term, start_pos)
+        units = list(zip(repeat(magic, n), positions, sizes, indexes, repeat(term, n)))
+        deferred = None
+        if self.durability is FSYNC:
+            deferred = units                     # written once the data is synced
+        else:
+            try:
+                self._write_index_units(units, 0, n)
+            except Exception:
+                self._cut_back(start_pos)
+                raise
+        self._end_append(df, first_index, first_index + n - 1, term, start_pos, deferred)
         return AppendBatchResult(first_index, term, positions)
 
     def _end_append(self, df: MmapFile | None, first_index: int, last_index: int, last_term: int,
-                    start_pos: int) -> None:
+                    start_pos: int, deferred: list[tuple] | None = None) -> None:
         """After records ``first_index..last_index`` were written from data position
-        ``start_pos`` on: move the log end, mark it, and sync in fsync mode (a failed sync puts
-        the log end back and fails the store)."""
+        ``start_pos`` on: move the log end, mark it, and sync in fsync mode: the data, then the
+        index units (``deferred``: written only now, after the data sync), then the index (a
+        failed sync puts the log end back and fails the store)."""
         before = self.ledger_end_index, self.ledger_end_term
         self.ledger_end_index = last_index
         self.ledger_end_term = last_term
@@ -212,6 +226,18 @@ class LogWriter:
         if self.durability is FSYNC:
             try:
                 self.data_list.sync_from(start_pos)
+            except OSError as exc:
+                self.ledger_end_index, self.ledger_end_term = before
+                raise self._sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
+            if deferred:
+                try:
+                    self._write_index_units(deferred, 0, len(deferred))
+                except Exception:
+                    # a full disk at a new index segment: the append changes nothing
+                    self.ledger_end_index, self.ledger_end_term = before
+                    self._cut_back(start_pos)
+                    raise
+            try:
                 self.index_list.sync_from(first_index * INDEX_UNIT_SIZE)
             except OSError as exc:
                 self.ledger_end_index, self.ledger_end_term = before
@@ -289,6 +315,7 @@ class LogWriter:
         first_index = first.index
         done = 0
         df = None
+        deferring = self.durability is FSYNC         # units written once the data is synced
         try:
             for off, nbytes, k, end in plan.runs:
                 # one copy per run: the plan put each run's records back to back in one segment
@@ -302,13 +329,14 @@ class LogWriter:
                     df.populate(wp, wp + nbytes)
                 df.mm[wp:wp + nbytes] = view[off:off + nbytes]
                 df.wrote_position = wp + nbytes
-                self._write_index_units(units, k, end)
+                if not deferring:
+                    self._write_index_units(units, k, end)
                 done = end
         except Exception:
             self._cut_back(start_pos)
             raise
         last = IndexUnit._make(units[done - 1])
-        self._end_append(df, first_index, last.index, last.term, start_pos)
+        self._end_append(df, first_index, last.index, last.term, start_pos, units[:done] if deferring else None)
         return self.ledger_end_index
 
     def _write_index_units(self, units: list[tuple], k: int, end: int) -> None:
