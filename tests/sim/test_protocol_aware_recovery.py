@@ -310,3 +310,24 @@ def test_a_node_that_relearns_its_term_after_the_first_election_follows_the_lead
         assert c.servers["n2"].store.vote_for == NO_MEMBER and c.servers["n2"].node.term == term
         assert c.servers["n2"].role is Role.FOLLOWER
         c.check()
+
+
+def test_a_follower_restarted_in_the_same_boot_commits_without_new_appends(tmp_path):
+    """A follower whose process restarted (machine up: not suspect) holds every entry, and the
+    leader, which saw no gap, only sends commit pushes. Its new process has verified nothing
+    against the leader yet, so it could not commit past its old checkpoint until a new append
+    came (the broker swarm's seed 4 then never settled): the commit push names the leader's
+    entry at the follower's water mark, and the follower verifies its log up to there."""
+    with Cluster(n=3, seed=26, store="file", base_dir=tmp_path, durability="page_cache",
+                 flush_file_interval=60_000) as c:
+        lead = _leader(c)
+        _acked(c, b"a", 5)
+        f = next(i for i in c.ids if i != lead)
+        target = c.servers[lead].node.committed_index
+        assert c.run_until(lambda: c.servers[f].node.committed_index == target, 1_000)
+        c.crash(f)
+        c.restart(f)
+        assert c.servers[f].store.suspect is None
+        assert c.servers[f].node.committed_index < target      # the checkpoint lagged
+        assert c.run_until(lambda: c.servers[f].node.committed_index == target, 3_000)
+        c.check()

@@ -23,6 +23,10 @@ Rules:
   ``pre_log_term`` the term of the leader's entry at the cut (its own term when its log ended
   before the cut): an entry there of that term is the leader's own, so nothing conflicts and
   nothing is cut (a TRUNCATE replayed after a restart once dropped a whole log: seed 400123);
+- a COMMIT push names in ``pre_log_index``/``pre_log_term`` the leader's entry at this
+  follower's water mark: holding it with that term, the follower's log agrees with the
+  leader's up to there (log matching) and counts as verified, so a follower whose process
+  restarted commits without waiting for a new append;
 - the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
   highest index verified against the current leader in its term: a follower never commits
   an entry it has not checked against the leader;
@@ -156,6 +160,13 @@ class EntryHandler:
             self._drain()
             return resp
         if t == PushEntryType.COMMIT:
+            p = req.pre_log_index
+            if p >= 0 and req.pre_log_term >= 0 and p <= self.store.ledger_end_index:
+                try:
+                    if self.store.get_entry_term(p) == req.pre_log_term:
+                        self._verified(req.term, p)         # log matching: the logs agree up to p
+                except DLedgerError:
+                    pass
             self.commit_hint(req.term, req.commit_index)
             return self._answer(req, Code.SUCCESS)
         if t in (PushEntryType.COMPARE, PushEntryType.TRUNCATE):

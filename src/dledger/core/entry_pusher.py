@@ -360,7 +360,18 @@ class EntryPusher:
             # forward the commit index; when idle, also a keepalive whose answer carries the
             # follower's end index (a follower that lost its log is found this way)
             pr.commit_push_sent(now, committed)
-            self._send(pr.peer, self._request(pr, PushEntryType.COMMIT),
+            # it names this leader's entry at the follower's water mark, so that a follower that
+            # restarted since (its process verified nothing yet) verifies its log up to there and
+            # can commit (an empty AppendEntries of Raft, with prevLogIndex at the match)
+            at, at_term = pr.match, -1
+            if at > store.ledger_before_begin_index:
+                try:
+                    at_term = store.get_entry_term(at)
+                except DLedgerError:
+                    at = -1
+            else:
+                at = -1
+            self._send(pr.peer, self._request(pr, PushEntryType.COMMIT, pre_log_index=at, pre_log_term=at_term),
                        lambda now_, src, resp, m=pr.match, e=pr.epoch: self._on_commit_response(now_, pr, term, m,
                                                                                                resp, e))
 

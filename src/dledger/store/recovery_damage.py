@@ -84,21 +84,9 @@ class DamageJudge:
             return None
         if h.index != k or not crc_vouches(h.body_crc, h.size) or h.pos != pos:
             return None
-        end, fsize = pos + h.size, self.data.mapped_file_size
-        nxt = self.unit_at(k + 1)
-        if nxt is not None and nxt.index == k + 1 and (
-                nxt.pos == end or (nxt.pos > end and nxt.pos % fsize == 0)):
+        end = pos + h.size
+        if self.next_entry_at(k, end, h.term, unit_term=False):
             return h
-        for at in (end, end - end % fsize + fsize):
-            g = self.data.find_file(at)
-            if g is None:
-                continue
-            try:
-                n = self.read_record(g, at - g.file_from_offset)
-            except CorruptEntryError:
-                continue
-            if n.index == k + 1 and n.term >= h.term:
-                return h
         # the last record: only zeros after it in its segment, and no later segment
         last = self.data.files[-1]
         if f is last and not f.mm[end - f.file_from_offset:f.file_size].strip(b"\0"):
@@ -145,12 +133,19 @@ class DamageJudge:
         entry ``h.index + 1`` follows it: its unit names it where this record ends (or at the
         start of the next segment), or the record there reads intact with that index and a
         term not below."""
-        k, end, fsize = h.index, pos + h.size, self.data.mapped_file_size
+        k, end = h.index, pos + h.size
         unit = self.unit_at(k)
         if unit is not None and unit.index == k and unit.pos == pos:
             return True
+        return self.next_entry_at(k, end, h.term, unit_term=True)
+
+    def next_entry_at(self, k: int, end: int, term: int, *, unit_term: bool) -> bool:
+        """Does entry ``k + 1`` begin where entry ``k`` (of ``term``) ends at ``end``, or at the
+        start of the next segment? Its index unit says so (with a term not below ``term`` when
+        ``unit_term``), or an intact record there has index ``k + 1`` and a term not below."""
+        fsize = self.data.mapped_file_size
         nxt = self.unit_at(k + 1)
-        if nxt is not None and nxt.index == k + 1 and nxt.term >= h.term and (
+        if nxt is not None and nxt.index == k + 1 and (not unit_term or nxt.term >= term) and (
                 nxt.pos == end or (nxt.pos > end and nxt.pos % fsize == 0)):
             return True
         for at in (end, end - end % fsize + fsize) if end % fsize else (end,):
@@ -161,7 +156,7 @@ class DamageJudge:
                 n = self.read_record(g, at - g.file_from_offset)
             except CorruptEntryError:
                 continue
-            if n.index == k + 1 and n.term >= h.term:
+            if n.index == k + 1 and n.term >= term:
                 return True
         return False
 
