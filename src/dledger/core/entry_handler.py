@@ -16,7 +16,8 @@ Rules:
 - COMPARE and TRUNCATE answer every waiting APPEND they supersede (DLedger drops them
   unanswered, so its leader waits for a timeout);
   TRUNCATE never removes an entry already verified against this leader in this term (so a
-  late duplicate cannot undo acknowledged appends) nor a committed one; it is accepted only
+  late duplicate cannot undo acknowledged appends) nor a committed one (one that would is
+  refused: a fresh one never cuts below them); it is accepted only
   right after a COMPARE matched the index before it in this term (at -1 every log matches, so
   a TRUNCATE at 0 always passes that check), and answers SUCCESS only when the store's log
   really ends before the cut afterwards. It names in
@@ -272,9 +273,14 @@ class EntryHandler:
             # the leader cuts after the index its COMPARE matched in this term; a TRUNCATE
             # without that match here (or past the log's end) would verify unchecked entries
             return self._answer(req, Code.INCONSISTENT_STATE, index=p)
-        at = max(p, self.matched_index + 1, self.member_state.committed_index + 1)
+        if max(self.matched_index, self.member_state.committed_index) >= p:
+            # below what this follower verified in this term or committed: a fresh TRUNCATE
+            # follows a COMPARE at or above both (the leader compares down from its end, never
+            # below an entry both logs share), so this is a late copy: it cuts nothing
+            return self._answer(req, Code.INCONSISTENT_STATE, index=p)
+        at = p
         try:
-            if at == p and req.pre_log_term >= 0 and at <= store.ledger_end_index \
+            if req.pre_log_term >= 0 and at <= store.ledger_end_index \
                     and store.get_entry_term(at) == req.pre_log_term:
                 # the entry at the cut has the term the leader's log has there (its own term
                 # where its log ended when it sent this): it is the leader's entry, not a
