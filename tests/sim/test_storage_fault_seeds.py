@@ -102,6 +102,10 @@ FIXED_LONG: dict[tuple, str] = {
                           "entries after it as an interrupted append, not suspect; n3 then voted for "
                           "a leader without them. Units are now written after the data sync, and "
                           "such a cut reports LOST_TAIL",
+    (100358, 3, "page_cache"): "L1, no leader after healing: the one sound voter had voted for another "
+                               "member in its term and kept asking in that term (its own vote gone), "
+                               "each round ended before the second recovering answer, so it never "
+                               "asked for a unanimous round",
 }
 LONG_SAFETY_MS = 20_000
 

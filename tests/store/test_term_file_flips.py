@@ -109,3 +109,21 @@ def test_two_flips_that_break_the_crc_lines_separator_and_its_value_still_open_t
         assert s.current_term >= s.ledger_end_term
     finally:
         s.close()
+
+
+def test_two_flips_in_the_crc_key_and_another_line_still_open_term_lost(tmp_path):
+    """Seed 6147 (3 nodes, fsync), after the vote-timing change: one flip turned ``crc`` into
+    ``cr\\xe3``, another ``voteLeader`` into ``vote\\x0ceader``; a key one or two flips from
+    ``crc`` still marks the file as dledger's (Java's keys are far from it)."""
+    base = str(tmp_path / "s")
+    data = _store(base, with_log=True)
+    buf = bytearray(data)
+    buf[data.index(b"\ncrc=") + 3] ^= 0x80                 # 'c' -> 0xe3
+    buf[data.index(b"voteLeader") + 4] ^= 0x40             # 'L' -> 0x0c
+    with open(os.path.join(base, "currterm"), "wb") as fh:
+        fh.write(bytes(buf))
+    s = open_small(base, "fsync")
+    try:
+        assert s.suspect is SuspectReason.TERM_LOST
+    finally:
+        s.close()

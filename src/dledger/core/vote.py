@@ -278,6 +278,15 @@ class Voting:
         # more than a minority answered that they are recovering: no quorum of sound votes can
         # form, so the next round asks for every member's vote (docs/architecture.md)
         self.unanimous_next = tally.recovering > 0 and not majority.is_quorum(len(majority) - tally.recovering)
+        if result is not ParseResult.PASSED and tally.recovering and not tally.already_has_leader \
+                and tally.responded.get(member.self_id) is False \
+                and member.curr_vote_for not in (None, member.self_id):
+            # it voted for another member in this term, so a round in it can never pass (its own
+            # vote is gone) and, ended early, never hears every recovering voter: with no
+            # leader heard of and voters recovering, the next round goes to the next term
+            # (else a group whose only sound voter is this one never elects: soak seed 100358;
+            # an isolated node hears no one and keeps its term, as DLedger's revote does)
+            result = self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         c = self.cfg
         if result is ParseResult.PASSED:
             self._become_leader(now, tally.term)

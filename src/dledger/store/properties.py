@@ -101,9 +101,10 @@ def damaged_checked_file(path: str) -> bool:
         return False
     if data.rfind(_CRC_LINE) >= 0 or data.startswith(_CRC_LINE[1:]):
         return not _crc_holds(data)
-    if re.search(rb"(^|[^A-Za-z0-9_])crc\s*[=:]", data) or re.search(rb"(^|\n)crc", data):
-        # a line that starts with ``crc`` (its separator flipped, its value damaged too: two flips
-        # over a long run, seed 400185): Java DLedger writes no such line
+    if re.search(rb"(^|[^A-Za-z0-9_])crc\s*[=:]", data) or any(_near_crc(line) for line in data.split(b"\n")):
+        # a line that starts with ``crc``, or with a key a flip or two away from it (its
+        # separator or value damaged too: two flips over a long run, seeds 400185 and 6147):
+        # Java DLedger writes no such line (its keys are far from it)
         return True
     buf = bytearray(data)
     for i in range(len(buf)):
@@ -114,6 +115,12 @@ def damaged_checked_file(path: str) -> bool:
             if found:
                 return True
     return False
+
+
+def _near_crc(line: bytes) -> bool:
+    """Does ``line`` start with ``crc`` or with 3 bytes at most 2 flipped bits away from it?"""
+    head = line[:3]
+    return len(head) == 3 and sum(bin(a ^ b).count("1") for a, b in zip(head, b"crc")) <= 2
 
 
 def write_properties_atomic(path: str, items: list[tuple[str, str]], *, sync: bool = True) -> None:
