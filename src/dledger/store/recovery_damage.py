@@ -148,17 +148,20 @@ class DamageJudge:
         if nxt is not None and nxt.index == k + 1 and (not unit_term or nxt.term >= term) and (
                 nxt.pos == end or (nxt.pos > end and nxt.pos % fsize == 0)):
             return True
-        for at in (end, end - end % fsize + fsize) if end % fsize else (end,):
+        return any(n.index == k + 1 and n.term >= term for _at, n in self.records_at(end))
+
+    def records_at(self, end: int):
+        """``(position, header)`` of the intact record that begins at ``end``, and of the one
+        that opens the next segment (where a record that did not fit begins instead)."""
+        fsize = self.data.mapped_file_size
+        for at in dict.fromkeys((end, end + (-end) % fsize)):
             g = self.data.find_file(at)
             if g is None:
                 continue
             try:
-                n = self.read_record(g, at - g.file_from_offset)
+                yield at, self.read_record(g, at - g.file_from_offset)
             except CorruptEntryError:
                 continue
-            if n.index == k + 1 and n.term >= term:
-                return True
-        return False
 
     def first_index(self, data_end: int) -> int | None:
         """Index of the first record of the first data segment, once the data is cut at
@@ -240,16 +243,7 @@ class DamageJudge:
         segment, with a term not below the unit's nor above the term file's? Then the data
         confirms the unit's place and size, and bounds its term, where unit ``k + 1`` cannot
         (it is damaged too, or was never written)."""
-        fsize = self.data.mapped_file_size
-        end = unit.pos + unit.size
-        for at in dict.fromkeys((end, end + (-end) % fsize)):
-            g = self.data.find_file(at)
-            if g is None:
-                continue
-            try:
-                n = self.read_record(g, at - g.file_from_offset)
-            except CorruptEntryError:
-                continue
+        for at, n in self.records_at(unit.pos + unit.size):
             if (n.index == unit.index + 1 and n.pos == at and crc_vouches(n.body_crc, n.size)
                     and unit.term <= n.term
                     and (self.current_term is None or n.term <= self.current_term)):
