@@ -27,9 +27,11 @@ ALLOWED = {
 # and it drives its node processes through the client.
 # spark reads broker messages with the broker's codec (dledger.broker.message_codec, its one home).
 # the broker keeps its dispatch lag in a metrics Histogram.
+# the name server speaks the broker's remoting protocol (dledger.broker.remoting, its one codec).
 EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark", "client"}, "sim": set(), "spark": {"broker"}, "client": set(),
                "broker": {"metrics"}, "cli_client": {"client"}, "bench": {"client", "broker"}, "cli_node": {"metrics"},
-               "cli_broker": {"broker", "cli_node", "metrics"}}
+               "cli_broker": {"broker", "cli_node", "metrics"},
+               "namesrv": {"broker"}, "cli_namesrv": {"namesrv", "cli_node"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 

@@ -7,9 +7,10 @@ Subcommands:
 - ``audit <dir> <dir> ...``: compare replicas with a Spark job (needs the ``spark`` extra);
 - ``node``: run a node of one or several groups (``cli_node``);
 - ``broker``: run a mini broker, a node with a message store serving produce and pull (``cli_broker``);
+- ``namesrv``: run a name server for RocketMQ remoting clients of brokers (``cli_namesrv``);
 - ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli_client``);
 - ``bench``: committed entries/s and commit latency of a 3-process cluster (``bench.cli``).
-Errors of ``node``, ``broker`` and the client commands are one line on stderr and a non-zero exit code:
+Errors of ``node``, ``broker``, ``namesrv`` and the client commands are one line on stderr and a non-zero exit code:
 2 for a bad flag or configuration, 1 for a group that cannot be reached or a node that cannot
 start, 3 for an append whose outcome is unknown.
 """
@@ -151,9 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_audit)
 
-    from dledger import cli_broker, cli_client, cli_node
+    from dledger import cli_broker, cli_client, cli_namesrv, cli_node
     cli_node.add_parser(sub)
     cli_broker.add_parser(sub)
+    cli_namesrv.add_parser(sub)
     cli_client.add_parsers(sub)
     from dledger.bench import cli as bench_cli
     bench_cli.add_parser(sub)
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_audit(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("node", "broker", "append", "get", "status", "transfer-leader", "bench"):
+        if args.command in ("node", "broker", "namesrv", "append", "get", "status", "transfer-leader", "bench"):
             return _guarded(args)
         return args.func(args)
     except KeyboardInterrupt:  # pragma: no cover

@@ -9,6 +9,8 @@ follower also names the leader's broker address). The wire is the project's own 
 not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
 listener closes, dispatch stops, the store is flushed and closed, exit 0. ``--metrics-port``
 (``--metrics-host``) serves the node's metrics and the broker's (``dledger.broker.metrics``).
+``--remoting-port`` also serves RocketMQ's remoting protocol for the 4.x clients
+(``dledger.broker.remoting``), registering with ``--namesrv`` when given.
 """
 
 from __future__ import annotations
@@ -39,8 +41,53 @@ def add_parser(sub) -> None:
     p.add_argument("--broker-port", type=int, help="the port serving produce and pull")
     p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")
     add_metrics_flags(p)
+    add_remoting_flags(p)
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
+
+
+def add_remoting_flags(p) -> None:
+    """RocketMQ's remoting protocol, for the 4.x clients (``dledger.broker.remoting``)."""
+    g = p.add_argument_group("RocketMQ remoting")
+    g.add_argument("--remoting-port", type=int, help="serve RocketMQ's remoting protocol on this port "
+                                                      "(RocketMQ's default: 10911), at the host of the node's peer address")
+    g.add_argument("--namesrv", help="name servers to register with: 'host:port;host:port'")
+    g.add_argument("--broker-name", help="the broker name clients see (default: the group)")
+    g.add_argument("--default-queues", type=int, default=4, help="queues of an auto-created topic (default 4)")
+
+
+def remoting_settings(args: argparse.Namespace, config) -> dict | None:
+    """The remoting server's settings from the flags (None without ``--remoting-port``), checked."""
+    if args.remoting_port is None:
+        if args.namesrv is not None:
+            raise NodeConfigError("--namesrv needs --remoting-port")
+        return None
+    from dledger.transport.tcp import split_host_port
+
+    if not 0 < args.remoting_port < 65536:
+        raise NodeConfigError(f"--remoting-port: {args.remoting_port} is not in 1..65535")
+    if not 1 <= args.default_queues <= 1024:
+        raise NodeConfigError(f"--default-queues: {args.default_queues} is not in 1..1024")
+    namesrvs = [a.strip() for a in (args.namesrv or "").split(";") if a.strip()]
+    for a in namesrvs:
+        if not a.rpartition(":")[2].isdigit() or not a.rpartition(":")[0]:
+            raise NodeConfigError(f"--namesrv: {a!r} is not host:port")
+    return {"host": split_host_port(config.peer_map[config.self_id])[0], "port": args.remoting_port,
+            "broker_name": args.broker_name or config.group, "namesrvs": namesrvs,
+            "default_queues": args.default_queues}
+
+
+def start_remoting(settings: dict | None, commit_log):
+    """The remoting server, started (None without settings)."""
+    if settings is None:
+        return None
+    from dledger.broker.remoting.server import RemotingServer
+
+    try:
+        return RemotingServer(commit_log, **settings).start()
+    except OSError as exc:
+        raise RuntimeError(f"cannot serve remoting on {settings['host']}:{settings['port']}: "
+                           f"{exc.strerror or exc}") from None
 
 
 def broker_address(args: argparse.Namespace, config) -> tuple[str, int, dict[str, str]]:
@@ -74,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         raise NodeConfigError(f"a broker runs one group; {args.config} has {len(configs)}")
     config = configs[0]
     host, port, brokers = broker_address(args, config)
+    remoting_flags = remoting_settings(args, config)
     address = metrics_address(args)
 
     from dledger.broker import DLedgerCommitLog
@@ -90,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     runtime = AsyncioRuntime()
-    server = commit_log = broker = endpoint = None
+    server = commit_log = broker = endpoint = remoting = None
     try:
         if address is not None:
             from dledger.metrics import serve
@@ -113,16 +161,18 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise RuntimeError(f"broker {config.self_id} cannot listen on {host}:{port}: "
                                f"{exc.strerror or exc}") from None
+        remoting = start_remoting(remoting_flags, commit_log)
         log.info("node %s of group %s on %s, store %s", config.self_id, config.group,
                  config.peer_map[config.self_id], config.default_path)
-        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}; "
-              f"SIGTERM or SIGINT stops", file=sys.stderr, flush=True)
+        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}"
+              f"{f', RocketMQ remoting on {remoting.address}' if remoting else ''}; SIGTERM or SIGINT stops",
+              file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
         log.info("%s: shutting down", signal.Signals(received[0]).name)
     finally:
-        for what, close in (("broker", broker and broker.close), ("commit log", commit_log and commit_log.close),
-                            ("server", server and server.shutdown)):
+        for what, close in (("remoting", remoting and remoting.close), ("broker", broker and broker.close),
+                            ("commit log", commit_log and commit_log.close), ("server", server and server.shutdown)):
             if close:
                 try:
                     close()
@@ -137,4 +187,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "broker_address", "run"]
+__all__ = ["add_parser", "add_remoting_flags", "broker_address", "remoting_settings", "run", "start_remoting"]

@@ -1,0 +1,78 @@
+"""One remoting connection, served: frames in, each request a task of its own, answers out.
+
+Shared by the broker's server and the name server. A request runs as its own task (a held pull
+does not stop the requests behind it: clients match answers by ``opaque``), at most
+``max_in_flight`` at once per connection, then reading waits. A header that does not decode
+is answered with one SYSTEM_ERROR line (opaque 0) and the connection goes on (its frame's
+length was sound); a declared length out of range is answered so and the connection is
+closed. A oneway request is served and not answered; a response (nobody here awaits one) is
+dropped. When the connection ends, its requests still running are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from dledger.broker.remoting import codes
+from dledger.broker.remoting.command import CommandDecoder, CommandError, RemotingCommand, decode_frame, encode
+
+MAX_IN_FLIGHT = 256
+
+
+def error_answer(remark: str) -> RemotingCommand:
+    return RemotingCommand(codes.SYSTEM_ERROR, 0, codes.FLAG_RESPONSE, remark)
+
+
+async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch, *,
+                           max_frame_bytes: int, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    """Serve until the peer closes or breaks the framing; ``await dispatch(cmd)`` answers a request."""
+    decoder = CommandDecoder(max_frame_bytes)
+    slots = asyncio.Semaphore(max_in_flight)
+    tasks: set[asyncio.Task] = set()
+
+    async def one(frame: bytes) -> None:
+        try:
+            cmd = decode_frame(frame)
+        except CommandError as exc:
+            answer = error_answer(str(exc))
+        else:
+            if cmd.is_response:
+                return
+            answer = await dispatch(cmd)
+            if cmd.oneway:
+                return
+        try:
+            writer.write(encode(answer))
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+
+    def done(task: asyncio.Task) -> None:
+        tasks.discard(task)
+        slots.release()
+
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            try:
+                frames = decoder.feed(data)
+            except CommandError as exc:
+                writer.write(encode(error_answer(str(exc))))
+                await writer.drain()
+                break
+            for frame in frames:
+                await slots.acquire()
+                task = asyncio.ensure_future(one(frame))
+                tasks.add(task)
+                task.add_done_callback(done)
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        for t in list(tasks):
+            t.cancel()
+        writer.close()
+
+
+__all__ = ["MAX_IN_FLIGHT", "error_answer", "serve_connection"]

@@ -1,0 +1,110 @@
+"""A broker's registrations with the name servers: REGISTER_BROKER (103), on a timer and at once
+on a role change.
+
+The request's ext fields are ``RegisterBrokerRequestHeader``'s (``brokerName, brokerAddr,
+clusterName, haServerAddr, brokerId``); ``brokerId`` is 0 while the broker's node leads and its
+slave id otherwise, so a name server learns a new master as soon as the node is elected. The
+body is JSON: ``{"topicConfigSerializeWrapper": {"topicConfigTable": {topic: {"topicName",
+"readQueueNums", "writeQueueNums", "perm"}}}, "defaultQueueNums": n}`` (the topics this broker
+has messages of, and the queue count of a topic it has none of yet). A name server that does
+not answer within ``TIMEOUT_S`` is tried again at the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from dledger.broker.remoting import codes
+from dledger.broker.remoting.command import CommandDecoder, RemotingCommand, decode_frame, encode
+from dledger.broker.remoting.routes import PERM_READ_WRITE
+from dledger.broker.topics import known_topics, queue_count
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 30.0       # RocketMQ's registerNameServerPeriod
+TIMEOUT_S = 3.0
+
+
+async def request(address: str, cmd: RemotingCommand, timeout: float = TIMEOUT_S) -> RemotingCommand:
+    """Send one request to ``host:port`` on a new connection and read its answer."""
+    host, _, port = address.rpartition(":")
+
+    async def exchange() -> RemotingCommand:
+        reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        try:
+            writer.write(encode(cmd))
+            await writer.drain()
+            decoder = CommandDecoder()
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    raise ConnectionError(f"{address} closed the connection without an answer")
+                for frame in decoder.feed(data):
+                    answer = decode_frame(frame)
+                    if answer.opaque == cmd.opaque:
+                        return answer
+        finally:
+            writer.close()
+
+    return await asyncio.wait_for(exchange(), timeout)
+
+
+def registration_body(commit_log, default_queues: int) -> bytes:
+    table = {}
+    for topic in known_topics(commit_log):
+        n = queue_count(commit_log, topic, default_queues)
+        table[topic] = {"topicName": topic, "readQueueNums": n, "writeQueueNums": n, "perm": PERM_READ_WRITE}
+    return json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table},
+                       "defaultQueueNums": default_queues}).encode()
+
+
+class Registrar:
+    """Registers with every name server every ``interval`` s, and at once when ``kick()``ed."""
+
+    def __init__(self, ctx, namesrvs: list[str], interval: float = INTERVAL_S) -> None:
+        self.ctx = ctx
+        self.namesrvs = list(namesrvs)
+        self.interval = interval
+        self._kick = asyncio.Event()
+        self._opaque = 0
+        self.registered: dict[str, int] = {}       # name server -> the broker id it last took
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def run(self) -> None:
+        while True:
+            self._kick.clear()
+            await self.register_all()
+            try:
+                await asyncio.wait_for(self._kick.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def register_all(self) -> None:
+        ctx = self.ctx
+        try:
+            body = await ctx.blocking(registration_body, ctx.log, ctx.default_queues)
+        except Exception:                       # the store is closing
+            return
+        broker_id = ctx.addresses.broker_id()
+        for address in self.namesrvs:
+            self._opaque += 1
+            cmd = RemotingCommand(codes.REGISTER_BROKER, self._opaque, 0, None,
+                                  {"brokerName": ctx.broker_name, "brokerAddr": ctx.address,
+                                   "clusterName": ctx.cluster, "haServerAddr": ctx.address,
+                                   "brokerId": str(broker_id)}, body)
+            try:
+                answer = await request(address, cmd)
+            except (OSError, asyncio.TimeoutError, ValueError) as exc:
+                log.warning("registering with the name server %s failed: %s", address, exc)
+                continue
+            if answer.code == codes.SUCCESS:
+                self.registered[address] = broker_id
+            else:
+                log.warning("the name server %s refused the registration: %s", address, answer.remark)
+
+
+__all__ = ["INTERVAL_S", "Registrar", "registration_body", "request"]
