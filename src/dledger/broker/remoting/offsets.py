@@ -39,7 +39,7 @@ async def handle_offsets(ctx, cmd):
     topic, queue_id = _queue(ext)
     state = log.consumer_state
     if cmd.code == codes.QUERY_CONSUMER_OFFSET:
-        offset = state.offset(group, topic, queue_id)
+        offset = await ctx.blocking(state.offset, group, topic, queue_id)
         return cmd.reply(codes.SUCCESS, None, {"offset": 0 if offset is None else offset})
     offset = integer(ext, "commitOffset", lo=0)
     if not group:

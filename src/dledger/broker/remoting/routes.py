@@ -12,8 +12,8 @@ The answer's body is ``TopicRouteData`` as the clients read it::
 ``brokerAddrs`` maps a broker id to its remoting address: 0 is the master (the node that leads
 the group), a slave has ``1 + its index in the group's peers``. Every topic is served
 (auto-created on first send, ``topics.queue_count`` queues: at least ``--default-queues``),
-``TBW102`` and ``%RETRY%<group>`` included; the consumer-state system topic and names no
-topic may have answer TOPIC_NOT_EXIST (17).
+``TBW102`` and ``%RETRY%<group>`` included; the broker's own topics (``RMQ_SYS_...``, the
+replicated consumer state among them) and names no topic may have answer TOPIC_NOT_EXIST (17).
 
 A broker answering 105 itself needs the master's remoting address: each broker, on becoming
 master, writes ``{"node", "addr"}`` through the Raft log (``consumer_state.submit_async``, kind
@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import json
 
-from dledger.broker.consumer_state import SYSTEM_TOPIC
 from dledger.broker.put_checks import topic_problem
 from dledger.broker.remoting import codes
 from dledger.broker.remoting.fields import text
-from dledger.broker.topics import queue_count
+from dledger.broker.topics import is_system_topic, queue_count
 
 PERM_READ_WRITE = 6
 ADDRESS_KIND = "remoting-broker"
@@ -49,7 +48,7 @@ def route_data(brokers) -> dict:
 
 def topic_refused(topic: str) -> str | None:
     """Why no route is served for ``topic`` (None: it is served)."""
-    if topic == SYSTEM_TOPIC:
+    if is_system_topic(topic):
         return f"{topic} is a system topic"
     return topic_problem(topic)
 

@@ -15,8 +15,8 @@ its ids with commas), ``queueId``, ``queueOffset``. Statuses map as RocketMQ's
 ``SendMessageProcessor`` does: MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED → MESSAGE_ILLEGAL
 (13); a node that is not the master → SERVICE_NOT_AVAILABLE (14), and the client retries
 elsewhere; no quorum within the put timeout → FLUSH_SLAVE_TIMEOUT (12); a full pending window
-→ SYSTEM_BUSY (2); a queue id outside the topic's queues → SYSTEM_ERROR (1); the consumer-state
-system topic → NO_PERMISSION (16).
+→ SYSTEM_BUSY (2); a queue id outside the topic's queues → SYSTEM_ERROR (1); a system topic
+(``RMQ_SYS_...``, the replicated consumer state's) → NO_PERMISSION (16).
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ import asyncio
 import struct
 import zlib
 
-from dledger.broker.consumer_state import SYSTEM_TOPIC
 from dledger.broker.message_codec import COMPRESSED_FLAG, parse_properties
 from dledger.broker.put_checks import topic_problem
 from dledger.broker.put_result import PutMessageStatus
 from dledger.broker.remoting import codes
 from dledger.broker.remoting.fields import BadField, integer, text
-from dledger.broker.topics import queue_count
+from dledger.broker.topics import is_system_topic, queue_count
 
 #: SEND_MESSAGE_V2's short names
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -116,7 +115,7 @@ async def handle_send(ctx, cmd, peer: str):
     why = topic_problem(topic)
     if why:
         raise BadField(why, codes.MESSAGE_ILLEGAL)
-    if topic == SYSTEM_TOPIC:
+    if is_system_topic(topic):
         raise BadField(f"topic: {topic} is a system topic; clients may not send to it", codes.NO_PERMISSION)
     queue_id = integer(ext, "queueId", lo=-(1 << 31), hi=(1 << 31) - 1)
     sys_flag = integer(ext, "sysFlag", default=0, lo=-(1 << 31), hi=(1 << 31) - 1)
