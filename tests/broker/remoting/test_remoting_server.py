@@ -349,3 +349,18 @@ def test_puts_from_many_threads_all_get_distinct_offsets(remoting_group):
     assert not errors and len(results) == 40 and all(code == codes.SUCCESS for code, _q, _o in results)
     for q in ("0", "1"):
         assert sorted(int(o) for code, qq, o in results if qq == q) == list(range(20))
+
+
+def test_a_put_without_quorum_answers_what_rocketmq_answers_and_the_client_may_retry(remoting_group):
+    g = remoting_group
+    m = g.master()
+    for i, log in enumerate(g.logs):
+        if i != m:
+            g.servers[i].close()
+            log.server.shutdown()
+    with RemotingClient(g.servers[m].address, timeout=30) as c:
+        a = send(c, body=b"no quorum")
+    # no quorum within the put timeout: SYSTEM_ERROR "[PC_SYNCHRONIZED]" (Java's DLedgerCommitLog turns
+    # WAIT_QUORUM_ACK_TIMEOUT into OS_PAGECACHE_BUSY, answered so); a leader that stepped down first: 14
+    assert (a.code == codes.SYSTEM_ERROR and a.remark.startswith("[PC_SYNCHRONIZED]")) or \
+        a.code == codes.SERVICE_NOT_AVAILABLE, a

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dledger.broker.remoting import codes, queues
 from dledger.broker.remoting.fields import BadField, integer, text
-from dledger.broker.remoting.send import CODE_FOR_STATUS
+from dledger.broker.remoting.send import refusal
 
 _QUEUE = {"lo": 0, "hi": (1 << 31) - 1}
 
@@ -46,9 +46,9 @@ async def handle_offsets(ctx, cmd):
         raise BadField("consumerGroup: is empty")
     r = await ctx.put(state.commit_offset_async(group, topic, queue_id, offset))
     if r is None:
-        return cmd.reply(codes.FLUSH_SLAVE_TIMEOUT, f"no quorum answer within {ctx.put_timeout} s")
+        return cmd.reply(codes.SYSTEM_ERROR, f"[PC_SYNCHRONIZED] no quorum answer within {ctx.put_timeout} s")
     if not r.ok:
-        return cmd.reply(CODE_FOR_STATUS.get(r.status, codes.SYSTEM_ERROR), f"{r.status.name}: {r.detail}")
+        return refusal(cmd, r)
     return cmd.reply(codes.SUCCESS)
 
 

@@ -6,8 +6,9 @@ clusterName, haServerAddr, brokerId``); ``brokerId`` is 0 while the broker's nod
 slave id otherwise, so a name server learns a new master as soon as the node is elected. The
 body is JSON: ``{"topicConfigSerializeWrapper": {"topicConfigTable": {topic: {"topicName",
 "readQueueNums", "writeQueueNums", "perm"}}}, "defaultQueueNums": n}`` (the topics this broker
-has messages of, and the queue count of a topic it has none of yet). A name server that does
-not answer within ``TIMEOUT_S`` is tried again at the next tick.
+has messages of, and the queue count of a topic it has none of yet). When a name server did
+not take it (not listening yet, no answer within ``TIMEOUT_S``), all are tried again after
+``RETRY_S``, the wait doubling up to the interval.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dledger.broker.topics import known_topics, queue_count
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 30.0       # RocketMQ's registerNameServerPeriod
+RETRY_S = 1.0           # after a failed registration: again in 1 s, doubling up to INTERVAL_S
 TIMEOUT_S = 3.0
 
 
@@ -75,21 +77,25 @@ class Registrar:
         self._kick.set()
 
     async def run(self) -> None:
+        retry = RETRY_S
         while True:
             self._kick.clear()
-            await self.register_all()
+            ok = await self.register_all()
+            wait, retry = (self.interval, RETRY_S) if ok else (min(retry, self.interval), min(retry * 2, self.interval))
             try:
-                await asyncio.wait_for(self._kick.wait(), self.interval)
+                await asyncio.wait_for(self._kick.wait(), wait)
             except asyncio.TimeoutError:
                 pass
 
-    async def register_all(self) -> None:
+    async def register_all(self) -> bool:
+        """Register with every name server; whether all of them took it."""
         ctx = self.ctx
         try:
             body = await ctx.blocking(registration_body, ctx.log, ctx.default_queues)
-        except Exception:                       # the store is closing
-            return
+        except Exception:                       # noqa: BLE001 - the store is closing
+            return False
         broker_id = ctx.addresses.broker_id()
+        ok = True
         for address in self.namesrvs:
             self._opaque += 1
             cmd = RemotingCommand(codes.REGISTER_BROKER, self._opaque, 0, None,
@@ -100,11 +106,14 @@ class Registrar:
                 answer = await request(address, cmd)
             except (OSError, asyncio.TimeoutError, ValueError) as exc:
                 log.warning("registering with the name server %s failed: %s", address, exc)
+                ok = False
                 continue
             if answer.code == codes.SUCCESS:
                 self.registered[address] = broker_id
             else:
                 log.warning("the name server %s refused the registration: %s", address, answer.remark)
+                ok = False
+        return ok
 
 
-__all__ = ["INTERVAL_S", "Registrar", "registration_body", "request"]
+__all__ = ["INTERVAL_S", "RETRY_S", "Registrar", "registration_body", "request"]

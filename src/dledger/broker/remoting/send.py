@@ -13,9 +13,11 @@ client's address.
 The answer is ``SendMessageResponseHeader``: ``msgId`` (the offset message id; a batch joins
 its ids with commas), ``queueId``, ``queueOffset``. Statuses map as RocketMQ's
 ``SendMessageProcessor`` does: MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED → MESSAGE_ILLEGAL
-(13); a node that is not the master → SERVICE_NOT_AVAILABLE (14), and the client retries
-elsewhere; no quorum within the put timeout → FLUSH_SLAVE_TIMEOUT (12); a full pending window
-→ SYSTEM_BUSY (2); a queue id outside the topic's queues → SYSTEM_ERROR (1); a system topic
+(13); a node that is not the master → SERVICE_NOT_AVAILABLE (14); no quorum within the put
+timeout, or a full pending window → SYSTEM_ERROR (1) with ``[PC_SYNCHRONIZED]`` in the remark (as
+Java's DLedgerCommitLog, which turns WAIT_QUORUM_ACK_TIMEOUT into OS_PAGECACHE_BUSY because
+clients ignore FLUSH_SLAVE_TIMEOUT): the clients send again, to another queue or broker, so a
+message answered so may be stored twice; a queue id outside the topic's queues → SYSTEM_ERROR (1); a system topic
 (``RMQ_SYS_...``, the replicated consumer state's) → NO_PERMISSION (16).
 """
 
@@ -46,8 +48,8 @@ CODE_FOR_STATUS = {
     PutMessageStatus.MESSAGE_ILLEGAL: codes.MESSAGE_ILLEGAL,
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: codes.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: codes.SERVICE_NOT_AVAILABLE,
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: codes.FLUSH_SLAVE_TIMEOUT,
-    PutMessageStatus.OS_PAGECACHE_BUSY: codes.SYSTEM_BUSY,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: codes.SYSTEM_ERROR,
+    PutMessageStatus.OS_PAGECACHE_BUSY: codes.SYSTEM_ERROR,
     PutMessageStatus.UNKNOWN_ERROR: codes.SYSTEM_ERROR,
 }
 
@@ -137,7 +139,7 @@ async def handle_send(ctx, cmd, peer: str):
             return _timeout(ctx, cmd)
         bad = next((r for r in results if not r.ok), None)
         if bad is not None:
-            return cmd.reply(CODE_FOR_STATUS.get(bad.status, codes.SYSTEM_ERROR), f"{bad.status.name}: {bad.detail}")
+            return refusal(cmd, bad)
         return cmd.reply(codes.SUCCESS, None, {"msgId": ",".join(r.msg_id for r in results), "queueId": queue_id,
                                                "queueOffset": results[0].queue_offset})
     body = inflate(cmd.body, limit) if sys_flag & COMPRESSED_FLAG else cmd.body
@@ -146,13 +148,21 @@ async def handle_send(ctx, cmd, peer: str):
     if r is None:
         return _timeout(ctx, cmd)
     if not r.ok:
-        return cmd.reply(CODE_FOR_STATUS.get(r.status, codes.SYSTEM_ERROR), f"{r.status.name}: {r.detail}")
+        return refusal(cmd, r)
     return cmd.reply(codes.SUCCESS, None, {"msgId": r.msg_id, "queueId": queue_id, "queueOffset": r.queue_offset})
 
 
+def refusal(cmd, r):
+    """The answer to a put the commit log did not take (``r``: its ``PutMessageResult``)."""
+    busy = "[PC_SYNCHRONIZED] " if r.status in (PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+                                                PutMessageStatus.OS_PAGECACHE_BUSY) else ""
+    return cmd.reply(CODE_FOR_STATUS.get(r.status, codes.SYSTEM_ERROR), f"{busy}{r.status.name}: {r.detail}")
+
+
 def _timeout(ctx, cmd):
-    return cmd.reply(codes.FLUSH_SLAVE_TIMEOUT, f"no quorum answer within {ctx.put_timeout} s; "
-                                                "the message may still commit")
+    return cmd.reply(codes.SYSTEM_ERROR, f"[PC_SYNCHRONIZED] no quorum answer within {ctx.put_timeout} s; "
+                                         "the message may still commit")
 
 
-__all__ = ["CODE_FOR_STATUS", "MAX_BATCH", "V2_NAMES", "decode_batch", "handle_send", "inflate", "long_fields"]
+__all__ = ["CODE_FOR_STATUS", "MAX_BATCH", "V2_NAMES", "decode_batch", "handle_send", "inflate", "long_fields",
+           "refusal"]
