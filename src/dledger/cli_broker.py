@@ -29,6 +29,8 @@ EXAMPLE = """example:
       --brokers 'n0-127.0.0.1:30911;n1-127.0.0.1:30912;n2-127.0.0.1:30913' --store-dir /var/lib/broker
   dledger broker --config /etc/dledger/broker.toml --id n1 --broker-port 30912 --metrics-port 9101
   curl -s http://127.0.0.1:9101/metrics | grep dledger_broker_dispatch
+  dledger broker --config broker.toml --id n0 --broker-port 30911 --remoting-port 10911 \
+      --namesrv 127.0.0.1:9876     # RocketMQ's remoting protocol too, registered with a name server
 """
 
 
