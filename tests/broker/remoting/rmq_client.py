@@ -5,6 +5,8 @@ it imports nothing of the project; it prints one JSON object per line on stdout.
     rmq_client.py produce NAMESRV COUNT TOPIC[,TOPIC...]      -> {"sent": i, "status", "offset", "topic", "body", ...}
     rmq_client.py pull NAMESRV GROUP TOPIC[,TOPIC...]         -> one line per message, then {"done": n}
     rmq_client.py push NAMESRV GROUP TOPIC EXPECT SECONDS     -> one line per message, then {"done": n}
+    rmq_client.py produce-retrying NAMESRV COUNT TOPIC SECONDS -> a send failed is sent again (a new
+        message id each time) until SEND_OK or SECONDS pass: {"sent": i, "status", "msg_id", "attempts"}
 """
 
 import json
@@ -49,6 +51,36 @@ def produce(namesrv: str, count: int, topics: list[str]) -> None:
         producer.shutdown()
 
 
+def produce_retrying(namesrv: str, count: int, topic: str, seconds: float) -> None:
+    producer = Producer("PID-dledger-failover", timeout=3000)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for i in range(count):
+            deadline, attempts = time.monotonic() + seconds, 0
+            while True:
+                attempts += 1
+                msg = Message(topic)
+                msg.set_keys(f"key-{i}")
+                msg.set_body(f"failover {i}".encode())
+                try:
+                    r = producer.send_sync(msg)
+                    if int(r.status) == 0:
+                        out({"sent": i, "status": 0, "msg_id": r.msg_id, "attempts": attempts, "body": f"failover {i}"})
+                        break
+                except Exception as exc:            # the master is gone: the route is refreshed in time
+                    error = str(exc).splitlines()[0][:200]
+                else:
+                    error = f"status {int(r.status)}"
+                if time.monotonic() > deadline:
+                    out({"sent": i, "status": -1, "error": error, "attempts": attempts})
+                    break
+                time.sleep(0.2)
+            time.sleep(0.02)
+    finally:
+        producer.shutdown()
+
+
 def pull(namesrv: str, group: str, topics: list[str]) -> None:
     consumer = PullConsumer(group)
     consumer.set_namesrv_addr(namesrv)
@@ -89,6 +121,8 @@ if __name__ == "__main__":
         produce(namesrv, int(sys.argv[3]), sys.argv[4].split(","))
     elif mode == "pull":
         pull(namesrv, sys.argv[3], sys.argv[4].split(","))
+    elif mode == "produce-retrying":
+        produce_retrying(namesrv, int(sys.argv[3]), sys.argv[4], float(sys.argv[5]))
     elif mode == "push":
         push(namesrv, sys.argv[3], sys.argv[4], int(sys.argv[5]), float(sys.argv[6]))
     else:
