@@ -48,7 +48,7 @@ def remoting_group(tmp_path):
             logs.append(log)
         for log in logs:
             servers.append(RemotingServer(log, "127.0.0.1", 0, broker_name="broker-a", put_timeout=5.0,
-                                          max_connections=16).start())
+                                          max_connections=16, idle_s=3.0).start())
         group = Group(logs, servers)
         m = group.master()          # and its address published to every replica (one entry of the log)
         poll(lambda: all(s.ctx.addresses.table.get(f"n{m}") == servers[m].address for s in servers),

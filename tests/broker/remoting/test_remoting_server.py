@@ -300,7 +300,9 @@ def test_malformed_frames_get_one_line_answers_and_the_node_serves_on(remoting_g
             assert a.code == codes.SYSTEM_ERROR and words in a.remark
             assert c.read() is None                                      # and closed
     with RemotingClient(address) as c:
-        c.send_raw(struct.pack(">ii", 100, 2) + b"{}")                   # a frame that never completes
+        c.send_raw(struct.pack(">ii", 100, 2) + b"{}")                   # a frame that never completes:
+        t0 = time.monotonic()
+        assert c.read() is None and 2.5 < time.monotonic() - t0 < 10     # closed when idle (3 s here)
     wait_dispatched(g, m, "T", 0, 1)
     with RemotingClient(address) as c:
         assert c.call(codes.GET_MAX_OFFSET, {"topic": "T", "queueId": 0}).ext == {"offset": "1"}

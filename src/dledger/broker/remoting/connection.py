@@ -5,7 +5,7 @@ does not stop the requests behind it: clients match answers by ``opaque``), at m
 ``max_in_flight`` at once per connection, then reading waits. A header that does not decode
 is answered with one SYSTEM_ERROR line (opaque 0) and the connection goes on (its frame's
 length was sound); a declared length out of range is answered so and the connection is
-closed. A oneway request is served and not answered; a response (nobody here awaits one) is
+closed; so is a connection that sends nothing for ``idle_s``. A oneway request is served and not answered; a response (nobody here awaits one) is
 dropped. When the connection ends, its requests still running are cancelled.
 """
 
@@ -17,6 +17,8 @@ from dledger.broker.remoting import codes
 from dledger.broker.remoting.command import CommandDecoder, CommandError, RemotingCommand, decode_frame, encode
 
 MAX_IN_FLIGHT = 256
+#: a connection that sends nothing for this long is closed (RocketMQ's serverChannelMaxIdleTimeSeconds)
+IDLE_S = 120.0
 
 
 def error_answer(remark: str) -> RemotingCommand:
@@ -24,7 +26,7 @@ def error_answer(remark: str) -> RemotingCommand:
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch, *,
-                           max_frame_bytes: int, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                           max_frame_bytes: int, max_in_flight: int = MAX_IN_FLIGHT, idle_s: float = IDLE_S) -> None:
     """Serve until the peer closes or breaks the framing; ``await dispatch(cmd)`` answers a request."""
     decoder = CommandDecoder(max_frame_bytes)
     slots = asyncio.Semaphore(max_in_flight)
@@ -53,7 +55,10 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
 
     try:
         while True:
-            data = await reader.read(65536)
+            try:
+                data = await asyncio.wait_for(reader.read(65536), idle_s)
+            except asyncio.TimeoutError:
+                break
             if not data:
                 break
             try:
@@ -75,4 +80,4 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         writer.close()
 
 
-__all__ = ["MAX_IN_FLIGHT", "error_answer", "serve_connection"]
+__all__ = ["IDLE_S", "MAX_IN_FLIGHT", "error_answer", "serve_connection"]

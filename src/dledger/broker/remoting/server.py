@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dledger.broker.remoting import codes
 from dledger.broker.remoting.command import MAX_FRAME_BYTES, RemotingCommand
-from dledger.broker.remoting.connection import serve_connection
+from dledger.broker.remoting.connection import IDLE_S, serve_connection
 from dledger.broker.remoting.fields import BadField
 from dledger.broker.remoting.groups import ConsumerGroups, handle_groups
 from dledger.broker.remoting.offsets import handle_offsets
@@ -78,7 +78,7 @@ class RemotingServer:
                  cluster: str = DEFAULT_CLUSTER, namesrvs: list[str] | None = None,
                  default_queues: int = DEFAULT_QUEUES, put_timeout: float = PUT_TIMEOUT_S,
                  max_connections: int = MAX_CONNECTIONS, max_frame_bytes: int = MAX_FRAME_BYTES,
-                 register_interval: float | None = None) -> None:
+                 register_interval: float | None = None, idle_s: float = IDLE_S) -> None:
         self.commit_log = commit_log
         self.host, self.port = host, port
         self.broker_name, self.cluster = broker_name, cluster
@@ -86,6 +86,7 @@ class RemotingServer:
         self.default_queues, self.put_timeout = default_queues, put_timeout
         self.max_connections, self.max_frame_bytes = max_connections, max_frame_bytes
         self.register_interval = register_interval
+        self.idle_s = idle_s
         self.connections = 0
         self.refused_connections = 0
         self.ctx: RemotingContext | None = None
@@ -205,7 +206,7 @@ class RemotingServer:
             (f"[{peer[0]}]:{peer[1]}" if isinstance(peer, tuple) else "127.0.0.1:0")
         try:
             await serve_connection(reader, writer, lambda cmd: self.dispatch(cmd, conn_id, peer_text),
-                                   max_frame_bytes=self.max_frame_bytes)
+                                   max_frame_bytes=self.max_frame_bytes, idle_s=self.idle_s)
         finally:
             self.connections -= 1
             self._conns.pop(asyncio.current_task(), None)
