@@ -38,6 +38,9 @@ MAX_BATCH = 1024
 MAX_POLL_MS = 60_000
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
+#: a receive without an invisible duration (push consumers, ``auto_renew``): the proxy's default;
+#: this broker does not renew it while the client consumes
+DEFAULT_INVISIBLE_MS = 60_000
 PUT_TIMEOUT_S = 10.0
 #: the broker's own topics (RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX; the replicated consumer
 #: state's among them): never routed, sent to or received from by clients
@@ -224,7 +227,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if fe.type == pb.SQL:
                 raise BadInput(pb.ILLEGAL_FILTER_EXPRESSION, "filter_expression: SQL filters are not supported")
             invisible = _millis(request.invisible_duration if request.HasField("invisible_duration") else None,
-                                "invisible_duration", MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+                                "invisible_duration", MIN_INVISIBLE_MS, MAX_INVISIBLE_MS, DEFAULT_INVISIBLE_MS)
             poll = _millis(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
                            "long_polling_timeout", 0, MAX_POLL_MS, LONG_POLLING_TIMEOUT_S * 1000)
             deliveries = await self.pop.receive(group, topic, queue_ids, batch, invisible, poll,
