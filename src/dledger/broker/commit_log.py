@@ -26,7 +26,6 @@ simulator, run the cluster until ``done()``; ``put_message`` blocks for it (real
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import struct
@@ -37,7 +36,8 @@ from dledger.broker.message_codec import (PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET
                                           MessageFormatError, decode, encode_message, locate,
                                           message_id, split_host)
 from dledger.broker.put_checks import put_problem
-from dledger.broker.put_result import PutMessageResult, PutMessageStatus, refused
+from dledger.broker.put_result import AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, refused
+from dledger.broker.consumer_state import ConsumerState
 from dledger.broker.reput import ReputService
 from dledger.broker.role_change import RoleTracker
 from dledger.broker.store_view import entry_end, max_position, min_position, read_at
@@ -70,19 +70,6 @@ _STATUS_FOR_CODE = {
 }
 
 
-class AwaitableFuture(Future):
-    """A ``concurrent.futures.Future`` that asyncio code can also ``await``."""
-
-    def __await__(self):
-        return asyncio.wrap_future(self).__await__()
-
-
-def _done(value) -> AwaitableFuture:
-    f = AwaitableFuture()
-    f.set_result(value)
-    return f
-
-
 class DLedgerCommitLog:
     def __init__(self, server, *, root: str | None = None, max_message_size: int = MAX_MESSAGE_SIZE,
                  dispatch_interval_ms: int = DISPATCH_INTERVAL_MS, cq_units_per_file: int | None = None,
@@ -110,6 +97,8 @@ class DLedgerCommitLog:
         #: batch being dispatched (its units are written when the batch ends)
         self.dispatch_lag = Histogram(DISPATCH_LAG_BUCKETS_MS)
         self.reput.on_dispatch_batch = self._on_dispatched
+        #: consumer offsets and other consumer records, replicated through the log
+        self.consumer_state = ConsumerState(self)
         server.add_append_hook(self._hook)
         server.add_role_change_handler(self._on_role_change)
         if server.started:
@@ -190,6 +179,7 @@ class DLedgerCommitLog:
         now = srv.runtime.now_ms()
         if self.reput.dirty and now - self._checkpoint_at >= self.checkpoint_interval_ms:
             self.reput.checkpoint()
+            self.consumer_state.save()
             self._checkpoint_at = now
         return n
 
@@ -198,6 +188,7 @@ class DLedgerCommitLog:
         now, observe = self.server.runtime.wall_time() * 1000, self.dispatch_lag.observe
         for _offset, stamp in batch:
             observe(now - stamp)
+        self.consumer_state.catch_up()
 
     # =====================================================================================
     # puts
@@ -261,32 +252,32 @@ class DLedgerCommitLog:
         raw = self._encode(topic, queue_id, body, tags, keys, properties, born_host, flag,
                            int(self.server.runtime.wall_time() * 1000), self._limit())
         if isinstance(raw, PutMessageResult):
-            return _done(raw)
+            return done_future(raw)
         return self._append([raw], single=True)
 
     def put_messages_async(self, messages) -> AwaitableFuture:
         """Put a batch: ``messages`` are dicts of ``put_message``'s arguments. A future of the
         list of results, one per message; a refused message stops the whole batch."""
         if not isinstance(messages, (list, tuple)):
-            return _done([refused(PutMessageStatus.MESSAGE_ILLEGAL,
+            return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                   f"messages: must be a list of dicts, got {type(messages).__name__}")])
         raws = []
         born_ms, limit, encode = int(self.server.runtime.wall_time() * 1000), self._limit(), self._encode
         for i, m in enumerate(messages):
             if not isinstance(m, dict):
-                return _done([refused(PutMessageStatus.MESSAGE_ILLEGAL,
+                return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                       f"messages[{i}]: must be a dict, got {type(m).__name__}")])
             unknown = m.keys() - _PUT_FIELDS
             if unknown:
-                return _done([refused(PutMessageStatus.MESSAGE_ILLEGAL,
+                return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                       f"messages[{i}]: unknown field(s) {', '.join(sorted(map(str, unknown)))}")])
             raw = encode(m.get("topic"), m.get("queue_id", 0), m.get("body"), m.get("tags"), m.get("keys", ()),
                          m.get("properties"), m.get("born_host"), m.get("flag", 0), born_ms, limit)
             if type(raw) is not bytes:
-                return _done([dataclasses.replace(raw, detail=f"messages[{i}]: {raw.detail}")])
+                return done_future([dataclasses.replace(raw, detail=f"messages[{i}]: {raw.detail}")])
             raws.append(raw)
         if not raws:
-            return _done([])
+            return done_future([])
         return self._append(raws, single=False)
 
     def _append(self, raws: list[bytes], single: bool) -> AwaitableFuture:
@@ -400,6 +391,8 @@ class DLedgerCommitLog:
                 self._timer.cancel()
                 self._timer = None
             self.reput.close(checkpoint=checkpoint)
+            if checkpoint:
+                self.consumer_state.save()
 
         try:
             self._on_runtime(stop)

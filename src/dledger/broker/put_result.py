@@ -12,7 +12,9 @@ PUT_OK carries ``wrote_offset`` (the message's physical offset), ``wrote_bytes``
 
 from __future__ import annotations
 
+import asyncio
 import enum
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 
@@ -44,3 +46,17 @@ class PutMessageResult:
 
 def refused(status: PutMessageStatus, detail: str, leader_id: str | None = None) -> PutMessageResult:
     return PutMessageResult(status, leader_id=leader_id, detail=detail)
+
+
+class AwaitableFuture(Future):
+    """A ``concurrent.futures.Future`` that asyncio code can also ``await``."""
+
+    def __await__(self):
+        return asyncio.wrap_future(self).__await__()
+
+
+def done_future(value) -> AwaitableFuture:
+    """An ``AwaitableFuture`` that already holds ``value``."""
+    f = AwaitableFuture()
+    f.set_result(value)
+    return f
