@@ -31,6 +31,7 @@ from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2 as spb
 from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2_grpc
 from dledger.broker.grpc_v2.routes import LONG_POLLING_TIMEOUT_S, Routes
 from dledger.broker.put_checks import topic_problem
+from dledger.broker.topics import is_system_topic
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,6 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 #: this broker does not renew it while the client consumes
 DEFAULT_INVISIBLE_MS = 60_000
 PUT_TIMEOUT_S = 10.0
-#: the broker's own topics (RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX; the replicated consumer
-#: state's among them): never routed, sent to or received from by clients
-SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
 
 _PUT_CODES = {"PUT_OK": pb.OK, "SERVICE_NOT_AVAILABLE": pb.HA_NOT_AVAILABLE,
               "FLUSH_SLAVE_TIMEOUT": pb.SLAVE_PERSISTENCE_TIMEOUT, "OS_PAGECACHE_BUSY": pb.TOO_MANY_REQUESTS,
@@ -93,7 +91,7 @@ def _topic(resource, field: str = "topic") -> str:
     why = topic_problem(name)
     if why:
         raise BadInput(pb.ILLEGAL_TOPIC, f"{field}: {why.partition(': ')[2]}")
-    if name.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_system_topic(name):
         raise BadInput(pb.TOPIC_NOT_FOUND, f"{field}: {name} is a system topic")
     return name
 
