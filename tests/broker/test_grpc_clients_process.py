@@ -138,3 +138,58 @@ def _small_config(tmp_path):
     path = tmp_path / "small.toml"
     path.write_text("mapped_file_size_for_entry_data = 4194304\nmapped_file_size_for_entry_index = 2097152\n")
     return path
+
+
+def _stub_receive(port, group, topic, invisible_s, poll_s=1):
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        req = spb.ReceiveMessageRequest(batch_size=32)
+        req.group.name = group
+        req.message_queue.topic.name = topic
+        req.message_queue.id = -1
+        req.invisible_duration.FromSeconds(invisible_s)
+        req.long_polling_timeout.FromSeconds(poll_s)
+        frames = list(service_pb2_grpc.MessagingServiceStub(channel).ReceiveMessage(req, timeout=poll_s + 10))
+    return frames[0].status.code, [f.message for f in frames if f.HasField("message")]
+
+
+def _stub_ack(port, group, topic, m):
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        req = spb.AckMessageRequest()
+        req.group.name, req.topic.name = group, topic
+        req.entries.add(message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle)
+        return service_pb2_grpc.MessagingServiceStub(channel).AckMessage(req, timeout=10).status.code
+
+
+def test_after_a_master_failover_only_unacknowledged_messages_are_delivered_again(tmp_path):
+    (tmp_path / "home").mkdir()
+    procs, ports = start(tmp_path)
+    try:
+        master = master_port(ports["n0"])
+        sent = run_client(tmp_path, "produce", f"127.0.0.1:{master}", "F", 8)["sent"]
+        got, deadline = [], time.monotonic() + 30
+        while len(got) < 8:
+            assert time.monotonic() < deadline, got
+            got += _stub_receive(master, "G", "F", invisible_s=4)[1]
+        assert sorted(m.body.decode() for m in got) == sorted(b for _mid, b in sent)
+        acked, unacked = got[:5], got[5:]
+        assert all(_stub_ack(master, "G", "F", m) == pb.OK for m in acked)
+
+        dead = next(i for i, p in ports.items() if p == master)
+        procs[dead].send_signal(signal.SIGKILL)
+        procs[dead].wait(10)
+        survivor = next(p for i, p in ports.items() if i != dead)
+        new_master = master_port(survivor, deadline_s=60, not_port=master)
+
+        again, deadline = [], time.monotonic() + 60
+        while len(again) < len(unacked):
+            assert time.monotonic() < deadline, (again, unacked)
+            code, messages = _stub_receive(new_master, "G", "F", invisible_s=30, poll_s=2)
+            assert code in (pb.OK, pb.MESSAGE_NOT_FOUND, pb.HA_NOT_AVAILABLE), code
+            again += messages
+        assert sorted(m.body for m in again) == sorted(m.body for m in unacked)
+        assert all(m.system_properties.delivery_attempt == 2 for m in again)
+        # nothing else comes: the acknowledged messages stay acknowledged
+        assert _stub_receive(new_master, "G", "F", invisible_s=30, poll_s=5) == (pb.MESSAGE_NOT_FOUND, [])
+        assert all(_stub_ack(new_master, "G", "F", m) == pb.OK for m in again)
+    finally:
+        stop(procs)
