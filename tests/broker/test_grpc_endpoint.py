@@ -225,3 +225,33 @@ def test_bad_input_gets_a_status_never_a_crash_and_the_term_stays(broker):
     # still serving, same term
     assert send(stub, message("T", b"fine", "01CC" + "6" * 30)).status.code == pb.OK
     assert log.server.node.term == term
+
+
+def test_a_new_group_starts_at_the_first_message_the_log_still_holds():
+    """Retention trims the log's head: the consume queue still has units for messages the log
+    no longer holds. The cursor of a group new to the queue goes to the first one held."""
+    from types import SimpleNamespace
+
+    from dledger.broker.grpc_v2.pop import PopConsumption
+
+    held = range(37, 50)
+
+    class TrimmedLog:
+        def max_queue_offset(self, topic, q):
+            return 50
+
+        def get_messages(self, topic, q, offset, n):
+            out = [SimpleNamespace(queue_offset=o, tags=None) for o in range(offset, min(offset + n, 50))]
+            kept = []
+            for m in out:
+                if m.queue_offset not in held:
+                    break
+                kept.append(m)
+            return kept, offset + len(kept)
+
+    pop = PopConsumption(TrimmedLog())
+    for start in (0, 1, 36, 37, 45, 50):
+        assert pop._first_retained("T", 0, start) == max(start, 37)
+    parts, read = pop._plan("G", "T", [0], 4, lambda tags: True)
+    assert parts == [{"q": 0, "from": 0, "to": 41, "new": [37, 38, 39, 40], "again": []}]
+    assert sorted(read) == [(0, 37), (0, 38), (0, 39), (0, 40)]

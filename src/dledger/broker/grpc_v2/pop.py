@@ -12,7 +12,8 @@ A receive on a topic-queue (or on every queue of the topic: queue id -1) is plan
 per-(group, topic) lock on the master: first the in-flight messages whose invisible duration has
 ended (handed out again, ``delivery_attempt`` counted up), then new messages from the group's
 cursor (a group new to a queue starts at the queue's first retained message), those the tag
-filter does not keep moving the cursor without being handed out. With nothing to hand out it
+filter does not keep moving the cursor without being handed out; messages retention trimmed
+from the log's head are passed over (the cursor moves to the first one the log holds). With nothing to hand out it
 waits (long polling) until a dispatch on this replica brings messages, an in-flight message's
 duration ends, or the polling time is up; it never spins. Runs on the endpoint's asyncio loop;
 the state is applied on the server's runtime thread, under a lock.
@@ -156,7 +157,8 @@ class PopConsumption:
                 cursor = self.state.cursor(group, topic, q)
                 again = self.state.expired(group, topic, q, now, room)
             room -= len(again)
-            start = cursor if cursor is not None else 0
+            base = cursor if cursor is not None else 0
+            start = self._first_retained(topic, q, base)
             end, new, scanned = start, [], 0
             while room > 0 and scanned < MAX_SCAN:
                 messages, _next = self.log.get_messages(topic, q, end, min(32, MAX_SCAN - scanned))
@@ -171,9 +173,24 @@ class PopConsumption:
                         room -= 1
                         if room <= 0:
                             break
-            if again or end > start:
-                parts.append({"q": q, "from": start, "to": end, "new": new, "again": [list(a) for a in again]})
+            if again or end > base:
+                parts.append({"q": q, "from": base, "to": end, "new": new, "again": [list(a) for a in again]})
         return parts, read
+
+    def _first_retained(self, topic: str, q: int, offset: int) -> int:
+        """The first queue offset at or after ``offset`` whose message the log still holds
+        (retention trims the log's head, so the held ones are a suffix of the queue)."""
+        end = self.log.max_queue_offset(topic, q)
+        if offset >= end or self._read(topic, q, offset) is not None:
+            return offset
+        lo, hi = offset, end            # lo: trimmed; hi: held, or the queue's end
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._read(topic, q, mid) is not None:
+                hi = mid
+            else:
+                lo = mid
+        return hi
 
     def _read(self, topic: str, q: int, offset: int):
         messages, _ = self.log.get_messages(topic, q, offset, 1)
