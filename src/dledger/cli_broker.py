@@ -150,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
         grpc = start_grpc(args, commit_log, config)
         log.info("node %s of group %s on %s, store %s", config.self_id, config.group,
                  config.peer_map[config.self_id], config.default_path)
-        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}; "
-              f"{f'; gRPC v2 on {grpc.address}' if grpc else ''}; SIGTERM or SIGINT stops", file=sys.stderr, flush=True)
+        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}"
+              f"{f', gRPC v2 on {grpc.address}' if grpc else ''}; SIGTERM or SIGINT stops", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
         log.info("%s: shutting down", signal.Signals(received[0]).name)

@@ -8,7 +8,7 @@ knows every acknowledgement that was answered OK and redelivers only what was no
 The master answers a request only once its record is applied locally, from what ``apply``
 granted: a record planned from a stale view grants nothing it should not (``pop_state``).
 
-A receive on a topic-queue (or on every queue of the topic: queue id -1) is planned under a
+A receive on queues of a topic (the endpoint asks for all of them) is planned under a
 per-(group, topic) lock on the master: first the in-flight messages whose invisible duration has
 ended (handed out again, ``delivery_attempt`` counted up), then new messages from the group's
 cursor (a group new to a queue starts at the queue's first retained message), those the tag

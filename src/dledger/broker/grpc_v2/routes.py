@@ -8,8 +8,9 @@ Each route holds the topic's ``queue_count`` queues (``dledger.broker.topics``),
 ``READ_WRITE``, on broker ``id`` 0 (the clients drop any other), accepting NORMAL messages.
 
 ``QueryAssignment`` (push consumers) answers one assignment per topic on the master, with queue
-id -1: "any queue", as RocketMQ's proxy does for POP consumption; a receive on it takes from
-every queue of the topic.
+id -1: "any queue", as RocketMQ's proxy does for POP consumption. A receive takes from every
+queue of the topic whatever queue it names (as the proxy's, which pops by broker), beginning
+with the one it names.
 
 ``settings(client)`` is the answer to the ``Settings`` a client sends on its Telemetry stream:
 its own settings plus what the clients require: a backoff policy (exponential), a request

@@ -212,10 +212,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             topic = _topic(request.message_queue.topic)
             q = request.message_queue.id
             count = self.routes.queue_count(topic)
-            if q == -1:
-                queue_ids = list(range(count))
-            elif 0 <= q < count:
-                queue_ids = [q]
+            if q == -1 or 0 <= q < count:       # as the proxy: a receive pops from every queue
+                start = max(q, 0)
+                queue_ids = [*range(start, count), *range(start)]
             else:
                 raise BadInput(pb.BAD_REQUEST, f"message_queue.id: {q} is not a queue of {topic} (0..{count - 1})")
             batch = request.batch_size
