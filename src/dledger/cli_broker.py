@@ -9,6 +9,8 @@ follower also names the leader's broker address). The wire is the project's own 
 not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
 listener closes, dispatch stops, the store is flushed and closed, exit 0. ``--metrics-port``
 (``--metrics-host``) serves the node's metrics and the broker's (``dledger.broker.metrics``).
+``--grpc-port`` (``--grpc-endpoints``) also serves RocketMQ 5.x clients over gRPC v2
+(``dledger.broker.grpc_v2``; the ``grpc`` extra).
 """
 
 from __future__ import annotations
