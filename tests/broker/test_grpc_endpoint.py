@@ -255,3 +255,9 @@ def test_a_new_group_starts_at_the_first_message_the_log_still_holds():
     parts, read = pop._plan("G", "T", [0], 4, lambda tags: True)
     assert parts == [{"q": 0, "from": 0, "to": 41, "new": [37, 38, 39, 40], "again": []}]
     assert sorted(read) == [(0, 37), (0, 38), (0, 39), (0, 40)]
+
+
+def test_a_port_in_use_is_an_os_error_naming_it(broker):
+    log, endpoint, _stub = broker
+    with pytest.raises(OSError, match=f"127.0.0.1:{endpoint.port}"):
+        GrpcEndpoint(log, "127.0.0.1", endpoint.port).start()

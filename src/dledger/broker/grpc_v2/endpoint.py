@@ -169,6 +169,8 @@ class GrpcEndpoint:
         if loop is None or self._thread is None:
             return
         server = self._server
+        if self.service is not None:
+            self.service.pop.stop()
 
         async def stop() -> None:
             if server is not None:

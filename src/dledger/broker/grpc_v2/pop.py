@@ -87,11 +87,16 @@ class PopConsumption:
         def on_dispatch_batch(batch) -> None:
             if previous is not None:
                 previous(batch)
-            if batch and self._pollers:
+            if batch and self._pollers and self._loop is not None:
                 loop.call_soon_threadsafe(self._wake)
 
         reput.on_dispatch_batch = on_dispatch_batch
         self.log.consumer_state.subscribe(KIND, self._apply)
+
+    def stop(self) -> None:
+        """The endpoint is closing: the subscriptions stay (there is no unsubscribing) but call
+        nothing on the loop any more."""
+        self._loop = None
 
     # -- the replicated state -----------------------------------------------------------------
     def _apply(self, record) -> None:
@@ -105,8 +110,9 @@ class PopConsumption:
             outcome = exc
         rid = record.get("rid") if isinstance(record, dict) else None
         fut = self._waiting.get(rid) if isinstance(rid, str) else None
-        if fut is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(outcome))
+        loop = self._loop
+        if fut is not None and loop is not None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(outcome))
 
     async def _submit(self, record: dict):
         """Replicate ``record`` and wait until this replica applied it; what it granted."""

@@ -186,12 +186,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise BadInput(pb.BAD_REQUEST, f"queue_id: {put['queue_id']} is not a queue of {put['topic']} "
                                                f"(0..{count - 1})")
             puts.append(put)
-        if len(puts) == 1:
-            p = dict(puts[0])
-            results = [await asyncio.wait_for(self.log.put_message_async(p.pop("topic"), p.pop("queue_id"),
-                                                                         p.pop("body"), **p), self.put_timeout)]
-        else:
-            results = await asyncio.wait_for(self.log.put_messages_async(puts), self.put_timeout)
+        try:
+            if len(puts) == 1:
+                p = dict(puts[0])
+                results = [await asyncio.wait_for(self.log.put_message_async(p.pop("topic"), p.pop("queue_id"),
+                                                                             p.pop("body"), **p), self.put_timeout)]
+            else:
+                results = await asyncio.wait_for(self.log.put_messages_async(puts), self.put_timeout)
+        except asyncio.TimeoutError:
+            return spb.SendMessageResponse(status=status(pb.PROXY_TIMEOUT, f"no answer from the log within "
+                                                         f"{self.put_timeout} s; the message may still be stored"))
         entries = []
         for m, r in zip(request.messages, results):
             code = _PUT_CODES.get(r.status.name, pb.INTERNAL_SERVER_ERROR)
