@@ -9,6 +9,8 @@ follower also names the leader's broker address). The wire is the project's own 
 not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
 listener closes, dispatch stops, the store is flushed and closed, exit 0. ``--metrics-port``
 (``--metrics-host``) serves the node's metrics and the broker's (``dledger.broker.metrics``).
+``--grpc-port`` (``--grpc-endpoints``) also serves RocketMQ 5.x clients over gRPC v2
+(``dledger.broker.grpc_v2``; the ``grpc`` extra).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def add_parser(sub) -> None:
     p.add_argument("--broker-port", type=int, help="the port serving produce and pull")
     p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")
     add_metrics_flags(p)
+    p.add_argument("--grpc-port", type=int, help="serve RocketMQ 5.x clients (gRPC v2) on this port (the proxy's is 8081)")
+    p.add_argument("--grpc-endpoints", help="every broker's gRPC address under its node id: 'n0-host:port;...' "
+                                            "(default: each node's peer host with --grpc-port)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
 
@@ -63,6 +68,37 @@ def broker_address(args: argparse.Namespace, config) -> tuple[str, int, dict[str
         raise NodeConfigError(f"give --broker-port, or --brokers with an entry for {config.self_id}")
     host, port = split_host_port(brokers[config.self_id])
     return host, port, brokers
+
+
+def start_grpc(args: argparse.Namespace, commit_log, config):
+    """The gRPC v2 endpoint (``dledger.broker.grpc_v2``) when ``--grpc-port`` or ``--grpc-endpoints``
+    is given, else None. Every broker's endpoint comes from ``--grpc-endpoints``, or is its
+    node's peer host with this ``--grpc-port``."""
+    if args.grpc_port is None and args.grpc_endpoints is None:
+        return None
+    from dledger.broker.client import parse_brokers
+    from dledger.transport.tcp import split_host_port
+
+    if args.grpc_port is not None and not 0 < args.grpc_port < 65536:
+        raise NodeConfigError(f"--grpc-port: {args.grpc_port} is not in 1..65535")
+    try:
+        endpoints = parse_brokers(args.grpc_endpoints) if args.grpc_endpoints is not None else {
+            node: f"{split_host_port(addr)[0]}:{args.grpc_port}" for node, addr in config.peer_map.items()}
+    except ValueError as exc:
+        raise NodeConfigError(f"--grpc-endpoints: {exc}") from None
+    if config.self_id not in endpoints:
+        raise NodeConfigError(f"--grpc-endpoints: no entry for {config.self_id}")
+    host, port = split_host_port(endpoints[config.self_id])
+    port = args.grpc_port if args.grpc_port is not None else port
+    endpoints[config.self_id] = f"{host}:{port}"
+    try:
+        from dledger.broker.grpc_v2.endpoint import GrpcEndpoint
+    except ImportError as exc:
+        raise NodeConfigError(f"--grpc-port needs the grpc extra (pip install 'dledger[grpc]'): {exc}") from None
+    try:
+        return GrpcEndpoint(commit_log, host, port, grpc_endpoints=endpoints).start()
+    except OSError as exc:
+        raise RuntimeError(f"broker {config.self_id} cannot serve gRPC on {host}:{port}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     runtime = AsyncioRuntime()
-    server = commit_log = broker = endpoint = None
+    server = commit_log = broker = endpoint = grpc = None
     try:
         if address is not None:
             from dledger.metrics import serve
@@ -113,15 +149,16 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise RuntimeError(f"broker {config.self_id} cannot listen on {host}:{port}: "
                                f"{exc.strerror or exc}") from None
+        grpc = start_grpc(args, commit_log, config)
         log.info("node %s of group %s on %s, store %s", config.self_id, config.group,
                  config.peer_map[config.self_id], config.default_path)
-        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}; "
-              f"SIGTERM or SIGINT stops", file=sys.stderr, flush=True)
+        print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}"
+              f"{f', gRPC v2 on {grpc.address}' if grpc else ''}; SIGTERM or SIGINT stops", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
         log.info("%s: shutting down", signal.Signals(received[0]).name)
     finally:
-        for what, close in (("broker", broker and broker.close), ("commit log", commit_log and commit_log.close),
+        for what, close in (("gRPC endpoint", grpc and grpc.close), ("broker", broker and broker.close), ("commit log", commit_log and commit_log.close),
                             ("server", server and server.shutdown)):
             if close:
                 try:
