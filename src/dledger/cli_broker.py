@@ -5,12 +5,14 @@ The node's flags are ``dledger node``'s (``--group --id --peers --store-dir --du
 --secret-file --bootstrap --config``, read the same way; one group only). The broker listens on
 ``--broker-port`` at the host of its own peer address, or on its own entry of ``--brokers``
 (``'n0-host:port;n1-host:port;...'``, the same ids as ``--peers``; with the list, a put on a
-follower also names the leader's broker address). The wire is the project's own msgpack frames,
+follower also names the leader's broker address). That port's wire is the project's own msgpack frames,
 not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
 listener closes, dispatch stops, the store is flushed and closed, exit 0. ``--metrics-port``
 (``--metrics-host``) serves the node's metrics and the broker's (``dledger.broker.metrics``).
 ``--remoting-port`` also serves RocketMQ's remoting protocol for the 4.x clients
 (``dledger.broker.remoting``), registering with ``--namesrv`` when given.
+``--grpc-port`` (``--grpc-endpoints``) also serves RocketMQ 5.x clients over gRPC v2
+(``dledger.broker.grpc_v2``; the ``grpc`` extra).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ EXAMPLE = """example:
       --brokers 'n0-127.0.0.1:30911;n1-127.0.0.1:30912;n2-127.0.0.1:30913' --store-dir /var/lib/broker
   dledger broker --config /etc/dledger/broker.toml --id n1 --broker-port 30912 --metrics-port 9101
   curl -s http://127.0.0.1:9101/metrics | grep dledger_broker_dispatch
-  dledger broker --config broker.toml --id n0 --broker-port 30911 --remoting-port 10911 \
+  dledger broker --config broker.toml --id n0 --broker-port 30911 --remoting-port 10911 \\
       --namesrv 127.0.0.1:9876     # RocketMQ's remoting protocol too, registered with a name server
 """
 
@@ -44,6 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument("--brokers", help="every broker's address under its node id: 'n0-host:port;...'")
     add_metrics_flags(p)
     add_remoting_flags(p)
+    p.add_argument("--grpc-port", type=int, help="serve RocketMQ 5.x clients (gRPC v2) on this port (the proxy's is 8081)")
+    p.add_argument("--grpc-endpoints", help="every broker's gRPC address under its node id: 'n0-host:port;...' "
+                                            "(default: each node's peer host with --grpc-port)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run)
 
@@ -114,6 +119,37 @@ def broker_address(args: argparse.Namespace, config) -> tuple[str, int, dict[str
     return host, port, brokers
 
 
+def start_grpc(args: argparse.Namespace, commit_log, config):
+    """The gRPC v2 endpoint (``dledger.broker.grpc_v2``) when ``--grpc-port`` or ``--grpc-endpoints``
+    is given, else None. Every broker's endpoint comes from ``--grpc-endpoints``, or is its
+    node's peer host with this ``--grpc-port``."""
+    if args.grpc_port is None and args.grpc_endpoints is None:
+        return None
+    from dledger.broker.client import parse_brokers
+    from dledger.transport.tcp import split_host_port
+
+    if args.grpc_port is not None and not 0 < args.grpc_port < 65536:
+        raise NodeConfigError(f"--grpc-port: {args.grpc_port} is not in 1..65535")
+    try:
+        endpoints = parse_brokers(args.grpc_endpoints) if args.grpc_endpoints is not None else {
+            node: f"{split_host_port(addr)[0]}:{args.grpc_port}" for node, addr in config.peer_map.items()}
+    except ValueError as exc:
+        raise NodeConfigError(f"--grpc-endpoints: {exc}") from None
+    if config.self_id not in endpoints:
+        raise NodeConfigError(f"--grpc-endpoints: no entry for {config.self_id}")
+    host, port = split_host_port(endpoints[config.self_id])
+    port = args.grpc_port if args.grpc_port is not None else port
+    endpoints[config.self_id] = f"{host}:{port}"
+    try:
+        from dledger.broker.grpc_v2.endpoint import GrpcEndpoint
+    except ImportError as exc:
+        raise NodeConfigError(f"--grpc-port needs the grpc extra (pip install 'dledger[grpc]'): {exc}") from None
+    try:
+        return GrpcEndpoint(commit_log, host, port, grpc_endpoints=endpoints).start()
+    except OSError as exc:
+        raise RuntimeError(f"broker {config.self_id} cannot serve gRPC on {host}:{port}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -140,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     runtime = AsyncioRuntime()
-    server = commit_log = broker = endpoint = remoting = None
+    server = commit_log = broker = endpoint = grpc = remoting = None
     try:
         if address is not None:
             from dledger.metrics import serve
@@ -163,18 +199,21 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise RuntimeError(f"broker {config.self_id} cannot listen on {host}:{port}: "
                                f"{exc.strerror or exc}") from None
+        grpc = start_grpc(args, commit_log, config)
         remoting = start_remoting(remoting_flags, commit_log)
         log.info("node %s of group %s on %s, store %s", config.self_id, config.group,
                  config.peer_map[config.self_id], config.default_path)
         print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}"
+              f"{f', gRPC v2 on {grpc.address}' if grpc else ''}"
               f"{f', RocketMQ remoting on {remoting.address}' if remoting else ''}; SIGTERM or SIGINT stops",
               file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
         log.info("%s: shutting down", signal.Signals(received[0]).name)
     finally:
-        for what, close in (("remoting", remoting and remoting.close), ("broker", broker and broker.close),
-                            ("commit log", commit_log and commit_log.close), ("server", server and server.shutdown)):
+        for what, close in (("remoting", remoting and remoting.close), ("gRPC endpoint", grpc and grpc.close),
+                            ("broker", broker and broker.close), ("commit log", commit_log and commit_log.close),
+                            ("server", server and server.shutdown)):
             if close:
                 try:
                     close()

@@ -72,6 +72,8 @@ RECORD_PREFIX = struct.Struct(">iiqqqiIIi")
 INDEX_UNIT = struct.Struct(">iqiqq")
 # magic, size
 MAGIC_SIZE = struct.Struct(">ii")
+# magic, size, pos (a record's fields a reader of bodies needs)
+_MAGIC_SIZE_POS = struct.Struct(">ii16xq")
 assert RECORD_PREFIX.size == BODY_OFFSET and INDEX_UNIT.size == INDEX_UNIT_SIZE
 
 
@@ -289,6 +291,20 @@ def encode_blank(length: int) -> bytes:
     if length < MIN_BLANK_LEN:
         raise ValueError(f"a blank record needs at least {MIN_BLANK_LEN} bytes, got {length}")
     return MAGIC_SIZE.pack(MAGIC_BLANK, length) + bytes(length - MIN_BLANK_LEN)
+
+
+def iter_record_bodies(records, first_index: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(index, magic, pos, body_start, end)`` of each record of ``records``, a run of whole
+    records as ``get_raw_range`` returns them (the first of index ``first_index``): the body of
+    each is ``records[body_start:end]``. Nothing is checked here (the store checked the run)."""
+    unpack = _MAGIC_SIZE_POS.unpack_from
+    off, total, index = 0, len(records), first_index
+    while off < total:
+        magic, size, pos = unpack(records, off)
+        end = off + size
+        yield index, magic, pos, off + BODY_OFFSET, end
+        off = end
+        index += 1
 
 
 class SegmentItem(NamedTuple):

@@ -98,6 +98,8 @@ class DLedgerServer:
         self._state_machine = state_machine
         self._role_handlers: list[Callable[[RoleChange], None]] = []
         self._halt_handlers: list[Callable[[str], None]] = []
+        self._commit_listeners: list[Callable[[int], None]] = []
+        self._told_commit = -1
         self._append_hooks: list = []
         self._inbox: deque = deque()
         self._drain_scheduled = False
@@ -131,6 +133,21 @@ class DLedgerServer:
         self._role_handlers.append(handler)
         if self.driver is not None and handler not in self.driver.role_change_handlers:
             self.driver.role_change_handlers.append(handler)
+
+    def add_commit_listener(self, listener: Callable[[int], None]) -> None:
+        """``listener(committed_index)`` runs on the runtime's thread after each step of the
+        node that moved its commit index forward (once per step, with the new index): a host
+        that reads what is committed learns of it here instead of polling."""
+        self._commit_listeners.append(listener)
+
+    def _tell_commits(self, ready) -> None:
+        if ready.committed_index > self._told_commit:
+            self._told_commit = ready.committed_index
+            for listener in self._commit_listeners:
+                try:
+                    listener(ready.committed_index)
+                except Exception:
+                    log.exception("commit listener %r failed", listener)
 
     def add_halt_handler(self, handler: Callable[[str], None]) -> None:
         """``handler(reason)`` runs once, on the runtime's thread, when the node halts because
@@ -216,6 +233,8 @@ class DLedgerServer:
             self.driver = Driver(self.node, rt, self._transport, health=self._store_failure)
             self.driver.role_change_handlers.extend(self._role_handlers)
             self.driver.halt_handlers.append(self._on_halt)
+            self._told_commit = -1
+            self.driver.ready_listeners.append(self._tell_commits)
             self.driver.log_context = self.log_context
             self.log_context.member_state = self.node.member_state
             if self._metrics is not None:

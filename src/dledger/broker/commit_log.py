@@ -99,8 +99,11 @@ class DLedgerCommitLog:
         self.reput.on_dispatch_batch = self._on_dispatched
         #: consumer offsets and other consumer records, replicated through the log
         self.consumer_state = ConsumerState(self)
+        #: when the last dispatch ran (runtime ms): dispatches are at least an interval apart
+        self._dispatched_at = -dispatch_interval_ms
         server.add_append_hook(self._hook)
         server.add_role_change_handler(self._on_role_change)
+        server.add_commit_listener(self._on_commit)
         if server.started:
             server.runtime.run_sync(self._adopt_current_role)
             self._start_dispatch()
@@ -162,15 +165,26 @@ class DLedgerCommitLog:
         rt = self.server.runtime
         self._timer = rt.call_soon_threadsafe(self._dispatch_tick)
 
+    def _on_commit(self, committed_index: int) -> None:
+        """The node committed more (runtime thread): dispatch it, at most once an interval."""
+        if self._timer is None and not self.closed:
+            rt = self.server.runtime
+            self._timer = rt.call_at(max(rt.now_ms(), self._dispatched_at + self.dispatch_interval_ms),
+                                     self._dispatch_tick)
+
     def _dispatch_tick(self) -> None:
         srv = self.server
+        self._timer = None
         if self.closed or not srv.started or srv.node is None:
-            self._timer = None
             return
         n = self.dispatch_committed()
         rt = srv.runtime
-        self._timer = rt.call_soon(self._dispatch_tick) if n >= 4096 else \
-            rt.call_at(rt.now_ms() + self.dispatch_interval_ms, self._dispatch_tick)
+        now = self._dispatched_at = rt.now_ms()
+        if n >= 4096:                                       # a backlog: on at once
+            self._timer = rt.call_soon(self._dispatch_tick)
+        elif self.reput.dirty:                              # the checkpoint still to write
+            self._timer = rt.call_at(max(now + self.dispatch_interval_ms,
+                                         self._checkpoint_at + self.checkpoint_interval_ms), self._dispatch_tick)
 
     def dispatch_committed(self) -> int:
         """Dispatch what is committed and not dispatched yet (runtime thread); how many entries."""

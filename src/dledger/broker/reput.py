@@ -2,15 +2,15 @@
 every replica (RocketMQ's ``DefaultMessageStore.ReputMessageService``).
 
 It walks the log's committed entries in index order, from its checkpoint on, reading them in
-runs (``store.get_raw_range``: one copy per data segment and batch, no entry object per index).
-Each NORMAL entry whose body is a message (``message_codec.dispatch_fields``, which reads only
+checked runs (``store.get_raw_range(..., checked=True)``: one copy per data segment and batch,
+every record checked against its index unit and CRC, no entry object per index; the record
+layout is read by ``entry.iter_record_bodies``). Each NORMAL entry whose body is a message (``message_codec.dispatch_fields``, which reads only
 the fields dispatch needs) becomes one consume-queue unit (physical offset = entry position +
 the 48-byte entry header, size, tags hash code) at the queue offset stamped in the message, and
 index keys for its UNIQ_KEY and KEYS. Other entries (NOOP, membership, bodies that are not
 messages) are passed over. Blank padding at segment ends is never seen: the runs hold records
-only. Every record's body CRC is checked here (a run read from what this store object wrote
-is not checked by the store); a record that fails it is read again with ``store.get``, which
-raises ``CorruptStoreError`` and notes the damage, as the walk did entry by entry.
+only. A record that fails its check raises ``CorruptStoreError`` (the store notes the damage)
+and the walk stops before it, as it would reading entry by entry.
 
 Checkpoint (``dispatch_checkpoint``): the consume queues and the key index are plain file
 writes and an mmap, made after every batch (a process crash keeps them: the page cache
@@ -36,22 +36,20 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 
 from dledger.broker import dispatch_checkpoint
 from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
 from dledger.broker.message_codec import dispatch_fields, tags_hash_code
 from dledger.broker.put_checks import queue_id_problem, topic_problem
-from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, crc32
+from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, iter_record_bodies
+from dledger.errors import CorruptStoreError
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = dispatch_checkpoint.NAME
 #: bytes asked of one range read (a run stops earlier at a segment end or the batch's end)
 READ_BYTES = 4 << 20
-#: magic, size, pos, body_crc of a data record (``dledger.entry``'s layout)
-_RECORD = struct.Struct(">ii16xq8xI4x")
 _TAG_CODES_MAX = 4096
 
 
@@ -140,8 +138,14 @@ class ReputService:
         self.next_index = begin
         dispatched = [] if self.on_dispatch_batch is not None else None
         while self.next_index <= end:
-            records, count = store.get_raw_range(self.next_index, READ_BYTES, end - self.next_index + 1)
-            self._dispatch_run(store, records, count, dispatched)
+            try:
+                records, _count = store.get_raw_range(self.next_index, READ_BYTES, end - self.next_index + 1,
+                                                      checked=True)
+            except CorruptStoreError:
+                # a damaged record in the run: the sound ones before it one by one, up to it
+                # (where the read raises again and the walk stops)
+                records, _count = store.get_raw_range(self.next_index, READ_BYTES, 1, checked=True)
+            self._dispatch_run(records, dispatched)
         for cq in self.queues.values():
             cq.commit()
         self.index.commit()
@@ -150,26 +154,20 @@ class ReputService:
             self.on_dispatch_batch(dispatched)
         return end - begin + 1
 
-    def _dispatch_run(self, store, records: bytes, count: int, dispatched: list | None) -> None:
-        """Dispatch the ``count`` records of ``records`` (one run), the first of ``next_index``."""
-        view = memoryview(records)
-        unpack = _RECORD.unpack_from
+    def _dispatch_run(self, records: bytes, dispatched: list | None) -> None:
+        """Dispatch the records of ``records`` (one checked run), the first of ``next_index``."""
         fields = dispatch_fields
         queues, codes = self.queues, self._tag_codes
         listener = self.on_dispatch
         done = [] if listener is not None or dispatched is not None else None
         keyed = []
-        first = next_index = self.next_index
+        next_index = self.next_index
         next_pos = self.next_physical_offset
-        off = 0
         try:
-            for index in range(first, first + count):
-                magic, size, pos, body_crc = unpack(records, off)
-                end = off + size
-                if body_crc and crc32(view[off + BODY_OFFSET:end]) != body_crc:
-                    store.get(index)              # raises CorruptStoreError (and notes the damage)
-                if magic == MAGIC_NORMAL and size > BODY_OFFSET:
-                    found = fields(records, off + BODY_OFFSET, end)
+            for index, magic, pos, body, end in iter_record_bodies(records, next_index):
+                size = end - body + BODY_OFFSET          # the record's, header included
+                if magic == MAGIC_NORMAL and end > body:
+                    found = fields(records, body, end)
                     if found is not None:
                         topic, queue_id, queue_offset, store_timestamp, tags, keys, uniq = found
                         offset = pos + BODY_OFFSET
@@ -179,7 +177,6 @@ class ReputService:
                             if why:                # written by another writer: no directory for it
                                 self.problems.append(f"message at {pos + BODY_OFFSET} not dispatched: {why}")
                                 next_index, next_pos = index + 1, pos + size
-                                off = end
                                 continue
                             cq = self.queue(topic, queue_id)
                         if queue_offset != cq.max_offset:
@@ -196,7 +193,6 @@ class ReputService:
                         if done is not None:
                             done.append((offset, store_timestamp))
                 next_index, next_pos = index + 1, pos + size
-                off = end
         finally:
             self.next_index, self.next_physical_offset = next_index, next_pos
             if keyed:

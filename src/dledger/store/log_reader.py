@@ -118,11 +118,16 @@ class LogReader:
         unit = self._index_unit(index)
         return self.data_list.get_data(unit.pos, entry.size)
 
-    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30) -> tuple[bytes, int]:
+    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30, *,
+                      checked: bool = False) -> tuple[bytes, int]:
         """Encoded records from ``begin_index`` on, up to ``max_bytes`` (at least one record).
 
         Returns ``(records, count)``; records never span a segment boundary within one call's
-        contiguous copy, and blanks between segments are not included.
+        contiguous copy, and blanks between segments are not included. ``checked``: every
+        record is checked against its index unit and its CRC even when this store object
+        wrote it (a reader that hands the bodies on, rather than a leader pushing records the
+        follower checks again); a record that fails is noted as damaged and raises
+        ``CorruptStoreError``, as ``get`` does.
         """
         self._check_range(begin_index)
         end = min(self.ledger_end_index, begin_index + max_count - 1)
@@ -158,7 +163,7 @@ class LogReader:
                 nbytes += unit.size
                 expect_pos += unit.size
         chunk = f.read(off, nbytes)
-        if begin_index < self._written_from:
+        if checked or begin_index < self._written_from:
             self._verify_chunk(chunk, begin_index, units, f.path, off)
         # else: written through this store object since it was opened (leader records encoded
         # here, follower records checked before they were written); the followers check every

@@ -212,7 +212,9 @@ class DLedgerMemoryStore(StoreBase):
         if record is not None and bytes(record) != self._records[slot]:
             raise RepairRefusedError(f"entry {index}: the copy differs from the entry held")
 
-    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30) -> tuple[bytes, int]:
+    def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30, *,
+                      checked: bool = False) -> tuple[bytes, int]:
+        # records in memory are the ones written: nothing to check (``checked`` is for files)
         k = self._slot(begin_index)
         out = [self._records[k]]
         nbytes = len(out[0])
