@@ -105,7 +105,15 @@ class DLedgerCommitLog:
         server.add_role_change_handler(self._on_role_change)
         server.add_commit_listener(self._on_commit)
         if server.started:
-            server.runtime.run_sync(self._adopt_current_role)
+            server.runtime.run_sync(self._adopt_and_dispatch)
+
+    def _adopt_and_dispatch(self) -> None:
+        """Wrapped after startup (runtime thread): the current role, and dispatch started. On the
+        runtime thread, so ``_timer`` is set before the tick can run and clear it: set from another
+        thread, it could land after the tick ran and hold a spent handle, and no commit would
+        schedule a dispatch again."""
+        self._adopt_current_role()
+        if self._timer is None and not self.closed:
             self._start_dispatch()
 
     def _adopt_current_role(self) -> None:
@@ -162,8 +170,8 @@ class DLedgerCommitLog:
     # dispatch (runtime thread, every replica)
     # =====================================================================================
     def _start_dispatch(self) -> None:
-        rt = self.server.runtime
-        self._timer = rt.call_soon_threadsafe(self._dispatch_tick)
+        """Dispatch at once (runtime thread only: see ``_adopt_and_dispatch``)."""
+        self._timer = self.server.runtime.call_soon(self._dispatch_tick)
 
     def _on_commit(self, committed_index: int) -> None:
         """The node committed more (runtime thread): dispatch it, at most once an interval."""
