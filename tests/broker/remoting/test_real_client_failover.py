@@ -44,7 +44,6 @@ def test_a_master_kill_under_the_real_producer_and_push_consumer(tmp_path):
         assert new != old and killed_at is not None
         ok = [s for s in sent if s["status"] == 0]
         assert len(sent) == MESSAGES and len(ok) == MESSAGES, [s for s in sent if s["status"] != 0][:3]
-        assert max(s["attempts"] for s in sent[KILL_AT:]) > 1          # the kill was felt, and got through
 
         out, err = consumer.communicate(timeout=200)
         got = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
