@@ -73,6 +73,19 @@ class Cluster:
             assert time.monotonic() < deadline, "no master registered in time"
             time.sleep(0.1)
 
+    def wait_dispatched(self, node: str, counts: dict[str, int], timeout: float = 30.0) -> None:
+        """Until ``node``'s queues of each topic hold ``counts[topic]`` messages in all (a put is
+        answered once committed; dispatch to the consume queues follows a moment later)."""
+        deadline = time.monotonic() + timeout
+        with RemotingClient(self.remoting[node]) as c:
+            while True:
+                held = {t: sum(int(c.call(codes.GET_MAX_OFFSET, {"topic": t, "queueId": q}).ext["offset"])
+                               for q in range(4)) for t in counts}
+                if held == counts:
+                    return
+                assert time.monotonic() < deadline, f"{node} dispatched {held}, not {counts}"
+                time.sleep(0.05)
+
     def stop(self) -> dict[str, int | None]:
         for p in self.procs.values():
             if p.poll() is None:

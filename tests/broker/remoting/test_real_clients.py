@@ -35,6 +35,7 @@ def test_producer_pull_and_push_consumers_of_the_real_client(tmp_path):
         by_id = {s["msg_id"]: s for s in sent}
         per_queue = collections.Counter((s["topic"], s["offset"]) for s in sent)
 
+        cluster.wait_dispatched(master, collections.Counter(s["topic"] for s in sent))
         t0 = time.monotonic()
         pulled = run_client(python, env, "pull", cluster.namesrv, "pull-group", ",".join(TOPICS))
         pull_s = time.monotonic() - t0
@@ -91,6 +92,7 @@ def test_brokers_answer_routes_themselves_so_clients_need_no_name_server(tmp_pat
             assert cluster.master(via=cluster.remoting[node]) == master
         sent = run_client(python, env, "produce", addresses, 20, "Direct")
         assert all(s["status"] == 0 for s in sent)
+        cluster.wait_dispatched(master, {"Direct": 20})
         pulled = run_client(python, env, "pull", addresses, "direct-group", "Direct")
         assert pulled[-1] == {"done": 20}
         assert sorted(m["id"] for m in pulled[:-1]) == sorted(s["msg_id"] for s in sent)

@@ -71,6 +71,13 @@ class RemotingContext:
         return next(self._rr) % queues
 
 
+def _peer_text(peer) -> str:
+    """A client's address as a born host: ``a.b.c.d:port`` or ``[v6]:port``."""
+    if not isinstance(peer, tuple) or len(peer) < 2:
+        return "127.0.0.1:0"
+    return f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+
+
 class RemotingServer:
     """``RemotingServer(commit_log, host, port, ...).start()`` serves until ``close()``."""
 
@@ -201,9 +208,7 @@ class RemotingServer:
         self.connections += 1
         self._conns[asyncio.current_task()] = writer
         conn_id = next(self._conn_ids)
-        peer = writer.get_extra_info("peername")
-        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and ":" not in peer[0] else \
-            (f"[{peer[0]}]:{peer[1]}" if isinstance(peer, tuple) else "127.0.0.1:0")
+        peer_text = _peer_text(writer.get_extra_info("peername"))
         try:
             await serve_connection(reader, writer, lambda cmd: self.dispatch(cmd, conn_id, peer_text),
                                    max_frame_bytes=self.max_frame_bytes, idle_s=self.idle_s)
