@@ -19,10 +19,13 @@ next deadline. The contract (docs/architecture.md):
 3. The driver calls ``tick`` again at ``next_deadline_ms`` (or earlier; early ticks are
    harmless).
 
-Every message from a peer is range-checked first (``protocol.out_of_range``): a term or
-index no peer may send is refused before anything changes (a request is answered
-UNEXPECTED_ARGUMENT, a response is ignored). Requests from peers get their response in the
-same ``Ready`` unless a component parks them
+Every message from a peer is range-checked first (``protocol.check_in_range``): a term or
+index no peer may send is refused before anything changes. A ``PeerProtocolError`` (the one
+exception that means "the peer misbehaved": that check, or a handler finding bytes that do
+not hold what the request says) is logged and the request answered UNEXPECTED_ARGUMENT (a
+response is ignored); a store problem (``DLedgerError``) is answered with its code; any
+other exception is a bug in the core and propagates to the host. Requests from peers get
+their response in the same ``Ready`` unless a component parks them
 (out-of-order pushes, leadership transfers); responses to this node's own requests are
 matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
 
@@ -38,7 +41,6 @@ the node.
 from __future__ import annotations
 
 import logging
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
@@ -53,14 +55,14 @@ from dledger.core.repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
-from dledger.errors import DLedgerError
+from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
                               HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
                               PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
-                              out_of_range)
+                              check_in_range)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -221,46 +223,47 @@ class Node:
 
     def receive(self, now_ms: int, env: Envelope) -> None:
         now = self._clock(now_ms)
-        bad = out_of_range(env.msg, self.member_state.curr_term)
-        if bad is not None:
-            # a term or index no peer may send: refused before anything changes (a request is
-            # answered UNEXPECTED_ARGUMENT, a response is ignored and its request times out)
+        try:
+            # a term or index no peer may send: refused before anything changes
+            check_in_range(env.msg, self.member_state.curr_term)
+            if env.is_response:
+                self._handle_response(now, env)
+            else:
+                self._serve(now, env)
+        except PeerProtocolError as exc:
+            # the peer's fault: a request is answered UNEXPECTED_ARGUMENT, a response is
+            # ignored (its request times out); builtin exceptions are bugs and propagate
             log.warning("%s: refused %s from %s: %s", self.member_state.self_id, type(env.msg).__name__,
-                        env.src, bad)
+                        env.src, exc)
             if not env.is_response and type(env.msg) in RESPONSE_OF:
-                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
+                resp = self._error(env.msg, exc.code)
                 resp.term = self.member_state.curr_term          # never echo the bad value
                 self.reply(env.src, env.request_id, resp)
-            self._after(now)
-            return
-        if env.is_response:
-            rpc = self._rpcs.get(env.request_id)
-            if rpc is not None and type(env.msg) is rpc.response_type and env.src == rpc.peer:
-                del self._rpcs[env.request_id]
-                self.round_trips.record(now - rpc.sent_ms)
-                member = self.member_state
-                if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
-                        and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
-                    self.elector.note_contact(now, env.src, rpc.sent_ms)
-                try:
-                    rpc.on_response(now, env.src, env.msg)
-                except DLedgerError as exc:
-                    log.error("%s: handling %s from %s failed: %s", self.member_state.self_id, type(env.msg).__name__,
-                              env.src, exc)
-        else:
-            try:
-                resp = self._handle_request(now, env)
-            except DLedgerError as exc:          # a store problem while serving a peer
-                log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
-                resp = self._error(env.msg, exc.code)
-            except (ValueError, TypeError, IndexError, KeyError, struct.error) as exc:
-                # a peer sent something malformed: answer, log, never crash (remote misbehaviour)
-                log.warning("%s: malformed %s from %s: %r", self.member_state.self_id, type(env.msg).__name__,
-                            env.src, exc)
-                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
-            if resp is not None:
-                self.reply(env.src, env.request_id, resp)
         self._after(now)
+
+    def _handle_response(self, now: int, env: Envelope) -> None:
+        rpc = self._rpcs.get(env.request_id)
+        if rpc is None or type(env.msg) is not rpc.response_type or env.src != rpc.peer:
+            return
+        del self._rpcs[env.request_id]
+        self.round_trips.record(now - rpc.sent_ms)
+        member = self.member_state
+        if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
+                and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
+            self.elector.note_contact(now, env.src, rpc.sent_ms)
+        try:
+            rpc.on_response(now, env.src, env.msg)
+        except DLedgerError as exc:
+            log.error("%s: handling %s from %s failed: %s", member.self_id, type(env.msg).__name__, env.src, exc)
+
+    def _serve(self, now: int, env: Envelope) -> None:
+        try:
+            resp = self._handle_request(now, env)
+        except DLedgerError as exc:          # a store problem while serving a peer
+            log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
+            resp = self._error(env.msg, exc.code)
+        if resp is not None:
+            self.reply(env.src, env.request_id, resp)
 
     def propose(self, now_ms: int, token: Any, bodies: list, magic: int = MAGIC_NORMAL) -> None:
         """Append ``bodies`` as one batch; the completion carries index/pos of the last one."""
