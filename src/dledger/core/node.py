@@ -69,6 +69,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: passes of ``Node._after`` before it declares the node unsettled: far more than any input
+#: needs (a pass is repeated only for a role change made during the one before, and an entry
+#: point makes a few at most)
+MAX_SETTLE_PASSES = 64
+
 RESPONSE_OF = {
     VoteRequest: VoteResponse, HeartBeatRequest: HeartBeatResponse, PushEntryRequest: PushEntryResponse,
     AppendEntryRequest: AppendEntryResponse, BatchAppendEntryRequest: AppendEntryResponse,
@@ -459,21 +464,39 @@ class Node:
                 rpc.on_response(now, None, None)
 
     def _after(self, now: int) -> None:
-        """Run after every entry point: role reactions, elector, pusher, applying."""
-        for _ in range(8):
-            self._react_to_role_changes(now)
-            self.recovery.maintain(now)
-            self.elector.maintain(now)
-            self._react_to_role_changes(now)
-            if not self.stopped:
-                self.tail.pump(now)
-            self.pusher.pump(now)
-            if self.member_state.committed_index > self.caller.applied_index:
-                results = self.caller.on_committed(self.member_state.committed_index)
-                self.pusher.complete_applied(self.caller.applied_index, results)
-            if len(self.member_state.changes) == self._reacted:
+        """Run after every entry point until the node settles: passes of role reactions,
+        recovery, elector, damaged tail, pusher and applying, until a pass tells no role
+        change it has not reacted to (each pass runs its steps in the order their results
+        feed each other, so only a new role change needs another pass). A node that does not
+        settle within ``MAX_SETTLE_PASSES`` is a bug: an ``AssertionError`` names its state."""
+        changes = self.member_state.changes
+        for _ in range(MAX_SETTLE_PASSES):
+            self._settle_pass(now)
+            if len(changes) == self._reacted:
                 break
+        else:
+            raise AssertionError(self._unsettled())
         self._repair(now)
+
+    def _settle_pass(self, now: int) -> None:
+        self._react_to_role_changes(now)
+        self.recovery.maintain(now)
+        self.elector.maintain(now)
+        self._react_to_role_changes(now)
+        if not self.stopped:
+            self.tail.pump(now)
+        self.pusher.pump(now)
+        if self.member_state.committed_index > self.caller.applied_index:
+            results = self.caller.on_committed(self.member_state.committed_index)
+            self.pusher.complete_applied(self.caller.applied_index, results)
+
+    def _unsettled(self) -> str:
+        member = self.member_state
+        changes = member.changes
+        recent = ", ".join(f"{c.role.value} in term {c.term}" for c in changes[-6:])
+        return (f"{member.self_id} did not settle after {MAX_SETTLE_PASSES} passes at {self.now_ms} ms: "
+                f"{len(changes) - self._reacted} role change(s) not reacted to, the last ones {recent}; "
+                f"now {member!r}")
 
     def _react_to_role_changes(self, now: int) -> None:
         changes = self.member_state.changes
