@@ -293,7 +293,7 @@ class EntryPusher:
                 # The follower needs entries this leader no longer has (snapshots are not
                 # implemented): compare at the first entry we hold and let the follower refuse.
                 compare_index = store.ledger_before_begin_index
-                pr.next = compare_index + 1
+                pr.compare_no_lower_than(compare_index)
             if compare_index < 0:
                 term = -1
             else:
@@ -302,7 +302,7 @@ class EntryPusher:
                 except DLedgerError as exc:
                     log.warning("%s: cannot read entry %d for %s: %s", self.member_state.self_id, compare_index,
                                 pr.peer, exc)
-                    pr.retry_at = now + self.cfg.max_push_timeout_ms
+                    pr.pause_until(now + self.cfg.max_push_timeout_ms)
                     return
             req = self._request(pr, PushEntryType.COMPARE, pre_log_index=compare_index, pre_log_term=term)
             compared = compare_index
@@ -315,7 +315,7 @@ class EntryPusher:
                 cut_term = store.get_entry_term(cut) if cut <= store.ledger_end_index else self.term
             except DLedgerError as exc:
                 log.warning("%s: cannot read entry %d for %s: %s", self.member_state.self_id, cut, pr.peer, exc)
-                pr.retry_at = now + self.cfg.max_push_timeout_ms
+                pr.pause_until(now + self.cfg.max_push_timeout_ms)
                 return
             req = self._request(pr, PushEntryType.TRUNCATE, pre_log_index=cut, pre_log_term=cut_term)
             compared = -1
@@ -332,23 +332,18 @@ class EntryPusher:
         term = self.term
         while pr.next <= end and not pr.inflights.full():
             lagging = end - pr.next > LAG_FOR_QUOTA
-            if lagging:
-                second = now // 1000
-                if pr.quota_second != second:
-                    pr.quota_second, pr.quota_bytes = second, 0
-                if pr.quota_bytes >= cfg.peer_push_quota:
-                    pr.retry_at = (second + 1) * 1000
-                    return
+            if lagging and pr.quota_spent(now, cfg.peer_push_quota):
+                return
             first = pr.next
             try:
                 raw, count, last_term, pre_term = self._read_range(first)
             except DLedgerError as exc:
                 log.warning("%s: cannot read entries from %d for %s: %s", self.member_state.self_id, first,
                             pr.peer, exc)
-                pr.retry_at = now + cfg.max_push_timeout_ms
+                pr.pause_until(now + cfg.max_push_timeout_ms)
                 return
             if lagging:
-                pr.quota_bytes += len(raw)
+                pr.charge_quota(len(raw))
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)
             pr.append_sent(first, count, now, self.member_state.committed_index)
@@ -468,12 +463,12 @@ class EntryPusher:
         if epoch != pr.epoch:
             return False
         if pr.recovering and not resp.recovering:
-            pr.recovering = False
+            pr.recovery_ends()
         return True
 
     def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp,
                             epoch: int) -> None:
-        pr.commit_outstanding = False
+        pr.commit_answered()
         if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch):
             return
         if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= pr.match \
@@ -504,13 +499,13 @@ class EntryPusher:
                 pr.become_compare(max(0, min(new, pr.next - 1)))       # strictly downwards
             else:
                 pr.become_compare(pr.next)
-                pr.retry_at = now + self._retry_delay(resp.code)
+                pr.pause_until(now + self._retry_delay(resp.code))
         elif pr.state is DispatchState.TRUNCATE:
             if resp.code == Code.SUCCESS:
                 pr.become_append()
             else:
                 pr.become_compare(end + 1)
-                pr.retry_at = now + self._retry_delay(resp.code)
+                pr.pause_until(now + self._retry_delay(resp.code))
 
     def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
                             resp, epoch: int) -> None:
@@ -526,7 +521,7 @@ class EntryPusher:
             pass                                  # the first copy will be answered
         else:
             pr.become_append()                    # resend from the match index
-            pr.retry_at = now + self._retry_delay(code)
+            pr.pause_until(now + self._retry_delay(code))
 
     def fail_all(self, code: int) -> None:
         for table in self.pending.values():

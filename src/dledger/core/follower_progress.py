@@ -3,7 +3,9 @@ state that drives replication to it (DLedger's ``EntryDispatcher`` state, shaped
 ``tracker.Progress``).
 
 States and their transitions are ``TRANSITIONS``, and every state change goes through it
-(``IllegalTransition`` otherwise)::
+(``IllegalTransition`` otherwise). Every field changes only through a named method of the
+progress (as etcd's ``tracker.Progress``): the pusher reads the fields and calls the methods,
+never assigns one::
 
     COMPARE --match--> TRUNCATE --ok--> APPEND --INCONSISTENT_STATE--> COMPARE
 
@@ -21,7 +23,7 @@ Fields and the rules they keep:
 - ``control_sent_ms`` / ``control_seq``: the outstanding COMPARE or TRUNCATE request (``-1``:
   none; outside COMPARE and TRUNCATE always ``-1``); an answer counts only if it carries the
   current ``control_seq``, which every state change and every give-up moves on;
-- ``retry_at``: nothing is sent to this follower before then;
+- ``retry_at``: nothing is sent to this follower before then (``pause_until``);
 - ``commit_sent`` / ``commit_outstanding``: the commit index last forwarded, and whether an
   idle COMMIT push is unanswered;
 - ``quota_second`` / ``quota_bytes``: bytes pushed in the current second to a lagging follower;
@@ -209,3 +211,38 @@ class FollowerProgress:
         self.commit_outstanding = True
         self.commit_sent = commit_index
         self.last_push_ms = now
+
+    def commit_answered(self) -> None:
+        """The idle COMMIT push was answered (or given up)."""
+        self.commit_outstanding = False
+
+    def compare_no_lower_than(self, index: int) -> None:
+        """COMPARE at ``index`` at the lowest: the first entry this leader still holds (a
+        follower that needs entries before it is compared there, and refuses)."""
+        if self.next < index + 1:
+            self.next = index + 1
+
+    # -- pacing -----------------------------------------------------------------------------
+    def pause_until(self, when: int) -> None:
+        """Send nothing to this follower before ``when`` (a refusal, a failed read of the
+        leader's own log, or a spent quota)."""
+        self.retry_at = when
+
+    def quota_spent(self, now: int, quota: int) -> bool:
+        """Whether this second's ``quota`` of bytes to a lagging follower is spent; if so,
+        nothing more goes to it before the next second."""
+        second = now // 1000
+        if self.quota_second != second:
+            self.quota_second, self.quota_bytes = second, 0
+        if self.quota_bytes >= quota:
+            self.pause_until((second + 1) * 1000)
+            return True
+        return False
+
+    def charge_quota(self, nbytes: int) -> None:
+        """``nbytes`` more were pushed to a lagging follower in this second."""
+        self.quota_bytes += nbytes
+
+    def recovery_ends(self) -> None:
+        """The follower answered without ``recovering``: its water mark counts again."""
+        self.recovering = False
