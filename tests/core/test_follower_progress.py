@@ -12,14 +12,14 @@ def test_compare_match_raises_the_water_mark_and_truncates_then_appends_from_it(
     pr = FollowerProgress("n1", 8, 4)
     pr.on_compare_match(5)
     assert (pr.state, pr.match) == (DispatchState.TRUNCATE, 5)
-    pr.become_append()
+    pr.truncated()
     assert (pr.state, pr.next) == (DispatchState.APPEND, 6)
 
 
 def test_the_water_mark_never_goes_down_on_acks():
     pr = FollowerProgress("n1", 0, 4)
     pr.on_compare_match(-1)
-    pr.become_append()
+    pr.truncated()
     pr.append_sent(0, 5, now=10, commit_index=-1)
     pr.append_sent(5, 5, now=11, commit_index=-1)
     pr.on_append_ack(5, 5)
@@ -44,17 +44,17 @@ def test_inflights_are_a_window_acked_only_by_the_exact_push():
 def test_a_resend_from_the_match_clears_the_window():
     pr = FollowerProgress("n1", 0, 4)
     pr.on_compare_match(2)
-    pr.become_append()
+    pr.truncated()
     pr.append_sent(3, 4, now=5, commit_index=2)
     seq = pr.control_seq
-    pr.become_append()
+    pr.push_timed_out()
     assert not pr.inflights and pr.next == 3 and pr.control_seq == seq + 1
 
 
 def test_a_follower_that_lost_its_log_is_compared_again_below_its_old_water_mark():
     pr = FollowerProgress("n1", 0, 4)
     pr.on_compare_match(9)
-    pr.become_append()
+    pr.truncated()
     pr.lost_log(end_index=-1, leader_end=20)
     assert (pr.state, pr.match, pr.next) == (DispatchState.COMPARE, -1, 21)
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from dledger.config import DLedgerConfig
-from dledger.core import Node, Role
+from dledger.core import Node, Role, RoleEvent
 from dledger.core.node import MAX_SETTLE_PASSES
 from dledger.store import DLedgerMemoryStore
 
@@ -30,9 +30,9 @@ def flipping(n: Node, times: int | None):
             return
         calls[0] += 1
         if member.role is Role.FOLLOWER:
-            member.change_to_candidate(member.curr_term)
+            member.on_event(RoleEvent.ELECTION_TIMEOUT, member.curr_term)
         else:
-            member.change_to_follower(member.curr_term, "n1")
+            member.on_event(RoleEvent.LEADER_HEARD, member.curr_term, "n1")
 
     return pump
 

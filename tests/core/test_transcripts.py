@@ -39,14 +39,14 @@ def test_there_are_transcripts():
 
 # -- the interpreter itself --------------------------------------------------------------------
 def test_unchanged_output_round_trips_byte_for_byte():
-    text = "# a comment\ncluster n=1 seed=3\n----\nn0 becomes CANDIDATE term=0\n\n# end\n"
+    text = "# a comment\ncluster n=1 seed=3\n----\nn0 becomes CANDIDATE term=0 (start)\n\n# end\n"
     assert run_text(text) == text
 
 
 def test_wrong_expected_output_is_replaced_by_the_actual_one():
     text = "cluster n=1\n----\nsomething else\n\nstatus\n----\n"
     out = run_text(text)
-    assert "something else" not in out and "n0 becomes CANDIDATE term=0" in out
+    assert "something else" not in out and "n0 becomes CANDIDATE term=0 (start)" in out
     assert out.endswith("status\n----\nt=0\nn0 CANDIDATE term=0 vote=- leader=- end=(-1,-1) commit=-1 applied=-1\n")
 
 

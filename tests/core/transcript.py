@@ -47,7 +47,7 @@ Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class 
     log n1                       n1's entries
 
 Output lines: a message is ``src->dst Class fields`` (log positions as ``(term,index)``), a
-role change ``n1 becomes LEADER term=2``, a completion ``n0 completes append#3 SUCCESS
+role change ``n1 becomes LEADER term=2 (vote won)`` (with the event that caused it), a completion ``n0 completes append#3 SUCCESS
 index=4 pos=192``. What a stimulus (a delivered message, a tick) caused is indented under it.
 """
 
@@ -267,7 +267,9 @@ class TranscriptCluster(Wired):
         for change in ready.role_changes:
             self.role_changes[node_id].append(change)
             s = f"{node_id} becomes {change.role.value} term={change.term}"
-            self.emit(s + f" leader={change.leader_id}" if change.role is Role.FOLLOWER else s)
+            if change.role is Role.FOLLOWER:
+                s += f" leader={change.leader_id}"
+            self.emit(f"{s} ({change.event})")
         for env in ready.messages:
             self.queue.append(env)
             self.emit(format_envelope(env), message=True)

@@ -1,9 +1,9 @@
 """EntryPusher: the leader's replication, stepped with ``now_ms``.
 
 One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's states
-(``follower_progress.TRANSITIONS``, enforced)::
+(``follower_progress.TRANSITIONS``, keyed by ``DispatchEvent``)::
 
-    COMPARE --match--> TRUNCATE --ok--> APPEND --INCONSISTENT_STATE--> COMPARE
+    COMPARE --COMPARE_MATCHED--> TRUNCATE --TRUNCATED--> APPEND --APPEND_INCONSISTENT--> COMPARE
 
 - COMPARE sends ``(pre_log_index, pre_log_term)`` of ``next - 1``; on a mismatch it
   backs up fast with the follower's ``x_term``/``x_index`` (or its end index), always strictly
@@ -36,7 +36,7 @@ cluster's empty log never needs it: its new members clear by themselves).
 
 Seams: the pusher is handed the member state, the store, the config and four callables:
 ``send(peer, msg, on_response)``, ``complete(token, response, result)``,
-``fail(token, code)`` and ``step_down(now, term)`` (a follower reported a higher term).
+``fail(token, code)`` and ``step_down(now, term, event)`` (a follower reported a higher term: ``HIGHER_TERM_SEEN``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.follower_progress import DispatchState, FollowerProgress
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest, PushEntryType
@@ -82,7 +82,7 @@ class Pending:
 class EntryPusher:
     def __init__(self, member_state: MemberState, store: "LogStore", config, *,
                  send: Callable[[str, Any, Callable], int], complete: Callable[..., None],
-                 fail: Callable[[Any, int], None], step_down: Callable[[int, int], None]) -> None:
+                 fail: Callable[[Any, int], None], step_down: Callable[[int, int, RoleEvent], None]) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
@@ -327,7 +327,7 @@ class EntryPusher:
     def _dispatch_append(self, now: int, pr: FollowerProgress) -> None:
         cfg, store = self.cfg, self.store
         if pr.inflights and now - pr.inflights.oldest().sent_ms >= cfg.max_push_timeout_ms:
-            pr.become_append()                  # resend from the match index
+            pr.push_timed_out()                 # resend from the match index
         end = store.ledger_end_index
         term = self.term
         while pr.next <= end and not pr.inflights.full():
@@ -396,7 +396,7 @@ class EntryPusher:
         if member.role is not Role.LEADER or member.curr_term != term or self.progress.get(pr.peer) is not pr:
             return False
         if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > member.curr_term:
-            self._step_down(now, resp.term)
+            self._step_down(now, resp.term, RoleEvent.HIGHER_TERM_SEEN)
             return False
         return True
 
@@ -496,15 +496,15 @@ class EntryPusher:
                 pr.on_compare_match(compared)
             elif resp.code == Code.INCONSISTENT_STATE:
                 new = self._next_after_mismatch(compared, resp)
-                pr.become_compare(max(0, min(new, pr.next - 1)))       # strictly downwards
+                pr.compare_mismatch(max(0, min(new, pr.next - 1)))     # strictly downwards
             else:
-                pr.become_compare(pr.next)
+                pr.compare_refused()
                 pr.pause_until(now + self._retry_delay(resp.code))
         elif pr.state is DispatchState.TRUNCATE:
             if resp.code == Code.SUCCESS:
-                pr.become_append()
+                pr.truncated()
             else:
-                pr.become_compare(end + 1)
+                pr.truncate_refused(end)
                 pr.pause_until(now + self._retry_delay(resp.code))
 
     def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
@@ -516,11 +516,11 @@ class EntryPusher:
         if code == Code.SUCCESS:
             pr.on_append_ack(first, count)
         elif code == Code.INCONSISTENT_STATE:
-            pr.become_compare(self.store.ledger_end_index + 1)
+            pr.append_inconsistent(self.store.ledger_end_index)
         elif code == Code.REPEATED_PUSH:
             pass                                  # the first copy will be answered
         else:
-            pr.become_append()                    # resend from the match index
+            pr.push_refused()                     # resend from the match index
             pr.pause_until(now + self._retry_delay(code))
 
     def fail_all(self, code: int) -> None:

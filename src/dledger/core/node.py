@@ -49,7 +49,7 @@ from dledger.core.damaged_tail import DamagedTail
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
-from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.recovery import Recovery
 from dledger.core.repair import Repairer
 from dledger.core.round_trip import RoundTrips
@@ -341,7 +341,7 @@ class Node:
             self.store.persist_term(member.curr_term, member.self_id)
             self.elector.become_leader(now, member.curr_term, forced=True)
         else:
-            member.change_to_follower(member.curr_term, leader_id, forced=True)
+            member.on_event(RoleEvent.FORCED_FOLLOWER, member.curr_term, leader_id)
             self.elector.heard_leader(now)
         self._after(now)
 
