@@ -47,8 +47,8 @@ Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class 
     log n1                       n1's entries
 
 Output lines: a message is ``src->dst Class fields`` (log positions as ``(term,index)``), a
-role change ``n1 becomes LEADER term=2 (vote won)`` (with the event that caused it), a completion ``n0 completes append#3 SUCCESS
-index=4 pos=192``. What a stimulus (a delivered message, a tick) caused is indented under it.
+role change ``n1 becomes LEADER term=2 (vote won)`` (with the event that caused it), a
+completion ``n0 completes append#3 SUCCESS index=4 pos=192``. What a stimulus (a delivered message, a tick) caused is indented under it.
 """
 
 from __future__ import annotations

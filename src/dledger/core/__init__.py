@@ -12,4 +12,5 @@ from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.node import Completion, Node, Ready
 from dledger.core.state_machine_caller import ApplyEntry, StateMachine
 
-__all__ = ["ApplyEntry", "Completion", "MemberState", "Node", "Ready", "Role", "RoleChange", "RoleEvent", "StateMachine"]
+__all__ = ["ApplyEntry", "Completion", "MemberState", "Node", "Ready", "Role", "RoleChange", "RoleEvent",
+           "StateMachine"]

@@ -19,7 +19,8 @@ The transferee:
 A leader with ``preferred_leader_ids`` checks every ``preferred_leader_check_interval_ms``
 whether a live preferred member is close enough behind, and transfers to the closest.
 
-Seams: member state, config, ``send``, ``match_index(peer)`` and ``catch_up_term(now, term, event)``.
+Seams: member state, config, ``send``, ``match_index(peer)`` and ``catch_up_term(now, term,
+event)`` (with ``TAKE_LEADERSHIP``).
 """
 
 from __future__ import annotations
