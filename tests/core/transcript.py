@@ -2,7 +2,8 @@
 
 A transcript file (``tests/core/testdata/*.txt``, in the style of etcd-io/raft's ``testdata``)
 is a sequence of commands, each followed by ``----`` and the output it produced, then a blank
-line. Lines starting with ``#`` (outside an output block) and blank lines are kept verbatim.
+line. Lines starting with ``#`` (outside an output block) and blank lines are kept verbatim
+(the format: ``helpers/transcripts.py``).
 ``test_transcripts.py`` replays every file and compares; ``pytest --update-goldens`` rewrites
 the files with the actual output (then read the diff before committing it).
 
@@ -56,7 +57,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.wiring import Wired
@@ -67,56 +68,9 @@ from dledger.protocol import (DLedgerResponseCode as Code, Envelope, PushEntryTy
                               VoteResult)
 from dledger.store import DLedgerMemoryStore
 from dledger.store.suspect import SuspectReason
+from helpers.transcripts import Command, TranscriptError, parse, render
 
-SEPARATOR = "----"
 MAX_DELIVERIES = 100_000
-
-
-class TranscriptError(Exception):
-    """A transcript that cannot be run as written (bad syntax, unknown node, ...)."""
-
-
-# =========================================================================================
-# the file format
-# =========================================================================================
-@dataclass
-class Command:
-    line: str
-    lineno: int
-    expected: list[str] = field(default_factory=list)
-
-
-def parse(text: str, name: str = "<transcript>") -> list[str | Command]:
-    """Split a transcript into verbatim lines (comments, blank lines) and commands."""
-    lines = text.split("\n")
-    items: list[str | Command] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or line.startswith("#"):
-            items.append(line)
-            i += 1
-            continue
-        if i + 1 >= len(lines) or lines[i + 1] != SEPARATOR:
-            raise TranscriptError(f"{name}:{i + 1}: a command is followed by a line '{SEPARATOR}'")
-        cmd = Command(line, i + 1)
-        i += 2
-        while i < len(lines) and lines[i].strip():
-            cmd.expected.append(lines[i])
-            i += 1
-        items.append(cmd)
-    return items
-
-
-def render(items: list[str | Command], outputs: dict[int, list[str]]) -> str:
-    """The transcript with each command's output replaced by ``outputs[id(command)]``."""
-    lines: list[str] = []
-    for item in items:
-        if isinstance(item, str):
-            lines.append(item)
-        else:
-            lines.extend([item.line, SEPARATOR, *outputs[id(item)]])
-    return "\n".join(lines)
 
 
 def run_text(text: str, name: str = "<transcript>") -> str:
