@@ -14,7 +14,8 @@ by ``advance``, ``tick`` and ``run``. Nothing else is random: the nodes' ``rando
 from the cluster's seed, so a transcript replays byte for byte.
 
 Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class such as
-``VoteRequest`` or a push type such as ``COMPARE``; ``count=k`` only the first k matches)::
+``VoteRequest`` or a push type such as ``COMPARE``; ``count=k`` only the first k matches;
+``skip=k`` all but the first k matches, which stay queued)::
 
     cluster n=3 seed=1 [fresh=true] [config_field=value ...]   a cluster; every node starts
                                  (its store is not suspect; ``fresh=true``: every store is new,
@@ -25,7 +26,7 @@ Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class 
                                  paused: their timers fire late, on their next tick)
     run ms=N                     normal operation: N ms with every message delivered at once;
                                  prints only role changes and completions, with their times
-    deliver [a->b] [type=X] [count=k]   deliver the queued messages selected (all by default);
+    deliver [a->b] [type=X] [skip=k] [count=k]   deliver the queued messages selected (all by default);
                                  what they cause is printed under them and queued, not delivered
     stabilize                    deliver until the queue is empty
     drop [a->b] [type=X] [count=k]      lose queued messages
@@ -298,6 +299,7 @@ class Selector:
     dst: str = "*"
     type: str | None = None
     count: int | None = None
+    skip: int = 0
 
     def matches(self, env: Envelope) -> bool:
         if self.src not in ("*", env.src) or self.dst not in ("*", env.dst):
@@ -369,15 +371,20 @@ class Interpreter:
         sel.type = opts.pop("type", None)
         if "count" in opts:
             sel.count = int(opts.pop("count"))
+        if "skip" in opts:
+            sel.skip = int(opts.pop("skip"))
         if opts:
             raise TranscriptError(f"unknown options {sorted(opts)}")
         return sel
 
     def take(self, sel: Selector) -> list[Envelope]:
         """Remove and return the queued envelopes ``sel`` picks, in queue order."""
-        picked, kept = [], []
+        picked, kept, skipped = [], [], 0
         for env in self.c.queue:
-            if sel.matches(env) and (sel.count is None or len(picked) < sel.count):
+            if sel.matches(env) and skipped < sel.skip:
+                skipped += 1
+                kept.append(env)
+            elif sel.matches(env) and (sel.count is None or len(picked) < sel.count):
                 picked.append(env)
             else:
                 kept.append(env)
@@ -429,10 +436,12 @@ class Interpreter:
 
     def cmd_dup(self, args):
         sel = self.selector(args)
-        out, copies = [], 0
+        out, copies, skipped = [], 0, 0
         for env in self.c.queue:
             out.append(env)
-            if sel.matches(env) and (sel.count is None or copies < sel.count):
+            if sel.matches(env) and skipped < sel.skip:
+                skipped += 1
+            elif sel.matches(env) and (sel.count is None or copies < sel.count):
                 copies += 1
                 out.append(dataclasses.replace(env, msg=dataclasses.replace(env.msg)))
                 self.c.emit(f"{format_envelope(env)} (copied)")
