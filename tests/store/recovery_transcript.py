@@ -42,6 +42,8 @@ Commands::
                               and the data segment reads zeros from there on: the write cut
     zero FILE OFFSET N        N bytes at OFFSET read zeros (a lost sector)
     flip FILE OFFSET [bit=B]  invert one bit of a byte (bit 0 by default)
+    write FILE OFFSET HEX...  write bytes given in hex (spaces between groups allowed): what
+                              another writer, such as Java DLedger, left
     truncate-file FILE SIZE   cut a file to SIZE bytes
     remove-file FILE          delete a file
     log                       the log as the open store serves it (below)
@@ -438,6 +440,23 @@ class Driver:
             fh.seek(off)
             fh.write(bytes([old[0] ^ (1 << bit)]))
         return [f"{self.rel(path)} offset {off}: {old[0]:#04x} -> {old[0] ^ (1 << bit):#04x}"]
+
+    def cmd_write(self, plain, opts):
+        self.no_options(opts)
+        self.closed_store()
+        if len(plain) < 3:
+            raise TranscriptError("write FILE OFFSET HEX...")
+        path, off = self.locate(plain[0], plain[1])
+        try:
+            data = bytes.fromhex("".join(plain[2:]))
+        except ValueError:
+            raise TranscriptError(f"not hex: {' '.join(plain[2:])!r}") from None
+        if off + len(data) > os.path.getsize(self.existing(path)):
+            raise TranscriptError(f"{len(data)} bytes at offset {off} go beyond {self.rel(path)}")
+        with open(path, "r+b") as fh:
+            fh.seek(off)
+            fh.write(data)
+        return [f"{self.rel(path)}: {len(data)} bytes written at offset {off}"]
 
     def cmd_truncate_file(self, plain, opts):
         self.no_options(opts)
