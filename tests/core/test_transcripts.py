@@ -4,12 +4,12 @@
 core does now; review the diff before committing it.
 """
 
-import difflib
 from pathlib import Path
 
 import pytest
 
-from core.transcript import TranscriptError, parse, run_file, run_text
+from core.transcript import TranscriptError, run_file, run_text
+from helpers.transcripts import check_golden
 
 TESTDATA = Path(__file__).parent / "testdata"
 FILES = sorted(TESTDATA.glob("*.txt"))
@@ -17,20 +17,9 @@ FILES = sorted(TESTDATA.glob("*.txt"))
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_transcript(path, request):
-    expected = path.read_text()
-    actual = run_file(path)
-    if actual == expected:
-        return
-    if request.config.getoption("--update-goldens"):
-        path.write_text(actual)
-        return
-    first = next((c for c, a in zip(parse(expected), parse(actual)) if not isinstance(c, str)
-                  and c.expected != a.expected), None)
-    where = f"first difference at line {first.lineno} ({first.line})" if first else "the file differs"
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                        f"{path.name} (expected)", f"{path.name} (actual)", n=2))
-    pytest.fail(f"{path.name}: {where}; rerun with --update-goldens to accept the new output\n{diff}",
-                pytrace=False)
+    failure = check_golden(path, run_file(path), request.config.getoption("--update-goldens"))
+    if failure:
+        pytest.fail(failure, pytrace=False)
 
 
 def test_there_are_transcripts():
