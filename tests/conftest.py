@@ -4,7 +4,8 @@
 
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true", default=False,
-                     help="rewrite tests/core/testdata/*.txt with the actual transcript output")
+                     help="rewrite the transcript files (tests/core/testdata/*.txt, tests/store/testdata/*.txt) "
+                          "with the actual output")
 
 
 def pytest_report_header(config):

@@ -5,11 +5,16 @@ code carries it as a plain ``int`` in ``code``; ``dledger.protocol.DLedgerRespon
 is an ``IntEnum`` with the same numbers, so the two compare equal without this module
 importing the protocol.
 
-Two families, kept apart on purpose:
+Three families, kept apart on purpose:
 - local misuse (the host called us wrongly): ``ValueError``/``TypeError`` subclasses or
   ``DLedgerError`` with the matching code;
 - bad data found on disk or on the wire: ``CorruptEntryError`` / ``CorruptStoreError`` /
-  ``StoreLayoutError`` name the file and byte offset, so an operator can find it.
+  ``StoreLayoutError`` name the file and byte offset, so an operator can find it;
+- a misbehaving peer: ``PeerProtocolError``, raised where a peer's request is validated, is
+  the one exception the core answers as the peer's fault (UNEXPECTED_ARGUMENT). It is not a
+  ``DLedgerError`` (a handler's catch of store problems must not take it for one), and no
+  builtin exception stands for it: a ``ValueError``, ``IndexError`` or ``struct.error``
+  escaping a handler is a bug in the core and reaches the host.
 """
 
 from __future__ import annotations
@@ -105,3 +110,12 @@ class ReadOnlyStoreError(DLedgerError):
     """A write was attempted on a store opened read-only."""
 
     code = UNEXPECTED_ARGUMENT
+
+
+class PeerProtocolError(Exception):
+    """A peer sent a request this node must not act on (a value no peer may send, or bytes
+    that do not hold what the request says): the peer's fault, not this node's. The node
+    answers the request ``code`` (UNEXPECTED_ARGUMENT) and logs the message, which names what
+    is wrong; nothing the request would have changed has changed."""
+
+    code: int = UNEXPECTED_ARGUMENT

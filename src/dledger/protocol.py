@@ -9,7 +9,8 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
 - An APPEND ``PushEntryRequest`` carries ``pre_log_term``, the term of the leader's entry at
   ``first_entry_index - 1``: the follower accepts it only when its own entry there has it.
 - ``ReadMode.parse`` accepts a mode by member, number or name; ``out_of_range`` range-checks
-  every term, index, count and position field of a message from a peer (``PEER_TERM_BOUND``).
+  every term, index, count and position field of a message from a peer (``PEER_TERM_BOUND``);
+  ``check_in_range`` raises its refusal as ``errors.PeerProtocolError``.
 - ``GetEntriesRequest.read_mode`` (Java's has none) is the ``ReadMode`` the node serves the get
   in: READ_INDEX_READ (the default, also for a request that does not send the field)
   confirms the node's leadership with a quorum before it answers, UNSAFE_READ answers from the
@@ -51,6 +52,7 @@ import reprlib
 import msgpack
 
 from dledger.entry import MAX_TERM, crc32  # zlib-ng's CRC-32 when installed: 5x zlib's on a push
+from dledger.errors import PeerProtocolError
 
 #: 2: a CRC-32 trailer follows the msgpack body (1 had none)
 WIRE_VERSION = 2
@@ -476,6 +478,13 @@ def out_of_range(msg: Any, own_term: int) -> str | None:
             return (f"{type(msg).__name__}.{name}={value} is above the term bound {PEER_TERM_BOUND} "
                     f"and more than {TERM_STEP} above the local term {own_term} (or above {MAX_TERM})")
     return None
+
+
+def check_in_range(msg: Any, own_term: int) -> None:
+    """Raise ``PeerProtocolError`` (saying why) when ``out_of_range`` refuses ``msg``."""
+    why = out_of_range(msg, own_term)
+    if why is not None:
+        raise PeerProtocolError(why)
 
 
 @dataclass(slots=True)

@@ -26,8 +26,8 @@ What it promises:
   (``lease_ratio`` of the election timeout since the last confirmed round) holds and no
   leadership transfer was started in its term (docs/embedding.md); ``get(index, mode)`` reads
   the entry after the same read (UNSAFE_READ, the default: this node's own store at once);
-- role-change handlers receive ``RoleChange(term, role, leader_id)`` on the runtime's thread,
-  each transition once, in order;
+- role-change handlers receive ``RoleChange(term, role, leader_id, event)`` on the runtime's
+  thread, each transition once, in order (``event``: the ``RoleEvent`` that caused it);
 - every blocking call has an ``*_async`` twin for hosts running their own asyncio loop;
 - a failing disk: when the store fails (a failed msync, term or checkpoint write: the store's
   ``failed``, see ``store/flusher.py``) the node halts at once, as a crashed process: nothing

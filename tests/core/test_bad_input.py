@@ -1,14 +1,17 @@
 """Remote misbehaviour (wrong group or member, inconsistent pushes, fuzzed requests): malformed or hostile pushes get an
-error answer, change nothing and never raise."""
+error answer, change nothing and never raise. Only ``PeerProtocolError`` is taken for the peer's fault: a builtin
+exception escaping a handler is a bug in the core and reaches the caller of ``receive``."""
 
 import random
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from dledger.config import DLedgerConfig
 from dledger.core import Node, Role
+from dledger.errors import PeerProtocolError
 from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, PushEntryRequest,
-                              PushEntryType, VoteRequest)
+                              PushEntryResponse, PushEntryType, VoteRequest)
 from dledger.store import DLedgerMemoryStore
 
 PEERS = "n0-h:1;n1-h:2;n2-h:3"
@@ -85,3 +88,58 @@ def test_vote_and_heartbeat_with_absurd_terms_from_strangers_are_refused_without
     assert node.term == 2
     codes = [m.msg for m in node.take_ready().messages if m.is_response]
     assert len(codes) == 2
+
+
+def test_a_push_whose_overlapping_record_is_cut_short_is_answered_unexpected_argument_and_changes_nothing():
+    node, _leader = follower_with_log(3)
+    before = [node.store.get_raw(i) for i in range(3)]
+    # entry 1 is held here: the push overlaps the log, and its bytes end before a record header
+    resp = push(node, entries=b"\0", first_entry_index=1, count=1, pre_log_index=0, pre_log_term=2)
+    assert isinstance(resp, PushEntryResponse) and resp.code == Code.UNEXPECTED_ARGUMENT and resp.term == 2
+    assert [node.store.get_raw(i) for i in range(3)] == before and node.term == 2 and node.role is Role.FOLLOWER
+
+
+def test_a_parked_push_cut_short_is_answered_itself_and_the_push_that_drains_it_gets_its_own_answer():
+    node, leader = follower_with_log(2)
+    leader.batch_append_as_leader([b"e2", b"e3"])
+    # a push of entries 3.. parks (entry 2 is missing); its bytes are one byte
+    node.receive(1, Envelope("n1", "n0", 8, False, PushEntryRequest(
+        group="g", local_id="n1", remote_id="n0", leader_id="n1", term=2, type=PushEntryType.APPEND,
+        entries=b"\0", first_entry_index=3, count=1, pre_log_index=2, pre_log_term=2)))
+    assert not [m for m in node.take_ready().messages if m.request_id == 8]
+    # entries 2 and 3 arrive: the parked push now overlaps the log and is drained
+    node.receive(2, Envelope("n1", "n0", 9, False, PushEntryRequest(
+        group="g", local_id="n1", remote_id="n0", leader_id="n1", term=2, type=PushEntryType.APPEND,
+        entries=bytes(leader.get_raw(2)) + bytes(leader.get_raw(3)), first_entry_index=2, count=2,
+        pre_log_index=1, pre_log_term=2, last_entry_term=2)))
+    answers = {m.request_id: m.msg for m in node.take_ready().messages if m.is_response}
+    assert answers[8].code == Code.UNEXPECTED_ARGUMENT and answers[8].index == 3
+    assert answers[9].code == Code.SUCCESS and answers[9].index == 2
+    assert node.store.ledger_end_index == 3 and not node.handler.waiting
+
+
+@pytest.mark.parametrize("error", [ValueError("bug"), TypeError("bug"), IndexError("bug"), KeyError("bug")])
+def test_a_builtin_exception_inside_a_handler_is_a_bug_and_reaches_the_caller(error):
+    node, _ = follower_with_log(1)
+
+    def broken(*_a, **_kw):
+        raise error
+
+    node.handler.handle_push = broken
+    with pytest.raises(type(error)):
+        node.receive(1, Envelope("n1", "n0", 7, False, PushEntryRequest(
+            group="g", local_id="n1", remote_id="n0", leader_id="n1", term=2, type=PushEntryType.COMMIT)))
+
+
+def test_a_peer_protocol_error_inside_a_handler_is_answered_unexpected_argument_with_the_own_term():
+    node, _ = follower_with_log(1)
+
+    def refuses(*_a, **_kw):
+        raise PeerProtocolError("votes for nobody")
+
+    node.elector.handle_vote = refuses
+    node.receive(1, Envelope("n2", "n0", 5, False, VoteRequest(group="g", local_id="n2", remote_id="n0",
+                                                               leader_id="n2", term=7)))
+    answers = [m.msg for m in node.take_ready().messages if m.request_id == 5]
+    assert len(answers) == 1 and answers[0].code == Code.UNEXPECTED_ARGUMENT and answers[0].term == 2
+    assert node.term == 2

@@ -6,13 +6,13 @@ import pytest
 
 from core.wiring import Wired
 from dledger.config import DLedgerConfig
-from dledger.core import Node, Role
+from dledger.core import Node, Role, RoleChange, RoleEvent
 from dledger.core import vote as vote_module
 from dledger.core.leader_elector import ParseResult, VoteTally, parse_vote_tally
 from dledger.core.member_state import MemberState
 from dledger.core.quorum import Majority
-from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, VoteRequest,
-                              VoteResult as R)
+from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, LeadershipTransferRequest,
+                              VoteRequest, VoteResult as R)
 from dledger.store import DLedgerMemoryStore
 
 PEERS = "n0-h:1;n1-h:2;n2-h:3"
@@ -281,6 +281,25 @@ def test_role_changes_reach_the_host_once_in_term_order():
         keys = [(c.term, c.role) for c in changes]
         assert all(a != b for a, b in zip(keys, keys[1:]))     # no transition told twice
         assert [c.term for c in changes] == sorted(c.term for c in changes)
+        assert changes[0].event is RoleEvent.START and all(c.event is not None for c in changes)
+    # the leader that was stopped is not told; the others lost it and say so
+    assert any(c.event is RoleEvent.ELECTION_TIMEOUT for cs in w.role_changes.values() for c in cs)
+
+
+def test_a_transfer_naming_the_leader_as_its_own_transferee_makes_it_stand_and_never_raises():
+    """A peer's request that names the leader both as the transferring leader and as the
+    transferee takes the leader along its TAKE_LEADERSHIP edge (the role table holds it, so
+    that no request raises IllegalTransition)."""
+    node = lone(term=5, vote="n0")
+    node.force_role(0, "n0")
+    node.take_ready()
+    assert node.role is Role.LEADER
+    node.receive(10, Envelope("n1", "n0", 5, False, LeadershipTransferRequest(
+        group="g", local_id="n1", remote_id="n0", leader_id="n0", term=5, transfer_id="n0",
+        transferee_id="n0", take_leadership_ledger_index=-1)))
+    changes = node.take_ready().role_changes
+    assert node.role is Role.CANDIDATE and node.term == 6
+    assert changes[0] == RoleChange(6, Role.CANDIDATE, None, RoleEvent.TAKE_LEADERSHIP)
 
 
 def test_leadership_transfer_moves_the_leader_to_the_target():

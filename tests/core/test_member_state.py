@@ -1,7 +1,7 @@
 import pytest
 
 from dledger.config import DLedgerConfig
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.errors import DLedgerError
 from dledger.store import DLedgerMmapFileStore
 
@@ -29,29 +29,49 @@ def test_next_term_is_durable_and_clears_the_vote(ms, tmp_path):
 
 
 def test_next_term_jumps_to_the_known_max_term(ms):
-    ms.change_to_candidate(7)
+    ms.on_event(RoleEvent.HIGHER_TERM_SEEN, 7)
     assert ms.next_term() == 7
 
 
 def test_next_term_only_as_candidate(ms):
-    ms.change_to_leader(0)
+    ms.on_event(RoleEvent.WON_VOTE, 0)
     with pytest.raises(DLedgerError) as exc:
         ms.next_term()
     assert exc.value.code == 504
 
 
-def test_role_changes_are_recorded_once_each(ms):
-    ms.change_to_candidate(0)
-    ms.change_to_candidate(0)     # same (term, role): not told again
-    ms.change_to_leader(0)
-    ms.change_to_leader(0)
-    assert [(c.term, c.role) for c in ms.changes] == [(0, Role.CANDIDATE), (0, Role.LEADER)]
+def test_role_changes_are_recorded_once_each_with_the_event_that_caused_them(ms):
+    ms.tell_initial_role()
+    ms.on_event(RoleEvent.HIGHER_TERM_SEEN, 0)     # same (term, role): not told again
+    ms.on_event(RoleEvent.WON_VOTE, 0)
+    ms.on_event(RoleEvent.FORCED_LEADER, 0)        # same (term, role): not told again
+    ms.store.persist_term(1, None)
+    ms.on_event(RoleEvent.FORCED_FOLLOWER, 1, "n2")
+    assert ms.changes == [RoleChange(0, Role.CANDIDATE, None, RoleEvent.START),
+                          RoleChange(0, Role.LEADER, "n0", RoleEvent.WON_VOTE),
+                          RoleChange(1, Role.FOLLOWER, "n2", RoleEvent.FORCED_FOLLOWER)]
+
+
+def test_a_role_change_says_why_in_its_log_line(ms, caplog):
+    caplog.set_level("INFO", logger="dledger.core.member_state")
+    ms.tell_initial_role()
+    ms.on_event(RoleEvent.HIGHER_TERM_SEEN, 3)
+    ms.on_event(RoleEvent.LEADER_HEARD, 3, "n1")
+    assert [r.getMessage() for r in caplog.records] == [
+        "n0: CANDIDATE in term 0 (start)",
+        "n0: CANDIDATE -> CANDIDATE in term 3 (higher term seen)",
+        "n0: CANDIDATE -> FOLLOWER in term 3 leader=n1 (leader heard)"]
+
+
+def test_a_role_change_built_by_a_host_needs_no_event():
+    change = RoleChange(4, Role.LEADER, "n0")
+    assert change.event is None and str(change) == "LEADER in term 4"
 
 
 def test_commit_index_only_moves_forward_and_by_role(ms):
     assert not ms.leader_update_committed_index(0, 3)     # not leader
     ms.store.batch_append_as_leader([b"a", b"b", b"c"])
-    ms.change_to_leader(0)
+    ms.on_event(RoleEvent.WON_VOTE, 0)
     assert ms.leader_update_committed_index(0, 1)
     assert not ms.leader_update_committed_index(0, 0)
     assert ms.store.committed_index == 1

@@ -16,7 +16,7 @@ import pytest
 
 from core.wiring import Wired
 from dledger.config import DLedgerConfig
-from dledger.core import Node, Role, RoleChange
+from dledger.core import Node, Role, RoleChange, RoleEvent
 from dledger.core.quorum import Majority
 from dledger.core.recovery import NO_MEMBER
 from dledger.core.vote import ParseResult, VoteTally, parse_vote_tally
@@ -284,12 +284,12 @@ def test_a_voter_that_joins_a_higher_term_is_told_as_candidate_of_that_term():
     node.receive(10_000, Envelope("n2", "n0", 7, False, VoteRequest(
         group="g", local_id="n2", remote_id="n0", leader_id="n2", term=7)))
     ready = node.take_ready()
-    assert ready.role_changes == [RoleChange(7, Role.CANDIDATE, None)]
+    assert ready.role_changes == [RoleChange(7, Role.CANDIDATE, None, RoleEvent.HIGHER_TERM_SEEN)]
     assert node.store.current_term == 7
     # and the higher term seen through a heartbeat is told the same way
     node.receive(10_001, Envelope("n1", "n0", 8, False, HeartBeatRequest(
         group="g", local_id="n1", remote_id="n0", leader_id="n1", term=9)))
-    assert node.take_ready().role_changes == [RoleChange(9, Role.CANDIDATE, None)]
+    assert node.take_ready().role_changes == [RoleChange(9, Role.CANDIDATE, None, RoleEvent.HIGHER_TERM_SEEN)]
 
 
 # -- the leader's side ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The state tables are the code's own: the role and dispatcher transitions are enforced by
-``MemberState`` and ``FollowerProgress`` (an illegal transition raises, every legal one is
-accepted), and the state diagrams in docs/architecture.md are drawn from the same tables
-(this test regenerates them and fails when the docs fall behind)."""
+"""The state tables are the code's own: roles and dispatcher states change by event, and the
+tables ``ROLE_TRANSITIONS`` and ``TRANSITIONS`` map (state, event) to the new state (a pair
+they do not hold raises, every pair they hold takes the code to the state they name); the
+state diagrams in docs/architecture.md are drawn from the same tables, each edge labelled with
+its events (this test regenerates them and fails when the docs fall behind)."""
 
 import itertools
 import pathlib
@@ -9,24 +10,27 @@ import pathlib
 import pytest
 
 from dledger.config import DLedgerConfig
-from dledger.core.follower_progress import TRANSITIONS, DispatchState, FollowerProgress
-from dledger.core.member_state import ROLE_TRANSITIONS, MemberState, Role
-from dledger.core.transitions import IllegalTransition
+from dledger.core.follower_progress import TRANSITIONS, DispatchEvent, DispatchState, FollowerProgress
+from dledger.core.member_state import ROLE_TRANSITIONS, MemberState, Role, RoleChange, RoleEvent
+from dledger.core.transitions import IllegalTransition, TransitionTable
 from dledger.store import DLedgerMemoryStore
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 
-def role_diagram() -> str:
-    lines = ["stateDiagram-v2", "    [*] --> CANDIDATE: start"]
-    lines += [f"    {a.value} --> {b.value}: {why}" for a, b, why in ROLE_TRANSITIONS]
+def diagram(table: TransitionTable, start: str) -> str:
+    lines = ["stateDiagram-v2", f"    [*] --> {start}"]
+    lines += [f"    {a.value} --> {b.value}: {', '.join(e.name for e in events)}"
+              for a, b, events in table.grouped()]
     return "\n".join(lines)
+
+
+def role_diagram() -> str:
+    return diagram(ROLE_TRANSITIONS, "CANDIDATE: START")
 
 
 def dispatcher_diagram() -> str:
-    lines = ["stateDiagram-v2", "    [*] --> COMPARE: becomes leader"]
-    lines += [f"    {a.value} --> {b.value}: {why}" for a, b, why in TRANSITIONS]
-    return "\n".join(lines)
+    return diagram(TRANSITIONS, "COMPARE: becomes leader")
 
 
 def test_docs_carry_the_generated_diagrams():
@@ -35,8 +39,21 @@ def test_docs_carry_the_generated_diagrams():
     assert dispatcher_diagram() in text, "regenerate the dispatcher diagram:\n" + dispatcher_diagram()
 
 
+def test_docs_name_every_event():
+    text = DOC.read_text()
+    missing = [e.name for e in (*RoleEvent, *DispatchEvent) if f"`{e.name}`" not in text]
+    assert not missing, f"docs/architecture.md does not explain {missing}"
+
+
+def test_a_table_refuses_an_event_it_has_no_edge_for_naming_state_and_event():
+    with pytest.raises(IllegalTransition, match="n0: role FOLLOWER has no transition on WON_VOTE"):
+        ROLE_TRANSITIONS.next_state(Role.FOLLOWER, RoleEvent.WON_VOTE, "n0")
+
+
 # -- roles ------------------------------------------------------------------------------------
 ROLES = (Role.CANDIDATE, Role.FOLLOWER, Role.LEADER)
+#: the events that happen in a role (START is the first role told, no transition)
+ROLE_EVENTS = [e for e in RoleEvent if e is not RoleEvent.START]
 
 
 def member_in(role: Role) -> MemberState:
@@ -46,62 +63,79 @@ def member_in(role: Role) -> MemberState:
     member = MemberState(DLedgerConfig(self_id="n0", peers="n0-h:1;n1-h:2;n2-h:3").validate(), store)
     member.tell_initial_role()
     if role is Role.LEADER:
-        member.change_to_leader(1)
+        member.on_event(RoleEvent.WON_VOTE, 1)
     elif role is Role.FOLLOWER:
-        member.change_to_follower(1, "n1")
+        member.on_event(RoleEvent.LEADER_HEARD, 1, "n1")
     assert member.role is role
     return member
 
 
-def enter(member: MemberState, role: Role) -> None:
-    """Ask for ``role`` as the elector would: a leader of a new term (voted for itself), the
-    follower of a leader it does not follow yet, a candidate of the next term."""
-    term = member.curr_term
-    if role is Role.LEADER:
-        member.store.persist_term(term + 1, member.self_id)
-        member.change_to_leader(term + 1)
-    elif role is Role.FOLLOWER:
-        member.change_to_follower(term, "n2")          # a leader it does not follow yet
-    else:
-        member.change_to_candidate(term + 1)
+def fire(member: MemberState, event: RoleEvent) -> tuple[int, str | None]:
+    """``event`` as the elector sends it: a passed vote or a forced leadership in the current
+    term, a leader (one it does not follow yet) heard or forced in the current term, anything
+    else with the next term. Returns the (term, leader) given."""
+    term, leader = member.curr_term, None
+    if event in (RoleEvent.LEADER_HEARD, RoleEvent.FORCED_FOLLOWER):
+        leader = "n2"
+    elif event not in (RoleEvent.WON_VOTE, RoleEvent.FORCED_LEADER):
+        term += 1
+    member.on_event(event, term, leader)
+    return term, leader
 
 
-@pytest.mark.parametrize("a,b", [(a, b) for a, b, _why in ROLE_TRANSITIONS])
-def test_every_legal_role_transition_is_accepted(a, b):
+@pytest.mark.parametrize("a,event,b", list(ROLE_TRANSITIONS))
+def test_every_role_transition_of_the_table_takes_the_role_it_names_and_says_why(a, event, b):
     member = member_in(a)
-    enter(member, b)
-    assert member.role is b and member.changes[-1].role is b
+    term, leader = fire(member, event)
+    assert member.role is b and member.curr_term == term
+    if (term, b) != (1, a):          # a change of term or role is told, with its event
+        assert member.changes[-1] == RoleChange(term, b, "n0" if b is Role.LEADER else leader, event)
 
 
-@pytest.mark.parametrize("a,b", [(a, b) for a, b in itertools.product(ROLES, ROLES)
-                                 if not ROLE_TRANSITIONS.allows(a, b)])
-def test_every_illegal_role_transition_raises_and_changes_nothing(a, b):
+@pytest.mark.parametrize("a,event", [(a, e) for a, e in itertools.product(ROLES, RoleEvent)
+                                     if not ROLE_TRANSITIONS.allows(a, e)])
+def test_every_event_the_table_has_no_edge_for_raises_and_changes_nothing(a, event):
     member = member_in(a)
-    told = list(member.changes)
-    with pytest.raises(IllegalTransition):
-        enter(member, b)
-    assert member.role is a and member.changes == told
+    before = (list(member.changes), member.leader_id, member.curr_term, member.curr_vote_for)
+    with pytest.raises(IllegalTransition, match=f"role {a.value} has no transition on {event.name}"):
+        fire(member, event)
+    assert member.role is a
+    assert (member.changes, member.leader_id, member.curr_term, member.curr_vote_for) == before
 
 
-def test_reentering_the_role_and_term_held_is_no_transition():
+def test_every_event_has_an_edge_and_only_start_has_none():
+    used = {e for _a, e, _b in ROLE_TRANSITIONS}
+    assert used == set(ROLE_EVENTS)
+
+
+def test_the_harness_may_force_any_role_from_any_role():
+    for a in ROLES:
+        assert ROLE_TRANSITIONS.next_state(a, RoleEvent.FORCED_LEADER) is Role.LEADER
+        assert ROLE_TRANSITIONS.next_state(a, RoleEvent.FORCED_FOLLOWER) is Role.FOLLOWER
+
+
+def test_the_same_role_and_term_again_is_told_once():
     leader = member_in(Role.LEADER)
-    leader.change_to_leader(1)
-    follower = member_in(Role.FOLLOWER)
-    follower.change_to_follower(1, "n1")
+    leader.on_event(RoleEvent.FORCED_LEADER, 1)
     assert [c.role for c in leader.changes].count(Role.LEADER) == 1
-    assert [c.role for c in follower.changes].count(Role.FOLLOWER) == 1
-
-
-def test_the_harness_may_force_any_role():
-    member = member_in(Role.LEADER)
-    member.change_to_follower(1, "n1", forced=True)
-    assert member.role is Role.FOLLOWER
-    member.change_to_leader(1, forced=True)
-    assert member.role is Role.LEADER
 
 
 # -- dispatchers ------------------------------------------------------------------------------
 REACHABLE = (DispatchState.COMPARE, DispatchState.TRUNCATE, DispatchState.APPEND)
+
+#: each event as the pusher reports it, through the progress's named methods
+REPORT = {
+    DispatchEvent.COMPARE_MATCHED: lambda pr: pr.on_compare_match(5),
+    DispatchEvent.COMPARE_MISMATCH: lambda pr: pr.compare_mismatch(3),
+    DispatchEvent.COMPARE_REFUSED: lambda pr: pr.compare_refused(),
+    DispatchEvent.TRUNCATED: lambda pr: pr.truncated(),
+    DispatchEvent.TRUNCATE_REFUSED: lambda pr: pr.truncate_refused(20),
+    DispatchEvent.APPEND_INCONSISTENT: lambda pr: pr.append_inconsistent(20),
+    DispatchEvent.PUSH_REFUSED: lambda pr: pr.push_refused(),
+    DispatchEvent.PUSH_TIMED_OUT: lambda pr: pr.push_timed_out(),
+    DispatchEvent.LOG_LOST: lambda pr: pr.lost_log(2, 20),
+    DispatchEvent.FOLLOWER_RECOVERING: lambda pr: pr.start_recovery(20, 7),
+}
 
 
 def progress_in(state: DispatchState) -> FollowerProgress:
@@ -109,47 +143,39 @@ def progress_in(state: DispatchState) -> FollowerProgress:
     if state is not DispatchState.COMPARE:
         pr.on_compare_match(5)
     if state is DispatchState.APPEND:
-        pr.become_append()
+        pr.truncated()
     assert pr.state is state
     return pr
 
 
-def move(pr: FollowerProgress, state: DispatchState) -> None:
-    if state is DispatchState.COMPARE:
-        pr.become_compare(3)
-    elif state is DispatchState.TRUNCATE:
-        pr.become_truncate()
-    else:
-        pr.become_append()
+def test_every_dispatcher_event_has_a_named_method_and_an_edge():
+    assert set(REPORT) == set(DispatchEvent) == {e for _a, e, _b in TRANSITIONS}
 
 
-@pytest.mark.parametrize("a,b", [(a, b) for a, b, _why in TRANSITIONS])
-def test_every_legal_dispatcher_transition_is_accepted(a, b):
+@pytest.mark.parametrize("a,event,b", list(TRANSITIONS))
+def test_every_dispatcher_transition_of_the_table_takes_the_state_it_names(a, event, b):
     pr = progress_in(a)
     pr.inflights.add(6, 2, 0)
     seq = pr.control_seq
-    move(pr, b)
+    REPORT[event](pr)
     assert pr.state is b
     assert not pr.inflights and pr.control_sent_ms == -1 and pr.control_seq > seq
+    if b is DispatchState.APPEND:
+        assert pr.next == pr.match + 1
+    elif a is not DispatchState.COMPARE:
+        assert pr.next == 21                     # compare again from the leader's end
 
 
-@pytest.mark.parametrize("a,b", [(a, b) for a, b in itertools.product(REACHABLE, REACHABLE)
-                                 if not TRANSITIONS.allows(a, b)])
-def test_every_illegal_dispatcher_transition_raises_and_changes_nothing(a, b):
+@pytest.mark.parametrize("a,event", [(a, e) for a, e in itertools.product(REACHABLE, DispatchEvent)
+                                     if not TRANSITIONS.allows(a, e)])
+def test_every_dispatcher_event_without_an_edge_raises_and_changes_nothing(a, event):
     pr = progress_in(a)
-    before = (pr.state, pr.next, pr.match, pr.control_seq)
-    with pytest.raises(IllegalTransition):
-        move(pr, b)
-    assert (pr.state, pr.next, pr.match, pr.control_seq) == before
+    before = (pr.state, pr.next, pr.match, pr.control_seq, pr.recovering, pr.epoch)
+    with pytest.raises(IllegalTransition, match=f"n1: dispatcher {a.value} has no transition on {event.name}"):
+        REPORT[event](pr)
+    assert (pr.state, pr.next, pr.match, pr.control_seq, pr.recovering, pr.epoch) == before
 
 
-@pytest.mark.parametrize("a,b", list(itertools.product(DispatchState, DispatchState)))
-def test_the_dispatcher_table_is_checked_for_every_pair(a, b):
-    if TRANSITIONS.allows(a, b):
-        TRANSITIONS.check(a, b)
-    else:
-        with pytest.raises(IllegalTransition):
-            TRANSITIONS.check(a, b)
-    # COMMIT and INSTALL_SNAPSHOT are never entered nor left
-    if {a, b} & {DispatchState.COMMIT, DispatchState.INSTALL_SNAPSHOT}:
-        assert not TRANSITIONS.allows(a, b)
+def test_commit_and_install_snapshot_are_never_entered_nor_left():
+    for a, _e, b in TRANSITIONS:
+        assert not {a, b} & {DispatchState.COMMIT, DispatchState.INSTALL_SNAPSHOT}

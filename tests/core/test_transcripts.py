@@ -4,12 +4,12 @@
 core does now; review the diff before committing it.
 """
 
-import difflib
 from pathlib import Path
 
 import pytest
 
-from core.transcript import TranscriptError, parse, run_file, run_text
+from core.transcript import TranscriptError, run_file, run_text
+from helpers.transcripts import check_golden
 
 TESTDATA = Path(__file__).parent / "testdata"
 FILES = sorted(TESTDATA.glob("*.txt"))
@@ -17,20 +17,9 @@ FILES = sorted(TESTDATA.glob("*.txt"))
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_transcript(path, request):
-    expected = path.read_text()
-    actual = run_file(path)
-    if actual == expected:
-        return
-    if request.config.getoption("--update-goldens"):
-        path.write_text(actual)
-        return
-    first = next((c for c, a in zip(parse(expected), parse(actual)) if not isinstance(c, str)
-                  and c.expected != a.expected), None)
-    where = f"first difference at line {first.lineno} ({first.line})" if first else "the file differs"
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                        f"{path.name} (expected)", f"{path.name} (actual)", n=2))
-    pytest.fail(f"{path.name}: {where}; rerun with --update-goldens to accept the new output\n{diff}",
-                pytrace=False)
+    failure = check_golden(path, run_file(path), request.config.getoption("--update-goldens"))
+    if failure:
+        pytest.fail(failure, pytrace=False)
 
 
 def test_there_are_transcripts():
@@ -39,14 +28,14 @@ def test_there_are_transcripts():
 
 # -- the interpreter itself --------------------------------------------------------------------
 def test_unchanged_output_round_trips_byte_for_byte():
-    text = "# a comment\ncluster n=1 seed=3\n----\nn0 becomes CANDIDATE term=0\n\n# end\n"
+    text = "# a comment\ncluster n=1 seed=3\n----\nn0 becomes CANDIDATE term=0 (start)\n\n# end\n"
     assert run_text(text) == text
 
 
 def test_wrong_expected_output_is_replaced_by_the_actual_one():
     text = "cluster n=1\n----\nsomething else\n\nstatus\n----\n"
     out = run_text(text)
-    assert "something else" not in out and "n0 becomes CANDIDATE term=0" in out
+    assert "something else" not in out and "n0 becomes CANDIDATE term=0 (start)" in out
     assert out.endswith("status\n----\nt=0\nn0 CANDIDATE term=0 vote=- leader=- end=(-1,-1) commit=-1 applied=-1\n")
 
 

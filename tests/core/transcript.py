@@ -2,7 +2,8 @@
 
 A transcript file (``tests/core/testdata/*.txt``, in the style of etcd-io/raft's ``testdata``)
 is a sequence of commands, each followed by ``----`` and the output it produced, then a blank
-line. Lines starting with ``#`` (outside an output block) and blank lines are kept verbatim.
+line. Lines starting with ``#`` (outside an output block) and blank lines are kept verbatim
+(the format: ``helpers/transcripts.py``).
 ``test_transcripts.py`` replays every file and compares; ``pytest --update-goldens`` rewrites
 the files with the actual output (then read the diff before committing it).
 
@@ -13,7 +14,8 @@ by ``advance``, ``tick`` and ``run``. Nothing else is random: the nodes' ``rando
 from the cluster's seed, so a transcript replays byte for byte.
 
 Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class such as
-``VoteRequest`` or a push type such as ``COMPARE``; ``count=k`` only the first k matches)::
+``VoteRequest`` or a push type such as ``COMPARE``; ``count=k`` only the first k matches;
+``skip=k`` all but the first k matches, which stay queued)::
 
     cluster n=3 seed=1 [fresh=true] [config_field=value ...]   a cluster; every node starts
                                  (its store is not suspect; ``fresh=true``: every store is new,
@@ -24,7 +26,7 @@ Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class 
                                  paused: their timers fire late, on their next tick)
     run ms=N                     normal operation: N ms with every message delivered at once;
                                  prints only role changes and completions, with their times
-    deliver [a->b] [type=X] [count=k]   deliver the queued messages selected (all by default);
+    deliver [a->b] [type=X] [skip=k] [count=k]   deliver the queued messages selected (all by default);
                                  what they cause is printed under them and queued, not delivered
     stabilize                    deliver until the queue is empty
     drop [a->b] [type=X] [count=k]      lose queued messages
@@ -47,8 +49,8 @@ Commands (``a->b`` selects a link; ``*`` is any node; ``type=`` a message class 
     log n1                       n1's entries
 
 Output lines: a message is ``src->dst Class fields`` (log positions as ``(term,index)``), a
-role change ``n1 becomes LEADER term=2``, a completion ``n0 completes append#3 SUCCESS
-index=4 pos=192``. What a stimulus (a delivered message, a tick) caused is indented under it.
+role change ``n1 becomes LEADER term=2 (vote won)`` (with the event that caused it), a
+completion ``n0 completes append#3 SUCCESS index=4 pos=192``. What a stimulus (a delivered message, a tick) caused is indented under it.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.wiring import Wired
@@ -67,56 +69,9 @@ from dledger.protocol import (DLedgerResponseCode as Code, Envelope, PushEntryTy
                               VoteResult)
 from dledger.store import DLedgerMemoryStore
 from dledger.store.suspect import SuspectReason
+from helpers.transcripts import Command, TranscriptError, parse, render
 
-SEPARATOR = "----"
 MAX_DELIVERIES = 100_000
-
-
-class TranscriptError(Exception):
-    """A transcript that cannot be run as written (bad syntax, unknown node, ...)."""
-
-
-# =========================================================================================
-# the file format
-# =========================================================================================
-@dataclass
-class Command:
-    line: str
-    lineno: int
-    expected: list[str] = field(default_factory=list)
-
-
-def parse(text: str, name: str = "<transcript>") -> list[str | Command]:
-    """Split a transcript into verbatim lines (comments, blank lines) and commands."""
-    lines = text.split("\n")
-    items: list[str | Command] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or line.startswith("#"):
-            items.append(line)
-            i += 1
-            continue
-        if i + 1 >= len(lines) or lines[i + 1] != SEPARATOR:
-            raise TranscriptError(f"{name}:{i + 1}: a command is followed by a line '{SEPARATOR}'")
-        cmd = Command(line, i + 1)
-        i += 2
-        while i < len(lines) and lines[i].strip():
-            cmd.expected.append(lines[i])
-            i += 1
-        items.append(cmd)
-    return items
-
-
-def render(items: list[str | Command], outputs: dict[int, list[str]]) -> str:
-    """The transcript with each command's output replaced by ``outputs[id(command)]``."""
-    lines: list[str] = []
-    for item in items:
-        if isinstance(item, str):
-            lines.append(item)
-        else:
-            lines.extend([item.line, SEPARATOR, *outputs[id(item)]])
-    return "\n".join(lines)
 
 
 def run_text(text: str, name: str = "<transcript>") -> str:
@@ -267,7 +222,9 @@ class TranscriptCluster(Wired):
         for change in ready.role_changes:
             self.role_changes[node_id].append(change)
             s = f"{node_id} becomes {change.role.value} term={change.term}"
-            self.emit(s + f" leader={change.leader_id}" if change.role is Role.FOLLOWER else s)
+            if change.role is Role.FOLLOWER:
+                s += f" leader={change.leader_id}"
+            self.emit(f"{s} ({change.event})")
         for env in ready.messages:
             self.queue.append(env)
             self.emit(format_envelope(env), message=True)
@@ -344,6 +301,7 @@ class Selector:
     dst: str = "*"
     type: str | None = None
     count: int | None = None
+    skip: int = 0
 
     def matches(self, env: Envelope) -> bool:
         if self.src not in ("*", env.src) or self.dst not in ("*", env.dst):
@@ -415,15 +373,20 @@ class Interpreter:
         sel.type = opts.pop("type", None)
         if "count" in opts:
             sel.count = int(opts.pop("count"))
+        if "skip" in opts:
+            sel.skip = int(opts.pop("skip"))
         if opts:
             raise TranscriptError(f"unknown options {sorted(opts)}")
         return sel
 
     def take(self, sel: Selector) -> list[Envelope]:
         """Remove and return the queued envelopes ``sel`` picks, in queue order."""
-        picked, kept = [], []
+        picked, kept, skipped = [], [], 0
         for env in self.c.queue:
-            if sel.matches(env) and (sel.count is None or len(picked) < sel.count):
+            if sel.matches(env) and skipped < sel.skip:
+                skipped += 1
+                kept.append(env)
+            elif sel.matches(env) and (sel.count is None or len(picked) < sel.count):
                 picked.append(env)
             else:
                 kept.append(env)
@@ -475,10 +438,12 @@ class Interpreter:
 
     def cmd_dup(self, args):
         sel = self.selector(args)
-        out, copies = [], 0
+        out, copies, skipped = [], 0, 0
         for env in self.c.queue:
             out.append(env)
-            if sel.matches(env) and (sel.count is None or copies < sel.count):
+            if sel.matches(env) and skipped < sel.skip:
+                skipped += 1
+            elif sel.matches(env) and (sel.count is None or copies < sel.count):
                 copies += 1
                 out.append(dataclasses.replace(env, msg=dataclasses.replace(env.msg)))
                 self.c.emit(f"{format_envelope(env)} (copied)")

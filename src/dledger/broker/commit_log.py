@@ -92,6 +92,8 @@ class DLedgerCommitLog:
         #: what the hook stamped, by entry position, until the put's answer takes it
         self._stamped: dict[int, tuple[int, int]] = {}
         self._timer = None
+        #: when the pending dispatch turn runs (runtime ms), None: at once or none pending
+        self._timer_at: int | None = None
         self.closed = False
         #: dispatch lag of every message this replica dispatched (ms), and the stamps of the
         #: batch being dispatched (its units are written when the batch ends)
@@ -174,15 +176,21 @@ class DLedgerCommitLog:
         self._timer = self.server.runtime.call_soon(self._dispatch_tick)
 
     def _on_commit(self, committed_index: int) -> None:
-        """The node committed more (runtime thread): dispatch it, at most once an interval."""
-        if self._timer is None and not self.closed:
-            rt = self.server.runtime
-            self._timer = rt.call_at(max(rt.now_ms(), self._dispatched_at + self.dispatch_interval_ms),
-                                     self._dispatch_tick)
+        """The node committed more (runtime thread): dispatch it, at most once an interval
+        (sooner than a pending turn that only waits to write the checkpoint)."""
+        if self.closed:
+            return
+        rt = self.server.runtime
+        due = max(rt.now_ms(), self._dispatched_at + self.dispatch_interval_ms)
+        if self._timer is not None:
+            if self._timer_at is None or self._timer_at <= due:       # None: at once
+                return
+            self._timer.cancel()
+        self._timer, self._timer_at = rt.call_at(due, self._dispatch_tick), due
 
     def _dispatch_tick(self) -> None:
         srv = self.server
-        self._timer = None
+        self._timer = self._timer_at = None
         if self.closed or not srv.started or srv.node is None:
             return
         n = self.dispatch_committed()
@@ -190,9 +198,10 @@ class DLedgerCommitLog:
         now = self._dispatched_at = rt.now_ms()
         if n >= 4096:                                       # a backlog: on at once
             self._timer = rt.call_soon(self._dispatch_tick)
+            self._timer_at = now
         elif self.reput.dirty:                              # the checkpoint still to write
-            self._timer = rt.call_at(max(now + self.dispatch_interval_ms,
-                                         self._checkpoint_at + self.checkpoint_interval_ms), self._dispatch_tick)
+            self._timer_at = max(now + self.dispatch_interval_ms, self._checkpoint_at + self.checkpoint_interval_ms)
+            self._timer = rt.call_at(self._timer_at, self._dispatch_tick)
 
     def dispatch_committed(self) -> int:
         """Dispatch what is committed and not dispatched yet (runtime thread); how many entries."""

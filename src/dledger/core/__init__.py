@@ -8,8 +8,9 @@ module-level ``random``. Time comes in as ``now_ms`` arguments, randomness from 
 ``random.Random`` handed to ``Node``, and effects leave through ``Node.take_ready()``.
 """
 
-from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.node import Completion, Node, Ready
 from dledger.core.state_machine_caller import ApplyEntry, StateMachine
 
-__all__ = ["ApplyEntry", "Completion", "MemberState", "Node", "Ready", "Role", "RoleChange", "StateMachine"]
+__all__ = ["ApplyEntry", "Completion", "MemberState", "Node", "Ready", "Role", "RoleChange", "RoleEvent",
+           "StateMachine"]

@@ -31,6 +31,8 @@ Rules:
 - the commit index learnt from a push or heartbeat is capped by ``matched_index``, the
   highest index verified against the current leader in its term: a follower never commits
   an entry it has not checked against the leader;
+- a push whose bytes do not hold the records it names raises ``PeerProtocolError`` (the node
+  answers it UNEXPECTED_ARGUMENT; a parked one is answered so here, not its drainer);
 - an accepted push proves the leader alive, as a heartbeat does (``heard_leader``);
 - a recovering follower (``core.recovery``) marks every answer ``recovering`` (with its
   ``incarnation``); before each SUCCESS it asks recovery whether it has now caught up
@@ -52,7 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.member_state import MemberState, Role
 from dledger.entry import MAGIC_SIZE
-from dledger.errors import DLedgerError
+from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryResponse, PushEntryType
 
 if TYPE_CHECKING:
@@ -198,7 +200,12 @@ class EntryHandler:
                 return
             for k in sorted(ready):
                 w = self.waiting.pop(k)
-                self._reply(w.src, w.request_id, self._append(w.req))
+                try:
+                    resp = self._append(w.req)
+                except PeerProtocolError as exc:     # that parked push's fault, not the caller's
+                    log.warning("%s: refused %s", self.member_state.self_id, exc)
+                    resp = self._answer(w.req, Code.UNEXPECTED_ARGUMENT)
+                self._reply(w.src, w.request_id, resp)
 
     # -- APPEND ---------------------------------------------------------------------------
     def _append(self, req: PushEntryRequest) -> PushEntryResponse:
@@ -220,6 +227,9 @@ class EntryHandler:
                 return self._answer(req, Code.INCONSISTENT_STATE)
             # skip what we already hold, byte for byte; truncate at the first difference
             while index <= end and offset < len(data):
+                if offset + MAGIC_SIZE.size > len(data):
+                    raise PeerProtocolError(f"push {first}..{last} from {req.leader_id}: the record at batch "
+                                            f"offset {offset} is cut short ({len(data) - offset} bytes)")
                 size = MAGIC_SIZE.unpack_from(data, offset)[1]
                 if size <= 0 or offset + size > len(data):
                     return self._answer(req, Code.INCONSISTENT_STATE)

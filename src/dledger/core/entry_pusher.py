@@ -1,9 +1,9 @@
 """EntryPusher: the leader's replication, stepped with ``now_ms``.
 
 One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's states
-(``follower_progress.TRANSITIONS``, enforced)::
+(``follower_progress.TRANSITIONS``, keyed by ``DispatchEvent``)::
 
-    COMPARE --match--> TRUNCATE --ok--> APPEND --INCONSISTENT_STATE--> COMPARE
+    COMPARE --COMPARE_MATCHED--> TRUNCATE --TRUNCATED--> APPEND --APPEND_INCONSISTENT--> COMPARE
 
 - COMPARE sends ``(pre_log_index, pre_log_term)`` of ``next - 1``; on a mismatch it
   backs up fast with the follower's ``x_term``/``x_index`` (or its end index), always strictly
@@ -36,7 +36,7 @@ cluster's empty log never needs it: its new members clear by themselves).
 
 Seams: the pusher is handed the member state, the store, the config and four callables:
 ``send(peer, msg, on_response)``, ``complete(token, response, result)``,
-``fail(token, code)`` and ``step_down(now, term)`` (a follower reported a higher term).
+``fail(token, code)`` and ``step_down(now, term, event)`` (a follower reported a higher term: ``HIGHER_TERM_SEEN``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.follower_progress import DispatchState, FollowerProgress
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest, PushEntryType
@@ -82,7 +82,7 @@ class Pending:
 class EntryPusher:
     def __init__(self, member_state: MemberState, store: "LogStore", config, *,
                  send: Callable[[str, Any, Callable], int], complete: Callable[..., None],
-                 fail: Callable[[Any, int], None], step_down: Callable[[int, int], None]) -> None:
+                 fail: Callable[[Any, int], None], step_down: Callable[[int, int, RoleEvent], None]) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
@@ -293,7 +293,7 @@ class EntryPusher:
                 # The follower needs entries this leader no longer has (snapshots are not
                 # implemented): compare at the first entry we hold and let the follower refuse.
                 compare_index = store.ledger_before_begin_index
-                pr.next = compare_index + 1
+                pr.compare_no_lower_than(compare_index)
             if compare_index < 0:
                 term = -1
             else:
@@ -302,7 +302,7 @@ class EntryPusher:
                 except DLedgerError as exc:
                     log.warning("%s: cannot read entry %d for %s: %s", self.member_state.self_id, compare_index,
                                 pr.peer, exc)
-                    pr.retry_at = now + self.cfg.max_push_timeout_ms
+                    pr.pause_until(now + self.cfg.max_push_timeout_ms)
                     return
             req = self._request(pr, PushEntryType.COMPARE, pre_log_index=compare_index, pre_log_term=term)
             compared = compare_index
@@ -315,7 +315,7 @@ class EntryPusher:
                 cut_term = store.get_entry_term(cut) if cut <= store.ledger_end_index else self.term
             except DLedgerError as exc:
                 log.warning("%s: cannot read entry %d for %s: %s", self.member_state.self_id, cut, pr.peer, exc)
-                pr.retry_at = now + self.cfg.max_push_timeout_ms
+                pr.pause_until(now + self.cfg.max_push_timeout_ms)
                 return
             req = self._request(pr, PushEntryType.TRUNCATE, pre_log_index=cut, pre_log_term=cut_term)
             compared = -1
@@ -327,28 +327,23 @@ class EntryPusher:
     def _dispatch_append(self, now: int, pr: FollowerProgress) -> None:
         cfg, store = self.cfg, self.store
         if pr.inflights and now - pr.inflights.oldest().sent_ms >= cfg.max_push_timeout_ms:
-            pr.become_append()                  # resend from the match index
+            pr.push_timed_out()                 # resend from the match index
         end = store.ledger_end_index
         term = self.term
         while pr.next <= end and not pr.inflights.full():
             lagging = end - pr.next > LAG_FOR_QUOTA
-            if lagging:
-                second = now // 1000
-                if pr.quota_second != second:
-                    pr.quota_second, pr.quota_bytes = second, 0
-                if pr.quota_bytes >= cfg.peer_push_quota:
-                    pr.retry_at = (second + 1) * 1000
-                    return
+            if lagging and pr.quota_spent(now, cfg.peer_push_quota):
+                return
             first = pr.next
             try:
                 raw, count, last_term, pre_term = self._read_range(first)
             except DLedgerError as exc:
                 log.warning("%s: cannot read entries from %d for %s: %s", self.member_state.self_id, first,
                             pr.peer, exc)
-                pr.retry_at = now + cfg.max_push_timeout_ms
+                pr.pause_until(now + cfg.max_push_timeout_ms)
                 return
             if lagging:
-                pr.quota_bytes += len(raw)
+                pr.charge_quota(len(raw))
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)
             pr.append_sent(first, count, now, self.member_state.committed_index)
@@ -401,7 +396,7 @@ class EntryPusher:
         if member.role is not Role.LEADER or member.curr_term != term or self.progress.get(pr.peer) is not pr:
             return False
         if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > member.curr_term:
-            self._step_down(now, resp.term)
+            self._step_down(now, resp.term, RoleEvent.HIGHER_TERM_SEEN)
             return False
         return True
 
@@ -468,12 +463,12 @@ class EntryPusher:
         if epoch != pr.epoch:
             return False
         if pr.recovering and not resp.recovering:
-            pr.recovering = False
+            pr.recovery_ends()
         return True
 
     def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp,
                             epoch: int) -> None:
-        pr.commit_outstanding = False
+        pr.commit_answered()
         if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch):
             return
         if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= pr.match \
@@ -501,16 +496,16 @@ class EntryPusher:
                 pr.on_compare_match(compared)
             elif resp.code == Code.INCONSISTENT_STATE:
                 new = self._next_after_mismatch(compared, resp)
-                pr.become_compare(max(0, min(new, pr.next - 1)))       # strictly downwards
+                pr.compare_mismatch(max(0, min(new, pr.next - 1)))     # strictly downwards
             else:
-                pr.become_compare(pr.next)
-                pr.retry_at = now + self._retry_delay(resp.code)
+                pr.compare_refused()
+                pr.pause_until(now + self._retry_delay(resp.code))
         elif pr.state is DispatchState.TRUNCATE:
             if resp.code == Code.SUCCESS:
-                pr.become_append()
+                pr.truncated()
             else:
-                pr.become_compare(end + 1)
-                pr.retry_at = now + self._retry_delay(resp.code)
+                pr.truncate_refused(end)
+                pr.pause_until(now + self._retry_delay(resp.code))
 
     def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
                             resp, epoch: int) -> None:
@@ -521,12 +516,12 @@ class EntryPusher:
         if code == Code.SUCCESS:
             pr.on_append_ack(first, count)
         elif code == Code.INCONSISTENT_STATE:
-            pr.become_compare(self.store.ledger_end_index + 1)
+            pr.append_inconsistent(self.store.ledger_end_index)
         elif code == Code.REPEATED_PUSH:
             pass                                  # the first copy will be answered
         else:
-            pr.become_append()                    # resend from the match index
-            pr.retry_at = now + self._retry_delay(code)
+            pr.push_refused()                     # resend from the match index
+            pr.pause_until(now + self._retry_delay(code))
 
     def fail_all(self, code: int) -> None:
         for table in self.pending.values():

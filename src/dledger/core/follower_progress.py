@@ -2,10 +2,13 @@
 state that drives replication to it (DLedger's ``EntryDispatcher`` state, shaped like etcd's
 ``tracker.Progress``).
 
-States and their transitions are ``TRANSITIONS``, and every state change goes through it
-(``IllegalTransition`` otherwise)::
+States change by event: ``TRANSITIONS`` maps (state, ``DispatchEvent``) to the new state, and
+an event it has no edge for in the current state raises ``IllegalTransition``. Every field
+changes only through a named method of the progress (as etcd's ``tracker.Progress``), each
+event through its own (``compare_mismatch``, ``truncated``, ``push_refused`` ...): the pusher
+reads the fields and calls the methods, never assigns one::
 
-    COMPARE --match--> TRUNCATE --ok--> APPEND --INCONSISTENT_STATE--> COMPARE
+    COMPARE --COMPARE_MATCHED--> TRUNCATE --TRUNCATED--> APPEND --APPEND_INCONSISTENT--> COMPARE
 
 Fields and the rules they keep:
 - ``match``: the follower's water mark, the highest index it acknowledged *in this
@@ -21,7 +24,7 @@ Fields and the rules they keep:
 - ``control_sent_ms`` / ``control_seq``: the outstanding COMPARE or TRUNCATE request (``-1``:
   none; outside COMPARE and TRUNCATE always ``-1``); an answer counts only if it carries the
   current ``control_seq``, which every state change and every give-up moves on;
-- ``retry_at``: nothing is sent to this follower before then;
+- ``retry_at``: nothing is sent to this follower before then (``pause_until``);
 - ``commit_sent`` / ``commit_outstanding``: the commit index last forwarded, and whether an
   idle COMMIT push is unanswered;
 - ``quota_second`` / ``quota_bytes``: bytes pushed in the current second to a lagging follower;
@@ -50,17 +53,55 @@ class DispatchState(Enum):
     COMMIT = "COMMIT"
 
 
-#: The dispatcher's transitions, enforced by ``FollowerProgress`` (COMMIT and
+class DispatchEvent(Enum):
+    """What moves a dispatcher: the key of ``TRANSITIONS``."""
+
+    #: the follower holds the compared entry
+    COMPARE_MATCHED = "compare matched"
+    #: INCONSISTENT_STATE to a COMPARE: compare again lower down
+    COMPARE_MISMATCH = "compare mismatch"
+    #: any other refusal of a COMPARE: compare again at the same index, later
+    COMPARE_REFUSED = "compare refused"
+    #: the follower dropped its unverified tail
+    TRUNCATED = "truncated"
+    #: the TRUNCATE was refused: compare again from the leader's end
+    TRUNCATE_REFUSED = "truncate refused"
+    #: INCONSISTENT_STATE to an APPEND push: compare again from the leader's end
+    APPEND_INCONSISTENT = "append inconsistent"
+    #: a push was refused: resend from the match index
+    PUSH_REFUSED = "push refused"
+    #: the oldest push in flight went unanswered for ``max_push_timeout_ms``: resend
+    PUSH_TIMED_OUT = "push timed out"
+    #: the follower ends below what it acknowledged (its store was lost or replaced)
+    LOG_LOST = "log lost"
+    #: the follower answered ``recovering`` (``core.recovery``): compare again from the end
+    FOLLOWER_RECOVERING = "follower recovering"
+
+
+#: The dispatcher's transitions, keyed by event (``FollowerProgress`` takes the state this
+#: table gives; a (state, event) pair not in it raises ``IllegalTransition``). COMMIT and
 #: INSTALL_SNAPSHOT are DLedger's values but never entered: commit pushes happen inside
-#: APPEND, and snapshots are not implemented). docs/architecture.md draws this table.
-TRANSITIONS: TransitionTable[DispatchState] = TransitionTable("dispatcher", (
-    (DispatchState.COMPARE, DispatchState.COMPARE, "mismatch (compare again lower) or retry"),
-    (DispatchState.COMPARE, DispatchState.TRUNCATE, "the follower holds the compared entry"),
-    (DispatchState.TRUNCATE, DispatchState.APPEND, "the follower dropped its unverified tail"),
-    (DispatchState.TRUNCATE, DispatchState.COMPARE, "truncation refused"),
-    (DispatchState.APPEND, DispatchState.APPEND, "push refused or timed out (resend from the match)"),
-    (DispatchState.APPEND, DispatchState.COMPARE, "INCONSISTENT_STATE, or the follower lost its log"),
-))
+#: APPEND, and snapshots are not implemented. docs/architecture.md draws this table.
+TRANSITIONS: TransitionTable[DispatchState, DispatchEvent] = TransitionTable("dispatcher", {
+    DispatchState.COMPARE: {
+        DispatchEvent.COMPARE_MISMATCH: DispatchState.COMPARE,
+        DispatchEvent.COMPARE_REFUSED: DispatchState.COMPARE,
+        DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
+        DispatchEvent.COMPARE_MATCHED: DispatchState.TRUNCATE,
+    },
+    DispatchState.TRUNCATE: {
+        DispatchEvent.TRUNCATED: DispatchState.APPEND,
+        DispatchEvent.TRUNCATE_REFUSED: DispatchState.COMPARE,
+        DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
+    },
+    DispatchState.APPEND: {
+        DispatchEvent.PUSH_REFUSED: DispatchState.APPEND,
+        DispatchEvent.PUSH_TIMED_OUT: DispatchState.APPEND,
+        DispatchEvent.APPEND_INCONSISTENT: DispatchState.COMPARE,
+        DispatchEvent.LOG_LOST: DispatchState.COMPARE,
+        DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
+    },
+})
 
 
 class Inflight(NamedTuple):
@@ -129,33 +170,56 @@ class FollowerProgress:
                 f"inflight={len(self.inflights)})")
 
     # -- transitions ------------------------------------------------------------------------
-    def _become(self, state: DispatchState) -> None:
-        TRANSITIONS.check(self.state, state, self.peer)
+    def _on(self, event: DispatchEvent) -> None:
+        """``event`` happened: take the state ``TRANSITIONS`` gives (``IllegalTransition``, with
+        nothing changed, when it has none). Every change clears the pushes in flight and moves
+        ``control_seq`` on; entering APPEND sets ``next`` to ``match + 1`` (where COMPARE
+        starts is the named method's)."""
+        state = TRANSITIONS.next_state(self.state, event, self.peer)
         self.inflights.clear()
         self.control_sent_ms = -1
         self.control_seq += 1
         self.state = state
+        if state is DispatchState.APPEND:
+            self.next = self.match + 1
 
-    def become_compare(self, next_index: int) -> None:
-        """Compare (again) at ``next_index - 1``: after a mismatch lower down, after a refused
-        truncation or push, or with a follower that lost its log."""
-        self._become(DispatchState.COMPARE)
+    def compare_mismatch(self, next_index: int) -> None:
+        """INCONSISTENT_STATE to a COMPARE: compare again at ``next_index - 1`` (lower down)."""
+        self._on(DispatchEvent.COMPARE_MISMATCH)
         self.next = next_index
 
-    def become_truncate(self) -> None:
-        self._become(DispatchState.TRUNCATE)
+    def compare_refused(self) -> None:
+        """Any other refusal of a COMPARE: compare again at the same index."""
+        self._on(DispatchEvent.COMPARE_REFUSED)
 
-    def become_append(self) -> None:
-        """Append from ``match + 1``: after the truncation, or to resend what was not answered."""
-        self._become(DispatchState.APPEND)
-        self.next = self.match + 1
+    def truncated(self) -> None:
+        """The follower dropped what follows the match: append from ``match + 1``."""
+        self._on(DispatchEvent.TRUNCATED)
+
+    def truncate_refused(self, leader_end: int) -> None:
+        """The TRUNCATE was refused: compare again from the leader's end."""
+        self._on(DispatchEvent.TRUNCATE_REFUSED)
+        self.next = leader_end + 1
+
+    def append_inconsistent(self, leader_end: int) -> None:
+        """INCONSISTENT_STATE to an APPEND push: compare again from the leader's end."""
+        self._on(DispatchEvent.APPEND_INCONSISTENT)
+        self.next = leader_end + 1
+
+    def push_refused(self) -> None:
+        """A push was refused: resend from ``match + 1``."""
+        self._on(DispatchEvent.PUSH_REFUSED)
+
+    def push_timed_out(self) -> None:
+        """The oldest push in flight went unanswered: resend from ``match + 1``."""
+        self._on(DispatchEvent.PUSH_TIMED_OUT)
 
     # -- what the follower told us ------------------------------------------------------------
     def on_compare_match(self, index: int) -> None:
         """The follower holds the leader's entry ``index``: truncate what follows it."""
+        self._on(DispatchEvent.COMPARE_MATCHED)
         if index > self.match:
             self.match = index
-        self.become_truncate()
 
     def on_append_ack(self, first: int, count: int) -> None:
         """The push of ``count`` entries from ``first`` was written."""
@@ -167,8 +231,9 @@ class FollowerProgress:
     def lost_log(self, end_index: int, leader_end: int) -> None:
         """The follower now ends at ``end_index``, below what it acknowledged: its store was
         lost or replaced. Lower the water mark and compare again."""
+        self._on(DispatchEvent.LOG_LOST)
         self.match = end_index
-        self.become_compare(leader_end + 1)
+        self.next = leader_end + 1
 
     def recovery_starts(self, incarnation: int) -> bool:
         """Whether an answer saying ``recovering`` with ``incarnation`` starts a recovery:
@@ -179,11 +244,12 @@ class FollowerProgress:
         """The follower (``incarnation``) answered ``recovering``: what it acknowledged in an
         earlier life is forgotten (water mark -1), answers to earlier pushes are ignored, and
         the dispatcher compares again from the leader's end."""
+        self._on(DispatchEvent.FOLLOWER_RECOVERING)
         self.recovering = True
         self.incarnation = incarnation
         self.epoch += 1
         self.match = -1
-        self.become_compare(leader_end + 1)
+        self.next = leader_end + 1
 
     # -- the outstanding COMPARE / TRUNCATE -----------------------------------------------------
     def control_sent(self, now: int) -> int:
@@ -209,3 +275,38 @@ class FollowerProgress:
         self.commit_outstanding = True
         self.commit_sent = commit_index
         self.last_push_ms = now
+
+    def commit_answered(self) -> None:
+        """The idle COMMIT push was answered (or given up)."""
+        self.commit_outstanding = False
+
+    def compare_no_lower_than(self, index: int) -> None:
+        """COMPARE at ``index`` at the lowest: the first entry this leader still holds (a
+        follower that needs entries before it is compared there, and refuses)."""
+        if self.next < index + 1:
+            self.next = index + 1
+
+    # -- pacing -----------------------------------------------------------------------------
+    def pause_until(self, when: int) -> None:
+        """Send nothing to this follower before ``when`` (a refusal, a failed read of the
+        leader's own log, or a spent quota)."""
+        self.retry_at = when
+
+    def quota_spent(self, now: int, quota: int) -> bool:
+        """Whether this second's ``quota`` of bytes to a lagging follower is spent; if so,
+        nothing more goes to it before the next second."""
+        second = now // 1000
+        if self.quota_second != second:
+            self.quota_second, self.quota_bytes = second, 0
+        if self.quota_bytes >= quota:
+            self.pause_until((second + 1) * 1000)
+            return True
+        return False
+
+    def charge_quota(self, nbytes: int) -> None:
+        """``nbytes`` more were pushed to a lagging follower in this second."""
+        self.quota_bytes += nbytes
+
+    def recovery_ends(self) -> None:
+        """The follower answered without ``recovering``: its water mark counts again."""
+        self.recovering = False

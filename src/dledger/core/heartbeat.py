@@ -28,8 +28,8 @@ votes for no one cannot help elect another leader), and the leader tells the pus
 relearns its term it answers TERM_NOT_READY (``may_follow``), which confirms nothing.
 
 Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
-``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term)``,
-``follow(term, leader_id)``, ``catch_up_term(now, term)``), ``commit_hint(term, index)`` and
+``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term, event)``,
+``follow(term, leader_id)``, ``catch_up_term(now, term, event)``), ``commit_hint(term, index)`` and
 recovery (``may_follow()``, ``recovering()``, ``incarnation()``,
 ``peer_recovering(now, peer, following, incarnation)``).
 """
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.protocol import DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse
 
 
@@ -68,8 +68,8 @@ class HeartbeatRound:
 class Heartbeats:
     def __init__(self, member_state: MemberState, config, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], confirmed: Callable[[int], None],
-                 fail_reads: Callable[[int], None], step_down: Callable[[int, int], None],
-                 follow: Callable[[int, str], None], catch_up_term: Callable[[int, int], None],
+                 fail_reads: Callable[[int], None], step_down: Callable[[int, int, RoleEvent], None],
+                 follow: Callable[[int, str], None], catch_up_term: Callable[[int, int, RoleEvent], None],
                  commit_hint: Callable[[int, int], None], may_follow: Callable[[], bool] = lambda: True,
                  recovering: Callable[[], bool] = lambda: False, incarnation: Callable[[], int] = lambda: 0,
                  peer_recovering: Callable[[int, str, bool, int], None] = lambda *a: None) -> None:
@@ -169,7 +169,7 @@ class Heartbeats:
             if self.member_state.role is not Role.LEADER:
                 return False
         if now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            self._step_down(now, self.member_state.curr_term)       # check-quorum
+            self._step_down(now, self.member_state.curr_term, RoleEvent.QUORUM_LOST)
             return False
         if self.last_send_heartbeat_ms < 0 or now - self.last_send_heartbeat_ms >= interval:
             self._send_round(now)
@@ -220,13 +220,14 @@ class Heartbeats:
             return                              # roles are forced: nobody steps down
         if rnd.max_term > rnd.term:
             self._fail_reads(Code.NOT_LEADER)
-            self._step_down(now, rnd.max_term)
+            self._step_down(now, rnd.max_term, RoleEvent.HIGHER_TERM_SEEN)
         elif rnd.quorum_reached:
             return
         elif self.member_state.majority.is_quorum(rnd.succ + rnd.not_ready):
             self.last_send_heartbeat_ms = -1                      # resend at once
         elif rnd.inconsistent_leader or now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            self._step_down(now, rnd.term)
+            self._step_down(now, rnd.term, RoleEvent.INCONSISTENT_LEADER if rnd.inconsistent_leader
+                            else RoleEvent.QUORUM_LOST)
 
     # -- the follower -------------------------------------------------------------------------
     def handle(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
@@ -254,5 +255,5 @@ class Heartbeats:
             self.last_leader_heartbeat_ms = now
             self._commit_hint(req.term, req.commit_index)
             return answer(Code.SUCCESS)
-        self._catch_up_term(now, req.term)
+        self._catch_up_term(now, req.term, RoleEvent.HIGHER_TERM_SEEN)
         return answer(Code.TERM_NOT_READY)

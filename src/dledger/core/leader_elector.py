@@ -34,7 +34,7 @@ from typing import Any
 
 from dledger.core.heartbeat import Heartbeats
 from dledger.core.leadership_transfer import LeadershipTransfer, Reply
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.read_index import ReadIndex
 from dledger.core.recovery import Recovery
 from dledger.core.vote import ParseResult, VoteTally, Voting, parse_vote_tally
@@ -74,9 +74,10 @@ class LeaderElector:
     # =====================================================================================
     # transitions the node and the pusher ask for
     # =====================================================================================
-    def become_candidate(self, now: int, term: int) -> None:
-        """Step down (or stay) as candidate, knowing ``term``; the next vote after a random delay."""
-        self.voting.become_candidate(now, term)
+    def become_candidate(self, now: int, term: int, event: RoleEvent) -> None:
+        """Step down (or stay) as candidate, knowing ``term``, because of ``event``; the next
+        vote after a random delay."""
+        self.voting.become_candidate(now, term, event)
 
     def step_aside(self, now: int) -> None:
         """A leader stuck on a damaged entry steps down and lets the others stand first
@@ -87,7 +88,7 @@ class LeaderElector:
     def become_leader(self, now: int, term: int, *, forced: bool = False) -> None:
         """Lead ``term``: a passed vote (or, ``forced``, the test harness's roles)."""
         self.recovery.on_won_election()          # a recovering winner won a unanimous round
-        self.member_state.change_to_leader(term, forced=forced)
+        self.member_state.on_event(RoleEvent.FORCED_LEADER if forced else RoleEvent.WON_VOTE, term)
         self.transfer.leading(now)
         self.heartbeats.start_leading(now)
 
@@ -151,13 +152,13 @@ class LeaderElector:
         if role is Role.LEADER and self.recovery.failed:
             # the store failed a sync: nothing this leader writes is durable any more
             log.error("%s: the store failed (%s): stepping down", member.self_id, self.member_state.store.failed)
-            self.voting.become_candidate(now, member.curr_term)
+            self.voting.become_candidate(now, member.curr_term, RoleEvent.STORE_FAILED)
         elif role is Role.LEADER:
             if self.heartbeats.maintain(now) and self.cfg.preferred_leader_ids:
                 self.transfer.maybe_check_preferred(now)
         elif role is Role.FOLLOWER:
             if self.heartbeats.leader_silent(now):
-                self.voting.become_candidate(now, member.curr_term)
+                self.voting.become_candidate(now, member.curr_term, RoleEvent.ELECTION_TIMEOUT)
                 # probe at once in the current term: it moves no term, and the answers tell
                 # whether the others lost the leader too (then the next round takes a new term)
                 self.voting.probe_now(now)

@@ -19,7 +19,8 @@ The transferee:
 A leader with ``preferred_leader_ids`` checks every ``preferred_leader_check_interval_ms``
 whether a live preferred member is close enough behind, and transfers to the closest.
 
-Seams: member state, config, ``send``, ``match_index(peer)`` and ``catch_up_term(now, term)``.
+Seams: member state, config, ``send``, ``match_index(peer)`` and ``catch_up_term(now, term,
+event)`` (with ``TAKE_LEADERSHIP``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.protocol import DLedgerResponseCode as Code, LeadershipTransferRequest, LeadershipTransferResponse
 
 Reply = Callable[[Any], None]
@@ -51,7 +52,7 @@ class TakeLeadershipTask(NamedTuple):
 class LeadershipTransfer:
     def __init__(self, member_state: MemberState, config, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], match_index: Callable[[str], int],
-                 catch_up_term: Callable[[int, int], None]) -> None:
+                 catch_up_term: Callable[[int, int, RoleEvent], None]) -> None:
         self.member_state = member_state
         self.cfg = config
         self._send = send
@@ -155,7 +156,7 @@ class LeadershipTransfer:
             self.transfer_wait = None
             target = req.term + 1
             member.term_to_take_leadership = target
-            self._catch_up_term(now, target)
+            self._catch_up_term(now, target, RoleEvent.TAKE_LEADERSHIP)
             self.take_leadership_task = TakeLeadershipTask(reply, target)
         elif now >= deadline:
             done(Code.TAKE_LEADERSHIP_FAILED)

@@ -4,10 +4,11 @@ Rules kept here:
 - term and vote live in the store's term file and change only through ``store.persist_term``,
   which is durable before it returns: whoever answers a vote or a term change calls it first;
 - the term never goes backwards; a vote is given at most once per term;
-- roles change only along ``ROLE_TRANSITIONS`` (anything else raises ``IllegalTransition``;
-  re-entering the role and term already held is no transition; the test harness's forced
-  roles, with the elector disabled, are the one exception), and each change is recorded as a
-  ``RoleChange`` event, each (term, role) once, in order;
+- roles change only by event (``on_event``): ``ROLE_TRANSITIONS`` maps (role, ``RoleEvent``)
+  to the new role, and a pair it does not hold raises ``IllegalTransition`` (the test
+  harness's forced roles are events of the table too); each change is recorded as a
+  ``RoleChange`` carrying its event, each (term, role) once, in order, and logged (INFO,
+  ``n1: FOLLOWER -> CANDIDATE in term 3 (election timeout)``);
 - terms are incrementable: ``next_term`` refuses to pass 2**63-1 (peers cannot push a node
   near it: ``protocol.out_of_range``);
 - ``leader_base_index`` is the log end when this leadership began (linearizable reads wait
@@ -19,6 +20,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -32,6 +34,8 @@ from dledger.protocol import DLedgerResponseCode as Code
 if TYPE_CHECKING:
     from dledger.store import LogStore
 
+log = logging.getLogger(__name__)
+
 
 class Role(Enum):
     UNKNOWN = "UNKNOWN"
@@ -40,24 +44,82 @@ class Role(Enum):
     FOLLOWER = "FOLLOWER"
 
 
-#: Every role transition and what causes it (enforced by ``MemberState``; docs/architecture.md
-#: draws this table).
-ROLE_TRANSITIONS: TransitionTable[Role] = TransitionTable("role", (
-    (Role.CANDIDATE, Role.LEADER, "a quorum accepts its vote request"),
-    (Role.CANDIDATE, Role.FOLLOWER, "heartbeat of its term from a leader"),
-    (Role.CANDIDATE, Role.CANDIDATE, "round lost or higher term seen (next term)"),
-    (Role.FOLLOWER, Role.CANDIDATE, "no heartbeat or push for leak x interval, higher term, or taking leadership"),
-    (Role.LEADER, Role.CANDIDATE, "no quorum for leak x interval (check-quorum) or higher term seen"),
-))
+class RoleEvent(Enum):
+    """What made a role change: the key of ``ROLE_TRANSITIONS`` and the reason a
+    ``RoleChange`` carries (its value is how logs and transcripts say it)."""
+
+    #: the node starts (the first role it tells; no transition)
+    START = "start"
+    #: a follower heard no heartbeat nor push of its leader for ``max_heart_beat_leak`` intervals
+    ELECTION_TIMEOUT = "election timeout"
+    #: a leader heard no quorum of answers for an election timeout (check-quorum)
+    QUORUM_LOST = "check-quorum lost"
+    #: a heartbeat was answered INCONSISTENT_LEADER: the follower follows another leader
+    INCONSISTENT_LEADER = "a follower follows another leader"
+    #: a request or an answer carried a higher term (the node joins it as candidate)
+    HIGHER_TERM_SEEN = "higher term seen"
+    #: the leader's store failed a sync: nothing it writes is durable any more
+    STORE_FAILED = "store failed"
+    #: a leader stuck on a damaged entry steps aside (``core.damaged_tail``)
+    STEP_ASIDE_DAMAGED_TAIL = "stepping aside: damaged entry"
+    #: the transferee of a leadership transfer caught up and stands in the next term
+    TAKE_LEADERSHIP = "taking leadership"
+    #: a heartbeat of the candidate's term came from a leader
+    LEADER_HEARD = "leader heard"
+    #: a quorum accepted the candidate's vote request
+    WON_VOTE = "vote won"
+    #: the test harness's roles (elector disabled): lead, or follow the named leader
+    FORCED_LEADER = "forced to lead"
+    FORCED_FOLLOWER = "forced to follow"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Every role transition, keyed by event (h11's ``EVENT_TRIGGERED_TRANSITIONS``):
+#: ``MemberState.on_event`` takes the role this table gives, and a (role, event) pair not in
+#: it raises ``IllegalTransition``. docs/architecture.md draws this table.
+_FORCED = {RoleEvent.FORCED_LEADER: Role.LEADER, RoleEvent.FORCED_FOLLOWER: Role.FOLLOWER}
+ROLE_TRANSITIONS: TransitionTable[Role, RoleEvent] = TransitionTable("role", {
+    Role.CANDIDATE: {
+        RoleEvent.WON_VOTE: Role.LEADER,
+        RoleEvent.LEADER_HEARD: Role.FOLLOWER,
+        RoleEvent.HIGHER_TERM_SEEN: Role.CANDIDATE,
+        RoleEvent.TAKE_LEADERSHIP: Role.CANDIDATE,
+        **_FORCED,
+    },
+    Role.FOLLOWER: {
+        RoleEvent.ELECTION_TIMEOUT: Role.CANDIDATE,
+        RoleEvent.HIGHER_TERM_SEEN: Role.CANDIDATE,
+        RoleEvent.TAKE_LEADERSHIP: Role.CANDIDATE,
+        **_FORCED,
+    },
+    Role.LEADER: {
+        RoleEvent.QUORUM_LOST: Role.CANDIDATE,
+        RoleEvent.INCONSISTENT_LEADER: Role.CANDIDATE,
+        RoleEvent.HIGHER_TERM_SEEN: Role.CANDIDATE,
+        RoleEvent.STORE_FAILED: Role.CANDIDATE,
+        RoleEvent.STEP_ASIDE_DAMAGED_TAIL: Role.CANDIDATE,
+        RoleEvent.TAKE_LEADERSHIP: Role.CANDIDATE,
+        **_FORCED,
+    },
+})
 
 
 @dataclass(slots=True, frozen=True)
 class RoleChange:
-    """A role transition, as told to role-change handlers."""
+    """A role transition, as told to role-change handlers: the role and term it is in, the
+    leader it knows, and the event that caused it (``None`` only where a host builds one)."""
 
     term: int
     role: Role
     leader_id: str | None
+    event: RoleEvent | None = None
+
+    def __str__(self) -> str:
+        why = f" ({self.event.value})" if self.event is not None else ""
+        leader = f" leader={self.leader_id}" if self.role is Role.FOLLOWER else ""
+        return f"{self.role.value} in term {self.term}{leader}{why}"
 
 
 class MemberState:
@@ -137,13 +199,18 @@ class MemberState:
 
     def tell_initial_role(self) -> None:
         """Record the role this member starts in (once, when the node is built)."""
-        self._told()
+        self._told(RoleEvent.START, self.role)
 
-    def _told(self) -> None:
+    def _told(self, event: RoleEvent, before: Role) -> None:
         key = (self.curr_term, self.role)
         if key != self._last_told:
             self._last_told = key
-            self.changes.append(RoleChange(self.curr_term, self.role, self.leader_id))
+            change = RoleChange(self.curr_term, self.role, self.leader_id, event)
+            self.changes.append(change)
+            if event is RoleEvent.START:
+                log.info("%s: %s", self.self_id, change)
+            else:
+                log.info("%s: %s -> %s", self.self_id, before.value, change)
 
     def fence_lease(self) -> None:
         """A leadership transfer starts: the transferee may win the next term without the
@@ -159,17 +226,29 @@ class MemberState:
         """This node is the transferee of a leadership transfer in its current term."""
         return self.term_to_take_leadership == self.curr_term and self.term_to_take_leadership >= 0
 
-    def _check(self, role: Role, leader_id: str | None, forced: bool) -> None:
-        if forced or ROLE_TRANSITIONS.allows(self.role, role):
-            return
-        if (self.curr_term, role) == self._last_told and leader_id == self.leader_id:
-            return                      # the role and term it already has: no transition
-        ROLE_TRANSITIONS.check(self.role, role, self.self_id)
+    def on_event(self, event: RoleEvent, term: int, leader_id: str | None = None) -> Role:
+        """``event`` happened in ``term``: take the role ``ROLE_TRANSITIONS`` gives for it
+        (``IllegalTransition``, with nothing changed, when the table has none) and tell the
+        change with its event. ``leader_id`` names the leader to follow (FOLLOWER only).
 
-    def change_to_leader(self, term: int, *, forced: bool = False) -> None:
-        """Lead ``term`` (a candidate whose vote passed; ``forced``: the test harness's roles)."""
+        - LEADER: ``term`` is the current term (its vote passed, or the harness forced it);
+        - FOLLOWER: follows ``leader_id`` in the current ``term``;
+        - CANDIDATE: stands (or stays) knowing ``term``; a higher term is joined at once,
+          durably and with no vote, so that the change is told with the term it is in
+          (``next_term`` then campaigns in it rather than above it)."""
+        before = self.role
+        role = ROLE_TRANSITIONS.next_state(before, event, self.self_id)
+        if role is Role.LEADER:
+            self._enter_leader(term)
+        elif role is Role.FOLLOWER:
+            self._enter_follower(term, leader_id)
+        else:
+            self._enter_candidate(term)
+        self._told(event, before)
+        return role
+
+    def _enter_leader(self, term: int) -> None:
         assert term == self.curr_term, (term, self.curr_term)
-        self._check(Role.LEADER, self.self_id, forced)
         self.role = Role.LEADER
         self.leader_id = self.self_id
         self.peers_live.clear()
@@ -179,23 +258,16 @@ class MemberState:
             # started: an earlier incarnation may have led this term and begun a leadership
             # transfer, whose transferee passes leader stickiness: no lease in this term
             self.no_lease_term = term
-        self._told()
 
-    def change_to_follower(self, term: int, leader_id: str, *, forced: bool = False) -> None:
-        """Follow ``leader_id`` in ``term`` (``forced``: the test harness's roles)."""
+    def _enter_follower(self, term: int, leader_id: str | None) -> None:
         assert term == self.curr_term, (term, self.curr_term)
-        self._check(Role.FOLLOWER, leader_id, forced)
+        assert leader_id is not None, "a follower follows a named leader"
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self.transferee = None
-        self._told()
 
-    def change_to_candidate(self, term: int) -> None:
-        """Stand (or stay) as candidate knowing ``term``. A higher term is joined at once,
-        durably and with no vote, so that the role change is told with the term it is in
-        (``next_term`` then campaigns in it rather than above it)."""
+    def _enter_candidate(self, term: int) -> None:
         assert term >= self.curr_term, (term, self.curr_term)
-        self._check(Role.CANDIDATE, None, False)
         if term > self.curr_term:
             self.store.persist_term(term, None)
             self._joined_term = term
@@ -203,7 +275,6 @@ class MemberState:
         self.role = Role.CANDIDATE
         self.leader_id = None
         self.transferee = None
-        self._told()
 
     # -- indices ------------------------------------------------------------------------------
     def leader_update_committed_index(self, term: int, index: int) -> bool:

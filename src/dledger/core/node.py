@@ -19,10 +19,13 @@ next deadline. The contract (docs/architecture.md):
 3. The driver calls ``tick`` again at ``next_deadline_ms`` (or earlier; early ticks are
    harmless).
 
-Every message from a peer is range-checked first (``protocol.out_of_range``): a term or
-index no peer may send is refused before anything changes (a request is answered
-UNEXPECTED_ARGUMENT, a response is ignored). Requests from peers get their response in the
-same ``Ready`` unless a component parks them
+Every message from a peer is range-checked first (``protocol.check_in_range``): a term or
+index no peer may send is refused before anything changes. A ``PeerProtocolError`` (the one
+exception that means "the peer misbehaved": that check, or a handler finding bytes that do
+not hold what the request says) is logged and the request answered UNEXPECTED_ARGUMENT (a
+response is ignored); a store problem (``DLedgerError``) is answered with its code; any
+other exception is a bug in the core and propagates to the host. Requests from peers get
+their response in the same ``Ready`` unless a component parks them
 (out-of-order pushes, leadership transfers); responses to this node's own requests are
 matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
 
@@ -38,7 +41,6 @@ the node.
 from __future__ import annotations
 
 import logging
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
@@ -47,25 +49,30 @@ from dledger.core.damaged_tail import DamagedTail
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
-from dledger.core.member_state import MemberState, Role, RoleChange
+from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.recovery import Recovery
 from dledger.core.repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
-from dledger.errors import DLedgerError
+from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
                               HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
                               PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
-                              out_of_range)
+                              check_in_range)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
+
+#: passes of ``Node._after`` before it declares the node unsettled: far more than any input
+#: needs (a pass is repeated only for a role change made during the one before, and an entry
+#: point makes a few at most)
+MAX_SETTLE_PASSES = 64
 
 RESPONSE_OF = {
     VoteRequest: VoteResponse, HeartBeatRequest: HeartBeatResponse, PushEntryRequest: PushEntryResponse,
@@ -221,46 +228,47 @@ class Node:
 
     def receive(self, now_ms: int, env: Envelope) -> None:
         now = self._clock(now_ms)
-        bad = out_of_range(env.msg, self.member_state.curr_term)
-        if bad is not None:
-            # a term or index no peer may send: refused before anything changes (a request is
-            # answered UNEXPECTED_ARGUMENT, a response is ignored and its request times out)
+        try:
+            # a term or index no peer may send: refused before anything changes
+            check_in_range(env.msg, self.member_state.curr_term)
+            if env.is_response:
+                self._handle_response(now, env)
+            else:
+                self._serve(now, env)
+        except PeerProtocolError as exc:
+            # the peer's fault: a request is answered UNEXPECTED_ARGUMENT, a response is
+            # ignored (its request times out); builtin exceptions are bugs and propagate
             log.warning("%s: refused %s from %s: %s", self.member_state.self_id, type(env.msg).__name__,
-                        env.src, bad)
+                        env.src, exc)
             if not env.is_response and type(env.msg) in RESPONSE_OF:
-                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
+                resp = self._error(env.msg, exc.code)
                 resp.term = self.member_state.curr_term          # never echo the bad value
                 self.reply(env.src, env.request_id, resp)
-            self._after(now)
-            return
-        if env.is_response:
-            rpc = self._rpcs.get(env.request_id)
-            if rpc is not None and type(env.msg) is rpc.response_type and env.src == rpc.peer:
-                del self._rpcs[env.request_id]
-                self.round_trips.record(now - rpc.sent_ms)
-                member = self.member_state
-                if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
-                        and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
-                    self.elector.note_contact(now, env.src, rpc.sent_ms)
-                try:
-                    rpc.on_response(now, env.src, env.msg)
-                except DLedgerError as exc:
-                    log.error("%s: handling %s from %s failed: %s", self.member_state.self_id, type(env.msg).__name__,
-                              env.src, exc)
-        else:
-            try:
-                resp = self._handle_request(now, env)
-            except DLedgerError as exc:          # a store problem while serving a peer
-                log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
-                resp = self._error(env.msg, exc.code)
-            except (ValueError, TypeError, IndexError, KeyError, struct.error) as exc:
-                # a peer sent something malformed: answer, log, never crash (remote misbehaviour)
-                log.warning("%s: malformed %s from %s: %r", self.member_state.self_id, type(env.msg).__name__,
-                            env.src, exc)
-                resp = self._error(env.msg, Code.UNEXPECTED_ARGUMENT)
-            if resp is not None:
-                self.reply(env.src, env.request_id, resp)
         self._after(now)
+
+    def _handle_response(self, now: int, env: Envelope) -> None:
+        rpc = self._rpcs.get(env.request_id)
+        if rpc is None or type(env.msg) is not rpc.response_type or env.src != rpc.peer:
+            return
+        del self._rpcs[env.request_id]
+        self.round_trips.record(now - rpc.sent_ms)
+        member = self.member_state
+        if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
+                and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
+            self.elector.note_contact(now, env.src, rpc.sent_ms)
+        try:
+            rpc.on_response(now, env.src, env.msg)
+        except DLedgerError as exc:
+            log.error("%s: handling %s from %s failed: %s", member.self_id, type(env.msg).__name__, env.src, exc)
+
+    def _serve(self, now: int, env: Envelope) -> None:
+        try:
+            resp = self._handle_request(now, env)
+        except DLedgerError as exc:          # a store problem while serving a peer
+            log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
+            resp = self._error(env.msg, exc.code)
+        if resp is not None:
+            self.reply(env.src, env.request_id, resp)
 
     def propose(self, now_ms: int, token: Any, bodies: list, magic: int = MAGIC_NORMAL) -> None:
         """Append ``bodies`` as one batch; the completion carries index/pos of the last one."""
@@ -333,7 +341,7 @@ class Node:
             self.store.persist_term(member.curr_term, member.self_id)
             self.elector.become_leader(now, member.curr_term, forced=True)
         else:
-            member.change_to_follower(member.curr_term, leader_id, forced=True)
+            member.on_event(RoleEvent.FORCED_FOLLOWER, member.curr_term, leader_id)
             self.elector.heard_leader(now)
         self._after(now)
 
@@ -456,21 +464,39 @@ class Node:
                 rpc.on_response(now, None, None)
 
     def _after(self, now: int) -> None:
-        """Run after every entry point: role reactions, elector, pusher, applying."""
-        for _ in range(8):
-            self._react_to_role_changes(now)
-            self.recovery.maintain(now)
-            self.elector.maintain(now)
-            self._react_to_role_changes(now)
-            if not self.stopped:
-                self.tail.pump(now)
-            self.pusher.pump(now)
-            if self.member_state.committed_index > self.caller.applied_index:
-                results = self.caller.on_committed(self.member_state.committed_index)
-                self.pusher.complete_applied(self.caller.applied_index, results)
-            if len(self.member_state.changes) == self._reacted:
+        """Run after every entry point until the node settles: passes of role reactions,
+        recovery, elector, damaged tail, pusher and applying, until a pass tells no role
+        change it has not reacted to (each pass runs its steps in the order their results
+        feed each other, so only a new role change needs another pass). A node that does not
+        settle within ``MAX_SETTLE_PASSES`` is a bug: an ``AssertionError`` names its state."""
+        changes = self.member_state.changes
+        for _ in range(MAX_SETTLE_PASSES):
+            self._settle_pass(now)
+            if len(changes) == self._reacted:
                 break
+        else:
+            raise AssertionError(self._unsettled())
         self._repair(now)
+
+    def _settle_pass(self, now: int) -> None:
+        self._react_to_role_changes(now)
+        self.recovery.maintain(now)
+        self.elector.maintain(now)
+        self._react_to_role_changes(now)
+        if not self.stopped:
+            self.tail.pump(now)
+        self.pusher.pump(now)
+        if self.member_state.committed_index > self.caller.applied_index:
+            results = self.caller.on_committed(self.member_state.committed_index)
+            self.pusher.complete_applied(self.caller.applied_index, results)
+
+    def _unsettled(self) -> str:
+        member = self.member_state
+        changes = member.changes
+        recent = ", ".join(f"{c.role.value} in term {c.term}" for c in changes[-6:])
+        return (f"{member.self_id} did not settle after {MAX_SETTLE_PASSES} passes at {self.now_ms} ms: "
+                f"{len(changes) - self._reacted} role change(s) not reacted to, the last ones {recent}; "
+                f"now {member!r}")
 
     def _react_to_role_changes(self, now: int) -> None:
         changes = self.member_state.changes

@@ -36,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from dledger.core.heartbeat import election_timeout_ms
-from dledger.core.member_state import MemberState, Role
+from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.quorum import Majority, VoteOutcome
 from dledger.core.recovery import NO_MEMBER, Recovery
 from dledger.errors import DLedgerError
@@ -164,9 +164,10 @@ class Voting:
         return self.round_deadline if self.round is not None else self.next_time_to_request_vote
 
     # -- becoming a candidate, leaving candidacy --------------------------------------------
-    def become_candidate(self, now: int, term: int) -> None:
-        """Step down (or stay) as candidate, knowing ``term``; the next vote after a random delay."""
-        self.member_state.change_to_candidate(term)
+    def become_candidate(self, now: int, term: int, event: RoleEvent) -> None:
+        """Step down (or stay) as candidate, knowing ``term``, because of ``event``; the next
+        vote after a random delay."""
+        self.member_state.on_event(event, term)
         self.round = None
         self.next_time_to_request_vote = now + self.vote_delay()
 
@@ -174,12 +175,13 @@ class Voting:
         """A leader that cannot serve steps down and stands again only after the others had a
         chance: its followers notice the silence after an election timeout and run their rounds
         (each after a vote delay) before its own next round."""
-        self.become_candidate(now, self.member_state.curr_term)
+        self.become_candidate(now, self.member_state.curr_term, RoleEvent.STEP_ASIDE_DAMAGED_TAIL)
         self.next_time_to_request_vote += 2 * election_timeout_ms(self.cfg) + self.cfg.max_vote_interval_ms
 
-    def catch_up_term(self, now: int, term: int) -> None:
-        """A higher ``term`` was seen: become its candidate; the term is taken at once."""
-        self.become_candidate(now, term)
+    def catch_up_term(self, now: int, term: int, event: RoleEvent) -> None:
+        """A higher ``term`` was seen (or, ``TAKE_LEADERSHIP``, a transferee stands in it):
+        become its candidate; the term is taken at once."""
+        self.become_candidate(now, term, event)
         self.need_increase_term_immediately = True
 
     def probe_now(self, now: int) -> None:
@@ -190,7 +192,7 @@ class Voting:
         """A leader of this term spoke: stop any round and follow it."""
         self.round = None
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-        self.member_state.change_to_follower(term, leader_id)
+        self.member_state.on_event(RoleEvent.LEADER_HEARD, term, leader_id)
 
     def on_role_change(self, change) -> None:
         if change.role is not Role.CANDIDATE:
@@ -296,7 +298,7 @@ class Voting:
             return
         delay = self.vote_delay()
         if tally.known_max_term > tally.term:
-            member.change_to_candidate(tally.known_max_term)
+            member.on_event(RoleEvent.HIGHER_TERM_SEEN, tally.known_max_term)
         elif tally.already_has_leader:
             # someone still hears a leader: probe again soon (a same-term round moves nothing)
             half = c.heart_beat_time_interval_ms // 2
@@ -356,7 +358,7 @@ class Voting:
                 return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
             self._fail_reads(Code.NOT_LEADER)
             term_before = member.curr_term
-            self.catch_up_term(now, req.term)
+            self.catch_up_term(now, req.term, RoleEvent.HIGHER_TERM_SEEN)
             return answer(VoteResult.REJECT_TERM_NOT_READY, term_before)   # as DLedger: the term it had
         if req.term < member.ledger_end_term:
             return answer(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, member.ledger_end_term)

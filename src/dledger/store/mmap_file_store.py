@@ -43,7 +43,8 @@ Recovery (``load``; the rules are in ``recovery.py`` and docs/format.md):
   power cut);
 - the checkpoint is checked against the files (end entry's term and position, the chain of
   index units before it) and ignored when another writer changed the log;
-- without a usable checkpoint the scan starts at most three segments from the end (as Java);
+- without a usable checkpoint the scan starts three segments from the end (as Java), or further
+  back at a segment whose first record its index unit vouches for;
 - damage inside the trusted prefix is found by ``get`` (and by ``verify``) and reported the
   same way, never served; the entry joins ``damaged()`` until repaired.
 

@@ -53,8 +53,11 @@ The rules (see also ``docs/format.md``):
    - Otherwise the bad record is the torn tail and is cut (logged with file, offset and
      entry index).
    - Without a trusted prefix (no checkpoint, or one that does not check out: "ahead of the
-     log"), the scan starts at most three segments from the end, as Java DLedger does, and
-     refuses when more than a segment of written data would be discarded.
+     log"), the scan starts at the third segment from the end, as Java DLedger does, or
+     further back: at the last segment from there whose first record its index unit vouches
+     for (the first segment when none does). It refuses when the cut lies more than one
+     segment before the start of the last segment holding data (so up to two segments of
+     written data, less a record, may be cut without a refusal).
 4. **Begin index.** The first data record gives the before-begin index (its index as its
    unit, the index list's first unit or the entry after it vouches for; else the checkpoint's
    stays); the checkpoint keeps its term. An empty log after a full ``reset`` keeps its begin
