@@ -26,7 +26,7 @@ class Group:
         self.logs, self.servers = logs, servers
 
     def master(self) -> int:
-        poll(lambda: sum(log.roles.writable for log in self.logs) == 1, what="one master")
+        poll(lambda: sum(log.roles.writable for log in self.logs) == 1, timeout=60, what="one master")
         return next(i for i, log in enumerate(self.logs) if log.roles.writable)
 
     def slave(self) -> int:
@@ -50,9 +50,11 @@ def remoting_group(tmp_path):
             servers.append(RemotingServer(log, "127.0.0.1", 0, broker_name="broker-a", put_timeout=5.0,
                                           max_connections=16, idle_s=3.0).start())
         group = Group(logs, servers)
-        m = group.master()          # and its address published to every replica (one entry of the log)
-        poll(lambda: all(s.ctx.addresses.table.get(f"n{m}") == servers[m].address for s in servers),
-             what="the master's address on every replica")
+        def published() -> bool:   # a master, its address published to every replica (an entry of the log)
+            masters = [i for i, log in enumerate(logs) if log.roles.writable]
+            return len(masters) == 1 and all(s.ctx.addresses.table.get(f"n{masters[0]}") == servers[masters[0]].address
+                                             for s in servers)
+        poll(published, timeout=60, what="the master's address on every replica")
         yield group
     finally:
         for s in servers:
