@@ -8,11 +8,11 @@ import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dledger"
 
-LOWER = {"errors", "config", "progress", "entry", "store", "protocol", "core", "transport", "runtime", "server"}
+LOWER = {"errors", "config", "progress_bar", "entry", "store", "protocol", "core", "transport", "runtime", "server"}
 ALLOWED = {
     "errors": set(),
     "config": set(),
-    "progress": set(),
+    "progress_bar": set(),
     "entry": {"errors"},
     "store": {"store", "entry", "errors"},
     "protocol": {"entry", "errors"},
@@ -28,10 +28,8 @@ ALLOWED = {
 # spark reads broker messages with the broker's codec (dledger.broker.message_codec, its one home).
 # the broker keeps its dispatch lag in a metrics Histogram.
 # the name server speaks the broker's remoting protocol (dledger.broker.remoting, its one codec).
-EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress", "spark", "client"}, "sim": set(), "spark": {"broker"}, "client": set(),
-               "broker": {"metrics"}, "cli_client": {"client"}, "bench": {"client", "broker"}, "cli_node": {"metrics"},
-               "cli_broker": {"broker", "cli_node", "metrics"},
-               "namesrv": {"broker"}, "cli_namesrv": {"namesrv", "cli_node"}}
+EDGE_EXTRA = {"cli": {"*"}, "demo": {"progress_bar", "spark", "client"}, "sim": set(), "spark": {"broker"}, "client": set(),
+               "broker": {"metrics"}, "bench": {"client", "broker"}, "namesrv": {"broker"}}
 CORE_BANNED = {"time", "asyncio", "socket", "threading", "random", "selectors", "subprocess"}
 
 

@@ -1,9 +1,8 @@
 """Exceptions of dledger.
 
-A leaf module (standard library only). Every error that maps to a DLedger response
-code carries it as a plain ``int`` in ``code``; ``dledger.protocol.DLedgerResponseCode``
-is an ``IntEnum`` with the same numbers, so the two compare equal without this module
-importing the protocol.
+A leaf module (standard library only), and the one home of the response codes:
+``DLedgerResponseCode`` (Java DLedger's numbers; ``dledger.protocol`` re-exports it). Every
+error that maps to a code carries it as a plain ``int`` in ``code``.
 
 Three families, kept apart on purpose:
 - local misuse (the host called us wrongly): ``ValueError``/``TypeError`` subclasses or
@@ -19,16 +18,68 @@ Three families, kept apart on purpose:
 
 from __future__ import annotations
 
-# Response code numbers used below (same values as Java DLedger's DLedgerResponseCode).
-INDEX_OUT_OF_RANGE = 410
-UNEXPECTED_ARGUMENT = 411
-DISK_ERROR = 414
-DISK_FULL = 415
-INDEX_LESS_THAN_LOCAL_BEGIN = 419
-INCONSISTENT_TERM = 407
-INCONSISTENT_INDEX = 408
-INCONSISTENT_STATE = 406
-INTERNAL_ERROR = 500
+from enum import IntEnum
+
+
+class DLedgerResponseCode(IntEnum):
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    PUSH_REQUEST_IS_FULL = 421
+    NEWER_INSTALL_SNAPSHOT_REQUEST_EXIST = 422
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+    LOAD_SNAPSHOT_ERROR = 507
+    INSTALL_SNAPSHOT_ERROR = 508
+
+    @classmethod
+    def of(cls, code: int) -> "DLedgerResponseCode":
+        """The member for ``code``; unknown numbers map to ``UNKNOWN`` (as Java)."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+# the codes the errors below carry, as plain ints
+INDEX_OUT_OF_RANGE = int(DLedgerResponseCode.INDEX_OUT_OF_RANGE)
+UNEXPECTED_ARGUMENT = int(DLedgerResponseCode.UNEXPECTED_ARGUMENT)
+DISK_ERROR = int(DLedgerResponseCode.DISK_ERROR)
+DISK_FULL = int(DLedgerResponseCode.DISK_FULL)
+INDEX_LESS_THAN_LOCAL_BEGIN = int(DLedgerResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN)
+INCONSISTENT_TERM = int(DLedgerResponseCode.INCONSISTENT_TERM)
+INCONSISTENT_INDEX = int(DLedgerResponseCode.INCONSISTENT_INDEX)
+INCONSISTENT_STATE = int(DLedgerResponseCode.INCONSISTENT_STATE)
+INTERNAL_ERROR = int(DLedgerResponseCode.INTERNAL_ERROR)
 
 
 class DLedgerError(Exception):

@@ -52,7 +52,7 @@ import reprlib
 import msgpack
 
 from dledger.entry import MAX_TERM, crc32  # zlib-ng's CRC-32 when installed: 5x zlib's on a push
-from dledger.errors import PeerProtocolError
+from dledger.errors import DLedgerResponseCode, PeerProtocolError  # the codes' one home: errors
 
 #: 2: a CRC-32 trailer follows the msgpack body (1 had none)
 WIRE_VERSION = 2
@@ -87,55 +87,6 @@ class DLedgerRequestCode(IntEnum):
     LEADERSHIP_TRANSFER = 51005
     INSTALL_SNAPSHOT = 51006
     USER_DEFINE_REQUEST = 59999
-
-
-class DLedgerResponseCode(IntEnum):
-    UNKNOWN = -1
-    SUCCESS = 200
-    TIMEOUT = 300
-    METADATA_ERROR = 301
-    NETWORK_ERROR = 302
-    UNSUPPORTED = 303
-    UNKNOWN_GROUP = 400
-    UNKNOWN_MEMBER = 401
-    UNEXPECTED_MEMBER = 402
-    EXPIRED_TERM = 403
-    NOT_LEADER = 404
-    NOT_FOLLOWER = 405
-    INCONSISTENT_STATE = 406
-    INCONSISTENT_TERM = 407
-    INCONSISTENT_INDEX = 408
-    INCONSISTENT_LEADER = 409
-    INDEX_OUT_OF_RANGE = 410
-    UNEXPECTED_ARGUMENT = 411
-    REPEATED_REQUEST = 412
-    REPEATED_PUSH = 413
-    DISK_ERROR = 414
-    DISK_FULL = 415
-    TERM_NOT_READY = 416
-    FALL_BEHIND_TOO_MUCH = 417
-    TAKE_LEADERSHIP_FAILED = 418
-    INDEX_LESS_THAN_LOCAL_BEGIN = 419
-    REQUEST_WITH_EMPTY_BODYS = 420
-    PUSH_REQUEST_IS_FULL = 421
-    NEWER_INSTALL_SNAPSHOT_REQUEST_EXIST = 422
-    INTERNAL_ERROR = 500
-    TERM_CHANGED = 501
-    WAIT_QUORUM_ACK_TIMEOUT = 502
-    LEADER_PENDING_FULL = 503
-    ILLEGAL_MEMBER_STATE = 504
-    LEADER_NOT_READY = 505
-    LEADER_TRANSFERRING = 506
-    LOAD_SNAPSHOT_ERROR = 507
-    INSTALL_SNAPSHOT_ERROR = 508
-
-    @classmethod
-    def of(cls, code: int) -> "DLedgerResponseCode":
-        """The member for ``code``; unknown numbers map to ``UNKNOWN`` (as Java)."""
-        try:
-            return cls(code)
-        except ValueError:
-            return cls.UNKNOWN
 
 
 class PushEntryType(IntEnum):

@@ -53,7 +53,7 @@ from typing import Any, Callable
 from dledger.config import FILE, DLedgerConfig
 from dledger.core import Node, Role, RoleChange
 from dledger.entry import MAGIC_NORMAL, DLedgerEntry, decode
-from dledger.errors import DISK_ERROR, DISK_FULL, DLedgerError
+from dledger.errors import DISK_ERROR, DISK_FULL, INDEX_OUT_OF_RANGE, DLedgerError
 from dledger.protocol import SUCCESS, AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.runtime.log_context import CURRENT, LogContext
@@ -62,7 +62,6 @@ from dledger.store.store_io import LOCAL_IO, StoreIO
 
 log = logging.getLogger(__name__)
 
-INDEX_OUT_OF_RANGE = 410
 CHECKPOINT_INTERVAL_MS = 1000
 CLEAN_INTERVAL_MS = 100         # CleanSpaceService period
 MAX_DRAIN_BODIES = 2048

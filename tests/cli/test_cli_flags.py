@@ -93,7 +93,7 @@ def test_a_toml_config_with_an_unknown_key_or_bad_toml_is_refused(tmp_path, caps
 def test_a_toml_config_gives_several_groups_with_shared_defaults(tmp_path):
     from argparse import Namespace
 
-    from dledger.cli_node import load_configs
+    from dledger.cli.node import load_configs
 
     path = tmp_path / "node.toml"
     path.write_text('store_dir = "/data"\nid = "n0"\ndurability = "fsync"\n'
@@ -126,7 +126,7 @@ def test_bootstrap_is_set_only_by_its_flag():
     unless given: a node whose disk was replaced must relearn before it votes."""
     import argparse
 
-    from dledger import cli_node
+    from dledger.cli import node as cli_node
     p = argparse.ArgumentParser()
     cli_node.add_parser(p.add_subparsers(dest="cmd"))
     base = ["node", "--group", "g", "--id", "n0", "--peers", "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3",

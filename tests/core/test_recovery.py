@@ -1,4 +1,4 @@
-"""Protocol-aware recovery in the core (``core.recovery``), one node stepped by hand.
+"""Protocol-aware recovery in the core (``core.rejoin``), one node stepped by hand.
 
 A member whose store is suspect votes in no round but a unanimous one (and only once its term
 is known), persists nothing when it refuses, relearns a lost term from the others before it
@@ -18,7 +18,7 @@ from core.wiring import Wired
 from dledger.config import DLedgerConfig
 from dledger.core import Node, Role, RoleChange, RoleEvent
 from dledger.core.quorum import Majority
-from dledger.core.recovery import NO_MEMBER
+from dledger.core.rejoin import NO_MEMBER
 from dledger.core.vote import ParseResult, VoteTally, parse_vote_tally
 from dledger.protocol import (DLedgerResponseCode as Code, Envelope, HeartBeatRequest, HeartBeatResponse,
                               MetadataRequest, MetadataResponse, PushEntryRequest, PushEntryResponse, PushEntryType,

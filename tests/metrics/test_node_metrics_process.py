@@ -73,7 +73,7 @@ def test_a_node_process_serves_its_metrics_and_logs_with_its_context(tmp_path, v
         err = proc.stderr.read().decode()
         assert "Traceback" not in err
         assert f"INFO dledger.node metrics on http://127.0.0.1:{metrics_port}/metrics" in err
-        assert "INFO dledger.core.recovery [g/n0 term 0] n0: recovered" in err, err
+        assert "INFO dledger.core.rejoin [g/n0 term 0] n0: recovered" in err, err
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE
 from dledger.protocol import DLedgerResponseCode as Code
 from dledger.sim import Cluster
-from dledger.sim.atlas import ClusterFaultAtlas
+from dledger.sim.fault_atlas import ClusterFaultAtlas
 from dledger.sim.corruption import KINDS
 from dledger.sim.disk import SECTOR, PowerLoss, SlowSync, corrupt_store, crash_store, flip_bit
 from dledger.store import DLedgerMmapFileStore

@@ -165,7 +165,7 @@ def test_a_damaged_entry_on_the_leader_is_never_pushed_and_is_repaired_before_it
         other_store = c.servers[other].store
         # whatever the lagging node holds it got intact, byte for byte the copy the other
         # follower kept: the damaged record never left the leader, which repaired entry 4 from
-        # the other follower (core/repair.py) before it pushed it
+        # the other follower (core/peer_repair.py) before it pushed it
         for i in range(lag_store.ledger_end_index + 1):
             assert bytes(lag_store.get_raw(i)) == bytes(other_store.get_raw(i))
         assert c.leader() == lead and lag_store.ledger_end_index == 5

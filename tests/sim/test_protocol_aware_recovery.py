@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from dledger.core import Role
-from dledger.core.recovery import NO_MEMBER
+from dledger.core.rejoin import NO_MEMBER
 from dledger.protocol import HeartBeatRequest, MetadataResponse, PushEntryRequest, PushEntryType
 from dledger.sim import Cluster
 from dledger.store.suspect import SuspectReason

@@ -19,7 +19,7 @@ import random
 import pytest
 
 from dledger.errors import CorruptStoreError
-from dledger.sim.atlas import ClusterFaultAtlas
+from dledger.sim.fault_atlas import ClusterFaultAtlas
 from dledger.sim.cluster import Cluster
 from dledger.sim.corruption import KINDS, RECORD_FIELDS, UNIT_FIELDS, corrupt_store
 from helpers.store_files import flip_bit

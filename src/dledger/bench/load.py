@@ -19,8 +19,9 @@ import time
 from typing import Callable
 
 from dledger.bench.stats import LoadResult
+from dledger.errors import DLedgerResponseCode
 
-SUCCESS = 200
+SUCCESS = int(DLedgerResponseCode.SUCCESS)
 
 
 def _bodies(payload: int, batch: int) -> list[bytes]:

@@ -1,6 +1,6 @@
 """DamagedTail: a leader stuck on a damaged entry that no peer gives it a copy of.
 
-A leader never pushes an entry its store refuses (``core.repair``): a follower that needs it
+A leader never pushes an entry its store refuses (``core.peer_repair``): a follower that needs it
 waits until the repairer has rewritten it from a peer's copy. When no peer holds a copy (the
 entry was written here and never replicated) the leader would wait forever and the group
 would commit nothing again. This component decides, by protocol, between two ways out:

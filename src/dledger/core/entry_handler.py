@@ -34,7 +34,7 @@ Rules:
 - a push whose bytes do not hold the records it names raises ``PeerProtocolError`` (the node
   answers it UNEXPECTED_ARGUMENT; a parked one is answered so here, not its drainer);
 - an accepted push proves the leader alive, as a heartbeat does (``heard_leader``);
-- a recovering follower (``core.recovery``) marks every answer ``recovering`` (with its
+- a recovering follower (``core.rejoin``) marks every answer ``recovering`` (with its
   ``incarnation``); before each SUCCESS it asks recovery whether it has now caught up
   (``on_push_success``, told the incarnation the push names; it may clear the flag durably
   first).
@@ -143,7 +143,7 @@ class EntryHandler:
         if req.leader_id != member.leader_id:
             return self._answer(req, Code.INCONSISTENT_LEADER)
         if not self._may_follow():
-            return self._answer(req, Code.TERM_NOT_READY)     # relearning its term (core.recovery)
+            return self._answer(req, Code.TERM_NOT_READY)     # relearning its term (core.rejoin)
         if self.matched_term != req.term:
             self.matched_term, self.matched_index = req.term, -1
         self._heard_leader(now)                 # a push proves the leader alive too

@@ -24,7 +24,7 @@ fail at once with LEADER_PENDING_FULL. The commit index follows the commit rule 
 ``quorum`` over the water marks (the leader's own log end included), asked of the voters'
 ``Majority``.
 
-A follower that answers ``recovering`` (protocol-aware recovery, ``core.recovery``) has its
+A follower that answers ``recovering`` (protocol-aware recovery, ``core.rejoin``) has its
 dispatcher reset (``FollowerProgress.start_recovery``) and its water mark left out of the
 commit rule until an answer without the flag. Every push to it from then on names the
 incarnation it answered with: such a push left after the water mark was forgotten, so the
@@ -234,7 +234,7 @@ class EntryPusher:
         end = self.store.ledger_end_index
         if end <= member.committed_index:
             return          # no water mark exceeds the leader's own log end: nothing to commit
-        # a recovering follower's water mark counts toward no commit (core.recovery)
+        # a recovering follower's water mark counts toward no commit (core.rejoin)
         acked = {p: pr.match for p, pr in self.progress.items() if not pr.recovering}
         acked[member.self_id] = end
         new = member.majority.next_commit_index(acked, member.committed_index, member.curr_term,
@@ -435,7 +435,7 @@ class EntryPusher:
             return compared                    # one index lower: never below an agreeing entry
         return max(lo + 1, resp.x_index) if held else resp.x_index
 
-    # -- a recovering follower (core.recovery) ---------------------------------------------
+    # -- a recovering follower (core.rejoin) ---------------------------------------------
     def peer_recovering(self, now: int, peer: str, following: bool, incarnation: int = 0) -> bool:
         """``peer`` (``incarnation``) answered ``recovering`` (a heartbeat or a push;
         ``following``: with SUCCESS, not while it still relearns its term). True when this

@@ -30,7 +30,7 @@ Fields and the rules they keep:
 - ``quota_second`` / ``quota_bytes``: bytes pushed in the current second to a lagging follower;
 - ``last_push_ms``: when the last APPEND or COMMIT push left;
 - ``recovering``: the follower said it is recovering (protocol-aware recovery,
-  ``core.recovery``): its water mark counts toward no commit until an answer without the flag;
+  ``core.rejoin``): its water mark counts toward no commit until an answer without the flag;
   ``epoch`` moves on when that starts, and answers to pushes sent before are ignored (they may
   come from its earlier incarnation); ``incarnation`` is the one it named then, which every
   push to it echoes while it recovers (only such a push can end its recovery). An answer
@@ -74,7 +74,7 @@ class DispatchEvent(Enum):
     PUSH_TIMED_OUT = "push timed out"
     #: the follower ends below what it acknowledged (its store was lost or replaced)
     LOG_LOST = "log lost"
-    #: the follower answered ``recovering`` (``core.recovery``): compare again from the end
+    #: the follower answered ``recovering`` (``core.rejoin``): compare again from the end
     FOLLOWER_RECOVERING = "follower recovering"
 
 

@@ -21,7 +21,7 @@ leader stickiness: a follower that heard its leader within the election timeout,
 confirmed within it and a node that started less than one election timeout ago all refuse
 to join a higher term.
 
-A recovering follower (protocol-aware recovery, ``core.recovery``) marks its answers
+A recovering follower (protocol-aware recovery, ``core.rejoin``) marks its answers
 ``recovering``, with its ``incarnation`` (its SUCCESS still confirms the leader: a node that
 votes for no one cannot help elect another leader), and the leader tells the pusher
 (``peer_recovering``, which keeps the incarnation for the pushes to echo); while it

@@ -7,7 +7,7 @@ It composes one part per concept and runs the state maintainer over them:
   view of its leader;
 - ``read_index.ReadIndex``: reads waiting for a confirmation of leadership;
 - ``leadership_transfer.LeadershipTransfer``: transfers and the preferred leader;
-- ``recovery.Recovery`` (built by the node, shared with the replication side): whether this
+- ``rejoin.Rejoin`` (built by the node, shared with the replication side): whether this
   member may stand, vote and answer a leader while it recovers.
 
 Each part gets the member state, the config and the narrow callables it needs, never the
@@ -21,7 +21,7 @@ Rules kept here:
 - a store error in a step (the term file could not be written) answers nothing on the unsaved
   state and retries the step after one heartbeat interval;
 - a leader whose store failed a sync (``store.failed``) steps down; recovery
-  (``core.recovery``) says who may stand and vote;
+  (``core.rejoin``) says who may stand and vote;
 - with ``enable_leader_elector`` off (the test harness's forced roles) nobody stands for
   election and nobody steps down, but a higher term seen is still caught up.
 """
@@ -36,7 +36,7 @@ from dledger.core.heartbeat import Heartbeats
 from dledger.core.leadership_transfer import LeadershipTransfer, Reply
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.read_index import ReadIndex
-from dledger.core.recovery import Recovery
+from dledger.core.rejoin import Rejoin
 from dledger.core.vote import ParseResult, VoteTally, Voting, parse_vote_tally
 from dledger.errors import DLedgerError
 from dledger.protocol import (DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse,
@@ -51,7 +51,7 @@ class LeaderElector:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], complete_read: Callable[[Any, int, int], None],
                  commit_hint: Callable[[int, int], None], match_index: Callable[[str], int],
-                 recovery: Recovery, peer_recovering: Callable[[int, str, bool, int], None],
+                 recovery: Rejoin, peer_recovering: Callable[[int, str, bool, int], None],
                  round_trip_ms: Callable[[int, int], int] | None = None) -> None:
         self.member_state = member_state
         self.cfg = config

@@ -29,7 +29,7 @@ their response in the same ``Ready`` unless a component parks them
 (out-of-order pushes, leadership transfers); responses to this node's own requests are
 matched by request id, and requests unanswered after ``rpc_timeout_ms`` are given up.
 
-A member whose store is suspect recovers first (``core.recovery``: it relearns its term from
+A member whose store is suspect recovers first (``core.rejoin``: it relearns its term from
 the others, votes and counts toward commits only once caught up from a leader).
 
 The node is also the wiring: it builds the member state and the components and hands each
@@ -50,8 +50,8 @@ from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
-from dledger.core.recovery import Recovery
-from dledger.core.repair import Repairer
+from dledger.core.rejoin import Rejoin
+from dledger.core.peer_repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
@@ -145,7 +145,7 @@ class Node:
         self.now_ms = now_ms
         self.member_state = member = MemberState(config, store)
         self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
-        self.recovery = recovery = Recovery(member, store, config, now_ms=now_ms, send=self.send)
+        self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms, send=self.send)
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
@@ -172,7 +172,7 @@ class Node:
         # request ids start at a random point so that answers meant for an earlier
         # incarnation of this node cannot be taken for answers to this one's requests
         self._next_rid = (rng.getrandbits(30) << 20) + 1
-        # and so does this process's incarnation, which its recovery names (core.recovery)
+        # and so does this process's incarnation, which its recovery names (core.rejoin)
         recovery.incarnation = self._next_rid
         self._seen_changes = 0
         self._reacted = 0
@@ -510,7 +510,7 @@ class Node:
                     and self.member_state.committed_index < self.store.ledger_end_index:
                 self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
 
-    # -- repair of damaged entries (core/repair.py) ---------------------------------------
+    # -- repair of damaged entries (core/peer_repair.py) ---------------------------------------
     def _repair(self, now: int) -> None:
         """Scrub and repair damaged entries of the store from peers (never changes roles)."""
         if not self.stopped:

@@ -12,7 +12,7 @@ The candidate:
   the missing answers (``Majority.vote_result``); ``REJECT_ALREADY_HAS_LEADER`` delays the
   next round by half to one heartbeat interval only;
 - "taking leadership" (a transferee) uses the short vote delays;
-- a candidate whose term was relearnt (``core.recovery``, a vote for no member) from answers
+- a candidate whose term was relearnt (``core.rejoin``, a vote for no member) from answers
   that named a leader of that term campaigns above it only after one election timeout: that
   leader may be alive, and would be deposed by the higher term for nothing (its heartbeat
   makes the node a follower first).
@@ -38,7 +38,7 @@ from typing import Any
 from dledger.core.heartbeat import election_timeout_ms
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.quorum import Majority, VoteOutcome
-from dledger.core.recovery import NO_MEMBER, Recovery
+from dledger.core.rejoin import NO_MEMBER, Rejoin
 from dledger.errors import DLedgerError
 from dledger.protocol import DLedgerResponseCode as Code, VoteRequest, VoteResponse, VoteResult
 
@@ -128,7 +128,7 @@ class Voting:
     def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], become_leader: Callable[[int, int], None],
                  has_live_leader: Callable[[int], bool], fail_reads: Callable[[int], None],
-                 recovery: Recovery, round_trip_ms: Callable[[int, int], int] | None = None) -> None:
+                 recovery: Rejoin, round_trip_ms: Callable[[int, int], int] | None = None) -> None:
         self.member_state = member_state
         #: how long a round waits for its answers, given (floor, cap) (``core.round_trip``)
         self._round_ms = round_trip_ms if round_trip_ms is not None else (lambda floor, _cap: floor)
@@ -309,7 +309,7 @@ class Voting:
         self.next_time_to_request_vote = now + delay
 
     def _hearing_out_relearnt_term(self, now: int) -> bool:
-        """A relearnt term (``core.recovery``: a vote for no member) whose answers named a
+        """A relearnt term (``core.rejoin``: a vote for no member) whose answers named a
         leader of that term: a round above it would depose that leader (this node's answers
         would carry the higher term), so the node waits one election timeout from the first
         round it would have run, as a follower waits before it stands; a heartbeat of that

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dledger.client import AppendOutcomeUnknown, AppendRefusedError, AsyncDLedgerClient, ClusterUnavailableError
-from dledger.progress import Progress
+from dledger.progress_bar import Progress
 
 SEQ_BYTES = 8
 FILLER = b"dledger demo entry; " * 1024

@@ -30,9 +30,10 @@ from typing import Any
 from dledger.metrics.histogram import BYTE_BUCKETS, ENTRY_BUCKETS, LATENCY_BUCKETS_MS, Histogram
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, PushEntryRequest,
                               PushEntryResponse, PushEntryType)
+from dledger.errors import DLedgerResponseCode
 from dledger.runtime.driver import APPEND, WRITE
 
-SUCCESS = 200
+SUCCESS = int(DLedgerResponseCode.SUCCESS)
 MAX_TRACKED = 4096
 
 

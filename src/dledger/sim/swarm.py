@@ -14,7 +14,7 @@ A run has two phases:
   ``page_cache`` durability, any node in ``fsync``);
   On file stores, the storage faults drawn for the seed strike too (``swarm_options``): bit
   flips at rest before a down node restarts and lost or misdirected writes at power loss,
-  both where the fault atlas allows (``sim/atlas.py``; in ``page_cache`` durability only on
+  both where the fault atlas allows (``sim/fault_atlas.py``; in ``page_cache`` durability only on
   the ``power_victims``), a full disk for a while, a failing msync (the node halts: fail-stop,
   and the cluster takes it for crashed), slow syncs (the node's process pauses for the sync's
   virtual time) and crashes or power cuts inside a write or msync (``Cluster.crash_inside``);
@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from dledger.protocol import DLedgerResponseCode as Code, ReadMode
-from dledger.sim.atlas import ClusterFaultAtlas
+from dledger.sim.fault_atlas import ClusterFaultAtlas
 from dledger.sim.checkers import InvariantViolation
 from dledger.sim.cluster import Cluster
 from dledger.sim.corruption import corrupt_store

@@ -24,7 +24,7 @@ fields, one per line, for a failure report. The ranges:
 - storage faults beyond crash and power loss (file stores, unless ``storage_faults=False``):
   bit flips at rest on a node that is down (per restart, 0-50 %), lost and misdirected
   writes at power loss (per synced sector, 0-1 % each), both only where the cluster's fault
-  atlas allows them (``sim/atlas.py``: every region keeps an intact copy on a majority; in
+  atlas allows them (``sim/fault_atlas.py``: every region keeps an intact copy on a majority; in
   ``page_cache`` durability only on the ``power_victims``); a full disk now and then (per
   strike, 0-30 %: 0.1-2 s of ENOSPC at segment creation and at term and checkpoint writes,
   then space comes back); a failing msync (per strike, 0-20 %: EIO, the node fail-stops);

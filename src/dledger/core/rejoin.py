@@ -1,4 +1,4 @@
-"""Recovery: protocol-aware recovery of a member that may have lost what it promised.
+"""Rejoin: protocol-aware recovery of a member that may have lost what it promised.
 
 A store reports ``suspect`` (``dledger.store.suspect``) when this replica may have lost
 entries it acknowledged (``UNCLEAN_SHUTDOWN`` in ``page_cache`` mode, ``LOST_TAIL``), its whole
@@ -77,7 +77,7 @@ NO_MEMBER = "no-member"
 _TERM_LOST = (SuspectReason.TERM_LOST, SuspectReason.FRESH)
 
 
-class Recovery:
+class Rejoin:
     def __init__(self, member_state: MemberState, store: "LogStore", config, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int]) -> None:
         self.member_state = member_state

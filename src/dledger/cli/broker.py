@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 
-from dledger.cli_node import NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address
+from dledger.cli.node import NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address
 
 EXAMPLE = """example:
   dledger broker --group broker-a --id n0 \\

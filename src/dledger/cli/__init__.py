@@ -5,10 +5,10 @@ Subcommands:
 - ``read-file <store dir>``: print the entries of a store directory (ours or Java DLedger's);
 - ``verify <store dir>``: read and check every entry, report damage with file and offset;
 - ``audit <dir> <dir> ...``: compare replicas with a Spark job (needs the ``spark`` extra);
-- ``node``: run a node of one or several groups (``cli_node``);
-- ``broker``: run a mini broker, a node with a message store serving produce and pull (``cli_broker``);
-- ``namesrv``: run a name server for RocketMQ remoting clients of brokers (``cli_namesrv``);
-- ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli_client``);
+- ``node``: run a node of one or several groups (``cli/node.py``);
+- ``broker``: run a mini broker, a node with a message store serving produce and pull (``cli/broker.py``);
+- ``namesrv``: run a name server for RocketMQ remoting clients of brokers (``cli/namesrv.py``);
+- ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli/client.py``);
 - ``bench``: committed entries/s and commit latency of a 3-process cluster (``bench.cli``).
 Errors of ``node``, ``broker``, ``namesrv`` and the client commands are one line on stderr and a non-zero exit code:
 2 for a bad flag or configuration, 1 for a group that cannot be reached or a node that cannot
@@ -74,7 +74,7 @@ def _cmd_read_file(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from dledger.errors import DLedgerError
-    from dledger.progress import Progress
+    from dledger.progress_bar import Progress
 
     try:
         store = _open_for("verify", args.path)
@@ -152,11 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_audit)
 
-    from dledger import cli_broker, cli_client, cli_namesrv, cli_node
-    cli_node.add_parser(sub)
-    cli_broker.add_parser(sub)
-    cli_namesrv.add_parser(sub)
-    cli_client.add_parsers(sub)
+    from dledger.cli import broker, client, namesrv, node
+    node.add_parser(sub)
+    broker.add_parser(sub)
+    namesrv.add_parser(sub)
+    client.add_parsers(sub)
     from dledger.bench import cli as bench_cli
     bench_cli.add_parser(sub)
     return parser
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _guarded(args: argparse.Namespace) -> int:
     """Run ``node``, ``broker`` or a client command: every expected failure is one line, no traceback."""
-    from dledger.cli_node import NodeConfigError
+    from dledger.cli.node import NodeConfigError
     from dledger.errors import DLedgerError
 
     name = f"dledger {args.command}"
@@ -192,7 +192,3 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:  # pragma: no cover
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dledger.cli_node import NodeConfigError
+    from dledger.cli.node import NodeConfigError
     from dledger.namesrv import NameServer
 
     if not 0 < args.port < 65536:
