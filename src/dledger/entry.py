@@ -197,11 +197,6 @@ def segment_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def record_size(body_len: int) -> int:
-    """Total record length for a body of ``body_len`` bytes."""
-    return BODY_OFFSET + body_len
-
-
 def encode(entry: DLedgerEntry, *, compute_crc: bool = True) -> bytes:
     """Encode ``entry`` as a data record; sets ``entry.size`` and (by default) ``entry.body_crc``."""
     body = entry.body

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from dledger.entry import BODY_OFFSET
-
 
 def read_at(store, pos: int, size: int) -> bytes | None:
     """``size`` bytes at global position ``pos`` (None when they are not all one written record's)."""
@@ -56,4 +54,3 @@ def entry_end(store, index: int) -> int:
     return e.pos + e.size
 
 
-MESSAGE_OFFSET_IN_ENTRY = BODY_OFFSET
