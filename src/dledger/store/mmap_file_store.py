@@ -60,15 +60,14 @@ import os
 import shutil
 from collections.abc import Callable
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAX_RECORD_SIZE, MAX_TERM,
-                           MIN_BLANK_LEN, IndexUnit)
+from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAX_TERM, IndexUnit
 from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, \
     StoreClosedError
 from dledger.store import background_flush as bg_flush
 from dledger.store.base import StoreBase
 from dledger.store.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
 from dledger.store.cut import Cut
-from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE, Durability
+from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE
 from dledger.store.flusher import Flusher
 from dledger.store.log_reader import LogReader
 from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE,
@@ -77,6 +76,7 @@ from dledger.store.log_writer import LogWriter
 from dledger.store.lock import StoreLock
 from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end,
                                           zero_header_at)
+from dledger.store.options import StoreOptions
 from dledger.store.recovery import RecoveredLog, recover
 from dledger.store.repair import Repair
 from dledger.store.retention import Retention
@@ -87,52 +87,51 @@ from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, 
 from dledger.store.term_file import TermFile, disk_error_code
 
 __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT_INDEX_FILE_SIZE",
-           "DURABILITY_MODES", "DLedgerMmapFileStore", "FSYNC", "PAGE_CACHE"]
+           "DURABILITY_MODES", "DLedgerMmapFileStore", "FSYNC", "PAGE_CACHE", "StoreOptions"]
 
 log = logging.getLogger(__name__)
 
 class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair, StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
 
-    def __init__(self, store_dir: str, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
-                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, durability: Durability | str = PAGE_CACHE,
-                 max_entry_size: int = MAX_RECORD_SIZE, data_path: str | None = None,
-                 read_only: bool = False, file_reserved_hours: float = 72,
-                 delete_when: str = "04", disk_space_ratio_to_check_expired: float = 0.70,
-                 disk_space_ratio_to_force_clean: float = 0.85, enable_disk_force_clean: bool = True,
-                 disk_usage: Callable[[str], tuple] = shutil.disk_usage,
-                 flush_interval_ms: int = 10, checkpoint_interval_ms: int = 1000,
-                 background_flush: bool = False, store_io: StoreIO = LOCAL_IO) -> None:
-        if durability not in DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {tuple(m.value for m in DURABILITY_MODES)}, "
-                             f"got {durability!r}")
-        if index_file_size % INDEX_UNIT_SIZE:
-            raise ValueError(f"index_file_size must be a multiple of {INDEX_UNIT_SIZE}, "
-                             f"got {index_file_size}")
-        if max_entry_size < BODY_OFFSET:
-            raise ValueError(f"max_entry_size must be at least {BODY_OFFSET}, got {max_entry_size}")
+    def __init__(self, store_dir: str, options: StoreOptions | None = None, *,
+                 disk_usage: Callable[[str], tuple] = shutil.disk_usage, store_io: StoreIO = LOCAL_IO,
+                 **settings) -> None:
+        """``options``: the store's settings (``StoreOptions``); or give them as keywords
+        (``data_file_size=...``, the fields of ``StoreOptions``), not both. ``disk_usage`` and
+        ``store_io`` are the store's collaborators: how it measures the disk, how it maps
+        and allocates segments."""
+        if options is None:
+            options = StoreOptions(**settings)
+        elif settings:
+            raise TypeError(f"give the store's settings as options or as keywords, not both "
+                            f"(got options and {sorted(settings)})")
+        elif not isinstance(options, StoreOptions):
+            raise TypeError(f"options must be a StoreOptions, got {type(options).__name__}")
+        o = self.options = options
+        read_only = o.read_only
         self.store_dir = store_dir
-        self.durability = Durability(durability)
+        self.durability = o.durability
         self.read_only = read_only
-        self.max_entry_size = min(max_entry_size, data_file_size - MIN_BLANK_LEN)
-        self.data_path = data_path or os.path.join(store_dir, "data")
+        self.max_entry_size = o.entry_size_limit
+        self.data_path = o.data_path or os.path.join(store_dir, "data")
         self.index_path = os.path.join(store_dir, "index")
-        self.data_list = MmapFileList(self.data_path, data_file_size, read_only=read_only, io=store_io)
-        self.index_list = MmapFileList(self.index_path, index_file_size, read_only=read_only, io=store_io)
+        self.data_list = MmapFileList(self.data_path, o.data_file_size, read_only=read_only, io=store_io)
+        self.index_list = MmapFileList(self.index_path, o.index_file_size, read_only=read_only, io=store_io)
         self._store_io = store_io
         self.term_file = TermFile(store_dir, read_only=read_only)
-        self.file_reserved_hours = max(1.0, file_reserved_hours)
-        self.delete_when = {int(h) for h in delete_when.split(";") if h.strip()}
-        self.ratio_check_expired = disk_space_ratio_to_check_expired
-        self.ratio_force_clean = disk_space_ratio_to_force_clean
-        self.disk_full_ratio = min(disk_space_ratio_to_force_clean + 0.05, 0.95)
-        self.enable_disk_force_clean = enable_disk_force_clean
+        self.file_reserved_hours = o.reserved_hours
+        self.delete_when = o.delete_hours
+        self.ratio_check_expired = o.disk_space_ratio_to_check_expired
+        self.ratio_force_clean = o.disk_space_ratio_to_force_clean
+        self.disk_full_ratio = o.disk_full_ratio
+        self.enable_disk_force_clean = o.enable_disk_force_clean
         self._disk_usage = disk_usage
-        self.flush_interval_ms = flush_interval_ms
-        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.flush_interval_ms = o.flush_interval_ms
+        self.checkpoint_interval_ms = o.checkpoint_interval_ms
         self._last_flush_ms: float | None = None
         #: page_cache mode: periodic msyncs run on the flush thread (see background_flush.py)
-        self.background_flush = background_flush and self.durability is PAGE_CACHE and bg_flush.supported
+        self.background_flush = o.background_flush and self.durability is PAGE_CACHE and bg_flush.supported
         self._flush_job: bg_flush.FlushJob | None = None
         #: moves on every cut (truncate, reset, segment deletion): stale flush jobs are dropped
         self._cut_epoch = 0
@@ -160,8 +159,9 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         self._suspect: SuspectReason | None = None
 
     @classmethod
-    def open(cls, store_dir: str, **kwargs) -> "DLedgerMmapFileStore":
-        store = cls(store_dir, **kwargs)
+    def open(cls, store_dir: str, options: StoreOptions | None = None, **kwargs) -> "DLedgerMmapFileStore":
+        """Construct (same arguments as the constructor) and ``load()``."""
+        store = cls(store_dir, options, **kwargs)
         store.load()
         return store
 
