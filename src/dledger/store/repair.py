@@ -1,8 +1,8 @@
 """Repair: damaged entries of the file store, found and rewritten in place (mixin of the façade).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state: ``data_list``, ``index_list``, the ledger fields and ``_damaged`` (entry index ->
-``CorruptStoreError``), which recovery (an open that skipped a damaged record) and every read
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over ``data_list``,
+``index_list`` and the shared state (``self._state``, ``state.py``): its bounds and ``damaged``
+(entry index -> ``CorruptStoreError``), which recovery (an open that skipped a damaged record) and every read
 that refused an entry fill in.
 
 - ``damaged()``: the entries found damaged and not repaired yet, within the log's current
@@ -63,28 +63,28 @@ class Repair:
     def damaged(self) -> dict[int, CorruptStoreError]:
         """Entries found damaged and not repaired yet (index -> the error naming file and
         offset), within the log's current range."""
-        lo, hi = self.ledger_before_begin_index, self.ledger_end_index
-        for i in list(self._damaged):
+        lo, hi = self._state.ledger_before_begin_index, self._state.ledger_end_index
+        for i in list(self._state.damaged):
             if not lo < i <= hi:
-                del self._damaged[i]        # cut away or dropped by retention
+                del self._state.damaged[i]        # cut away or dropped by retention
                 continue
             try:
                 self._read_entry(i)         # replaced since (a truncation, then an append)?
             except CorruptStoreError:
                 continue
-            del self._damaged[i]
-        return dict(sorted(self._damaged.items()))
+            del self._state.damaged[i]
+        return dict(sorted(self._state.damaged.items()))
 
     def _note_damage(self, index: int, exc: CorruptStoreError) -> None:
-        if index not in self._damaged:
+        if index not in self._state.damaged:
             log.error("store %s: entry %d is damaged and refused until repaired: %s",
                       self.store_dir, index, exc)
-        self._damaged[index] = exc
+        self._state.damaged[index] = exc
 
     # -- locating -------------------------------------------------------------------------
     def _plain_unit(self, k: int) -> IndexUnit | None:
         """Index unit ``k`` if it is written and names entry ``k`` with sane fields."""
-        if k <= self.ledger_before_begin_index or k > self.ledger_end_index:
+        if k <= self._state.ledger_before_begin_index or k > self._state.ledger_end_index:
             return None
         unit = read_index_unit(self.index_list, k)
         if unit is None or unit.index != k or unit.magic not in VALID_MAGICS \
@@ -114,12 +114,12 @@ class Repair:
         return f, pos - f.file_from_offset
 
     def _check_writable(self, index: int) -> None:
-        self._check_open()
+        self._state.check_open()
         if self.read_only:
             raise RepairRefusedError(f"store {self.store_dir} is read-only: entry {index} not repaired")
-        if not self.ledger_before_begin_index < index <= self.ledger_end_index:
-            raise DLedgerError(f"entry {index} is not in the log ({self.ledger_before_begin_index + 1}"
-                               f"..{self.ledger_end_index})", INDEX_OUT_OF_RANGE)
+        if not self._state.ledger_before_begin_index < index <= self._state.ledger_end_index:
+            raise DLedgerError(f"entry {index} is not in the log ({self._state.ledger_before_begin_index + 1}"
+                               f"..{self._state.ledger_end_index})", INDEX_OUT_OF_RANGE)
 
     # -- repairing ------------------------------------------------------------------------
     @writes_to_disk("repair")
@@ -134,7 +134,7 @@ class Repair:
             self._rebuild_unit(index)
         else:
             self._rewrite_record(index, bytes(record), None if following is None else bytes(following))
-        self._damaged.pop(index, None)
+        self._state.damaged.pop(index, None)
         self.get(index)      # reads back: a repair that does not read is not one
 
     def _rewrite_record(self, index: int, record: bytes, following: bytes | None) -> None:
@@ -238,8 +238,8 @@ class Repair:
         if prev is not None:
             end = prev.pos + prev.size
             places, low = (end, end - end % fsize + fsize), prev.term
-        elif index == self.ledger_before_begin_index + 1 and self.data_list.files:
-            places, low = (self.data_list.min_offset(),), max(self.ledger_before_begin_term, 0)
+        elif index == self._state.ledger_before_begin_index + 1 and self.data_list.files:
+            places, low = (self.data_list.min_offset(),), max(self._state.ledger_before_begin_term, 0)
         else:
             raise RepairRefusedError(f"{refused}, and no intact index unit before it locates the copy")
         unit = IndexUnit(cand.magic, cand.pos, cand.size, cand.index, cand.term)
@@ -267,9 +267,9 @@ class Repair:
             fsize = self.data_list.mapped_file_size
             end = prev.pos + prev.size
             places, low_term = (end, end - end % fsize + fsize), prev.term
-        elif index == self.ledger_before_begin_index + 1 and self.data_list.files:
+        elif index == self._state.ledger_before_begin_index + 1 and self.data_list.files:
             # the log's first entry: its record opens the data
-            places, low_term = (self.data_list.min_offset(),), max(self.ledger_before_begin_term, 0)
+            places, low_term = (self.data_list.min_offset(),), max(self._state.ledger_before_begin_term, 0)
         else:
             raise RepairRefusedError(f"entry {index}: no intact index unit before it locates "
                                      f"its record")
