@@ -3,7 +3,7 @@
 A part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``): it holds the shared state
 (``state.StoreState``), cuts its ``data_list`` and ``index_list``, moves the bounds,
 ``written_from`` and ``cut_epoch`` there, and writes the checkpoint through the flusher part.
-What it reads and appends goes through the store's own entry points (``log``: ``get``,
+What it reads and appends goes through the store's own entry points (``store``: ``get``,
 ``truncate``, ``append_as_follower``, each behind the store's write gate) and its index
 (``index_unit``).
 
@@ -42,11 +42,11 @@ from dledger.store.state import StoreState
 class Cut:
     """Truncation and reset of the file store (a part of ``DLedgerMmapFileStore``)."""
 
-    def __init__(self, state: StoreState, flusher: Flusher, log, index_unit: Callable[[int], IndexUnit]) -> None:
+    def __init__(self, state: StoreState, flusher: Flusher, store, index_unit: Callable[[int], IndexUnit]) -> None:
         self.state = state
         self.flusher = flusher
         #: the store: its gated entry points (``get``, ``truncate``, ``append_as_follower``)
-        self.log = log
+        self.store = store
         #: entry ``i``'s index unit (the store's reader)
         self.index_unit = index_unit
 
@@ -148,12 +148,12 @@ class Cut:
         existed = False
         if st.ledger_before_begin_index < entry.index <= st.ledger_end_index:
             try:
-                existed = self.log.get(entry.index) == entry
+                existed = self.store.get(entry.index) == entry
             except DLedgerError:
                 existed = False
         if existed:
             if entry.index < st.ledger_end_index:
-                self.log.truncate(entry.index + 1)
+                self.store.truncate(entry.index + 1)
             return st.ledger_end_index
         if entry.index <= st.committed_index:
             raise DLedgerError(f"refusing to replace committed entry {entry.index}", INCONSISTENT_STATE)
@@ -162,7 +162,7 @@ class Cut:
                   and data.files and data.min_offset() <= entry.pos <= data.max_wrote_position())
         if inside:
             if entry.index <= st.ledger_end_index:
-                self.log.truncate(entry.index)
+                self.store.truncate(entry.index)
         else:
             self._sync_before_cut()
             self.flusher.announce_begin(entry.index - 1, -1, st.committed_index)
@@ -173,7 +173,7 @@ class Cut:
             st.ledger_before_begin_index = entry.index - 1
             st.ledger_before_begin_term = -1
             st.ledger_end_index, st.ledger_end_term = entry.index - 1, -1
-        self.log.append_as_follower(entry, leader_term, leader_id)
+        self.store.append_as_follower(entry, leader_term, leader_id)
         self._checkpoint_after_cut(min(st.checkpoint.end_index if st.checkpoint else -1,
                                        st.ledger_end_index))
         return st.ledger_end_index

@@ -74,7 +74,7 @@ class LogReader:
         try:
             return self._read_entry(index)
         except CorruptStoreError as exc:
-            self._note_damage(index, exc)
+            self._state.note_damage(index, exc)
             raise
 
     def _read_entry(self, index: int) -> DLedgerEntry:
@@ -135,7 +135,7 @@ class LogReader:
         try:
             first_unit, f, off = self._locate(begin_index)
         except CorruptStoreError as exc:
-            self._note_damage(begin_index, exc)
+            self._state.note_damage(begin_index, exc)
             raise
         units = [first_unit]
         nbytes = first_unit.size
@@ -209,7 +209,7 @@ class LogReader:
                     or not matches_unit(unit, magic, size, index, term, pos, body_crc)
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
                 exc = CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
-                self._note_damage(i, exc)
+                self._state.note_damage(i, exc)
                 raise exc
             off += size
             i += 1

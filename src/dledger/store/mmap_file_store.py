@@ -17,12 +17,13 @@ behaviour is split by concern, one module each:
 - ``flusher.Flusher`` (a part): ``flush``, ``flush_if_due``, the checkpoint;
 - ``retention.Retention`` (a part): ``clean`` (expired segments, the disk-full guard);
 - ``cut.Cut`` (a part): ``truncate``, ``truncate_to_entry``, ``reset``;
+- ``repair.Repair`` (a part): ``damaged``, ``repair`` (damaged entries, rewritten in place once proven);
 - ``log_writer.LogWriter`` (a mixin): leader and follower appends;
-- ``log_reader.LogReader`` (a mixin): ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``;
-- ``repair.Repair`` (a mixin): ``damaged``, ``repair`` (damaged entries, rewritten in place once proven).
+- ``log_reader.LogReader`` (a mixin): ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``.
 
 The façade's write entry points carry the write gate (``store_io.writes_to_disk``) and
-delegate to the parts; the mixins read the shared state through ``self._state``.
+delegate to the parts; the two mixins (the per-entry hot paths) read the shared state
+through ``self._state``.
 
 Invariants kept by every mutation:
 - entries ``ledger_before_begin_index < i <= ledger_end_index`` are contiguous, their terms do
@@ -67,7 +68,7 @@ from collections.abc import Callable
 from operator import attrgetter
 
 from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAX_TERM, DLedgerEntry
-from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_TERM, DLedgerError
+from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_TERM, CorruptStoreError, DLedgerError
 from dledger.store.base import StoreBase
 from dledger.store.checkpoint import CHECKPOINT_FILE_NAME
 from dledger.store.cut import Cut
@@ -106,7 +107,7 @@ def _shared(name: str, doc: str) -> property:
     return property(attrgetter(f"_state.{name}"), put, doc=doc)
 
 
-class DLedgerMmapFileStore(LogWriter, LogReader, Repair, StoreBase):
+class DLedgerMmapFileStore(LogWriter, LogReader, StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
 
     def __init__(self, store_dir: str, options: StoreOptions | None = None, *,
@@ -142,6 +143,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Repair, StoreBase):
         self._flusher = Flusher(st, o)
         self._retention = Retention(st, self._flusher, o, disk_usage, self.get_entry_term)
         self._cut = Cut(st, self._flusher, self, self._index_unit)
+        self._repair = Repair(st, self, self._read_entry)
         self._hooks: list[AppendHook] = []
         self._encode_buf = bytearray()
         self._lock = StoreLock(store_dir, lambda: st.closed)
@@ -284,6 +286,23 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Repair, StoreBase):
         else where the old data ended. Returns the new begin index.
         """
         return self._cut.reset(before_begin_index, before_begin_term, next_pos)
+
+    # =====================================================================================
+    # damaged entries (the Repair part: repair.py)
+    # =====================================================================================
+    def damaged(self) -> dict[int, CorruptStoreError]:
+        """Entries found damaged and not repaired yet (index -> the error naming file and
+        offset), within the log's current range."""
+        return self._repair.damaged()
+
+    @writes_to_disk("repair")
+    def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
+        """Repair entry ``index``: its index unit from the local data (``record`` None), or its
+        record from a peer's copy (see ``repair.py``); ``following`` is the same peer's record
+        of entry ``index + 1``, read with it, a proof needed only when the local record and
+        unit are both damaged. Raises ``RepairRefusedError`` and changes nothing when the
+        repair cannot be proven right."""
+        self._repair.repair(index, record, following)
 
     # =====================================================================================
     # retention (the Retention part: retention.py)

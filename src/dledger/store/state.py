@@ -67,6 +67,14 @@ class StoreState:
         self.damaged: dict = {}
         self.index_overrides: dict = {}
 
+    def note_damage(self, index: int, exc) -> None:
+        """Entry ``index`` failed a check (``exc``: the ``CorruptStoreError``): it is refused
+        until repaired (``repair.py``)."""
+        if index not in self.damaged:
+            log.error("store %s: entry %d is damaged and refused until repaired: %s",
+                      self.store_dir, index, exc)
+        self.damaged[index] = exc
+
     def check_open(self) -> None:
         if self.closed:
             raise StoreClosedError(f"store {self.store_dir} is closed")
