@@ -97,7 +97,7 @@ class LogReader:
                                     f"{unit.pos})", path=f.path, offset=off, position=unit.pos)
         if not entry.body_crc and entry.pos != unit.pos and (entry.pos == 0 or self._has_crc(index - 1)):
             # a CRC-less record may carry a Java leader's pos, but not 0 nor right after one of
-            # ours (recovery's rule, store/recovery.py _check_body): its header was torn
+            # ours (recovery's rule, store/recovery_scan.py check_body): its header was torn
             raise CorruptStoreError(f"entry {index} is corrupt: pos field {entry.pos} differs from "
                                     f"its position {unit.pos} and it has no body CRC after a "
                                     f"record with one", path=f.path, offset=off, position=unit.pos)
