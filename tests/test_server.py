@@ -305,7 +305,7 @@ def test_a_running_file_server_refuses_appends_while_the_disk_is_full_and_resume
             return deleted
 
         def install():
-            store._disk_usage = fake_usage
+            store._retention.disk_usage = fake_usage
             store.clean = clean
 
         server.runtime.run_sync(install)

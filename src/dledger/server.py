@@ -57,7 +57,7 @@ from dledger.errors import DISK_ERROR, DISK_FULL, INDEX_OUT_OF_RANGE, DLedgerErr
 from dledger.protocol import SUCCESS, AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.runtime.log_context import CURRENT, LogContext
-from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore
+from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore, StoreOptions
 from dledger.store.store_io import LOCAL_IO, StoreIO
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,9 @@ def open_store_for(config: DLedgerConfig, *, background_flush: bool = False, sto
     """The store ``config`` describes, opened (a file store is recovered first)."""
     c = config
     if c.store_type == FILE:
-        return DLedgerMmapFileStore.open(
-            c.default_path, data_file_size=c.mapped_file_size_for_entry_data,
-            index_file_size=c.mapped_file_size_for_entry_index, durability=c.durability,
-            file_reserved_hours=c.file_reserved_hours, delete_when=c.delete_when,
-            disk_space_ratio_to_check_expired=c.disk_space_ratio_to_check_expired,
-            disk_space_ratio_to_force_clean=c.disk_space_ratio_to_force_clean,
-            enable_disk_force_clean=c.enable_disk_force_clean, flush_interval_ms=c.flush_file_interval,
-            checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS, background_flush=background_flush, store_io=store_io)
+        options = StoreOptions.from_config(c, checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS,
+                                           background_flush=background_flush)
+        return DLedgerMmapFileStore.open(c.default_path, options, store_io=store_io)
     return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
 
 

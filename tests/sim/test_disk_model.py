@@ -340,5 +340,5 @@ def test_a_failing_checkpoint_write_is_reported_and_the_cluster_goes_on(tmp_path
         assert all(c.disks[i].injected == 3 for i in c.ids)
         for i in c.ids:                                    # the next writes went through
             store = c.disks[i].inner
-            assert store._checkpoint.end_index == store.ledger_end_index >= 9
+            assert store._state.checkpoint.end_index == store.ledger_end_index >= 9
         c.check()

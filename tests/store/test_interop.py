@@ -70,7 +70,7 @@ def test_a_java_written_store_opens_read_only_with_every_entry(tmp_path):
     for i, (magic, term, body) in enumerate(JAVA_ENTRIES):
         e = store.get(i)
         assert (e.index, e.magic, e.term, e.body, e.body_crc) == (i, magic, term, body, 0)
-    assert store._index_overrides == {}  # the NOOP index quirk is accepted, not "repaired"
+    assert store._state.index_overrides == {}  # the NOOP index quirk is accepted, not "repaired"
     assert store.verify() == []
     store.close()
 

@@ -325,19 +325,19 @@ def test_background_flush_syncs_off_thread_and_checkpoints_only_what_it_synced(o
     assert store.background_flush == background_flush.supported
     store.batch_append_as_leader([b"a"] * 5)
     assert store.flush_if_due(0)
-    job = store._flush_job
+    job = store._flusher.flush_job
     if background_flush.supported:
         assert job is not None and job.end_index == 4
         assert job.wait(10)
         store.append_as_leader(DLedgerEntry(body=b"later"))  # not covered by the job
-        store._reap_flush_job()
+        store._flusher.reap_flush_job()
     cp = os.path.join(store.store_dir, "checkpoint")
     assert "endIndex=4\n" in open(cp).read()
     assert store.data_list.files[0].flushed_position < store.data_list.files[0].wrote_position
     assert store.flush_if_due(20)
     if background_flush.supported:
-        assert store._flush_job.wait(10)
-        store._reap_flush_job()
+        assert store._flusher.flush_job.wait(10)
+        store._flusher.reap_flush_job()
     assert "endIndex=5\n" in open(cp).read()
 
 
@@ -350,10 +350,10 @@ def test_a_flush_job_overtaken_by_a_truncation_is_discarded(open_file_store):
     store.flush()  # checkpoint at 9
     store.batch_append_as_leader([b"y"] * 5)
     assert store.flush_if_due(0)
-    job = store._flush_job
+    job = store._flusher.flush_job
     assert job.end_index == 14 and job.wait(10)
     store.truncate(12)  # a cut overtakes the finished job before it is reaped
     store.batch_append_as_leader([b"z"] * 3)  # indices 12-14 again, other bytes, not synced
-    store._reap_flush_job()
+    store._flusher.reap_flush_job()
     cp = open(os.path.join(store.store_dir, "checkpoint")).read()
     assert "endIndex=9\n" in cp  # the flush before; the stale job did not vouch for 14

@@ -86,13 +86,13 @@ def test_page_cache_flush_whose_msync_fails_fails_the_store_and_writes_no_checkp
     store.persist_term(1, None)
     store.batch_append_as_leader([b"a"])
     store.flush()
-    cp = store._checkpoint
+    cp = store._state.checkpoint
     store.batch_append_as_leader([b"b"])              # acknowledged from the page cache
     pl.fail_syncs(1)
     with pytest.raises(DLedgerError) as exc:
         store.flush_if_due(10 ** 6)
     assert exc.value.code == DISK_ERROR and store.failed
-    assert store._checkpoint == cp                    # nothing vouches for entry 1
+    assert store._state.checkpoint == cp                    # nothing vouches for entry 1
     _refuses_everything(store)
     assert pl.injected == 1
     pl.power_loss(store)
@@ -116,7 +116,7 @@ def test_a_failed_background_flush_fails_the_store(tmp_path, monkeypatch):
     store.batch_append_as_leader([b"a"])
     monkeypatch.setattr(bg_flush, "_libc", FailingLibc)
     assert store.flush_if_due(0)                      # hands the job to the flush thread
-    store._flush_job.wait(10)
+    store._flusher.flush_job.wait(10)
     with pytest.raises(DLedgerError) as exc:
         store.flush_if_due(10 ** 6)                   # takes the failed job in
     assert exc.value.code == DISK_ERROR
@@ -193,7 +193,7 @@ def test_injected_checkpoint_write_failure_surfaces_from_flush(tmp_path):
     assert exc.value.code == DISK_FULL and store.injected == 1
     assert store.failed is None
     store.flush()                                     # the next write goes through
-    assert store.inner._checkpoint.end_index == 0
+    assert store.inner._state.checkpoint.end_index == 0
     store.fail("persist_term", DISK_FULL)
     with pytest.raises(DLedgerError) as exc:
         store.persist_term(2, "n1")
@@ -318,14 +318,14 @@ def test_a_full_disk_at_a_checkpoint_write_through_the_simulated_disk(tmp_path):
     pl.attach(store)
     store.persist_term(1, None)
     store.batch_append_as_leader([b"a"])
-    before = store._checkpoint                                     # the one the open wrote
+    before = store._state.checkpoint                                     # the one the open wrote
     pl.no_space = True
     with pytest.raises(DLedgerError) as exc:
         store.flush()
-    assert exc.value.code == DISK_FULL and store.failed is None and store._checkpoint == before
+    assert exc.value.code == DISK_FULL and store.failed is None and store._state.checkpoint == before
     pl.no_space = False
     store.flush()
-    assert store._checkpoint.end_index == 0
+    assert store._state.checkpoint.end_index == 0
     store.close()
 
 
@@ -335,17 +335,17 @@ def test_a_checkpoint_the_full_disk_refuses_keeps_the_previous_one_and_is_retrie
     store.persist_term(1, None)
     store.batch_append_as_leader([b"a"])
     store.flush()
-    before = inner._checkpoint
+    before = inner._state.checkpoint
     store.batch_append_as_leader([b"b"])
     store.fail_checkpoint(DISK_FULL)
     with pytest.raises(DLedgerError) as exc:
         store.flush()
     assert exc.value.code == DISK_FULL and inner.failed is None
-    assert inner._checkpoint == before                             # what is on disk, not what was wanted
+    assert inner._state.checkpoint == before                             # what is on disk, not what was wanted
     from dledger.store.checkpoint import read_checkpoint
     assert read_checkpoint(inner.store_dir) == before
     store.flush()                                                  # retried
-    assert inner._checkpoint.end_index == 1
+    assert inner._state.checkpoint.end_index == 1
     store.close()
 
 
@@ -440,7 +440,7 @@ def test_a_checkpoint_after_a_cut_that_the_full_disk_refuses_is_only_logged(tmp_
     store.batch_append_as_leader([b"a", b"b", b"c", b"d"])
     store.committed_index = 3
     store.flush()
-    real, calls = store._put_checkpoint, []
+    real, calls = store._flusher.put_checkpoint, []
 
     def second_write_full(cp):
         calls.append(cp)
@@ -448,7 +448,7 @@ def test_a_checkpoint_after_a_cut_that_the_full_disk_refuses_is_only_logged(tmp_
             raise OSError(errno.ENOSPC, "injected", store.store_dir)
         real(cp)
 
-    store._put_checkpoint = second_write_full
+    store._flusher.put_checkpoint = second_write_full
     assert store.reset(1, 1) == 2                                  # no error: the cut happened
     assert len(calls) == 2 and store.failed is None
     assert store.ledger_before_begin_index == 1 and [e.body for e in store] == [b"c", b"d"]

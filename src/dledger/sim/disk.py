@@ -238,7 +238,8 @@ class PowerLoss:
         term_file = getattr(inner, "term_file", None)
         if term_file is None:
             return
-        write_term, put_checkpoint, error = term_file.writer, inner._put_checkpoint, self._file_write_error
+        flusher = inner._flusher
+        write_term, put_checkpoint, error = term_file.writer, flusher.put_checkpoint, self._file_write_error
 
         def term_writer(path, items, **kw):
             exc = error(path)
@@ -253,7 +254,7 @@ class PowerLoss:
             put_checkpoint(cp)
 
         term_file.writer = term_writer
-        inner._put_checkpoint = checkpoint_writer
+        flusher.put_checkpoint = checkpoint_writer
 
     def _allocate_error(self, fd: int) -> OSError | None:
         if not self.no_space:

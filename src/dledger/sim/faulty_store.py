@@ -42,8 +42,8 @@ class FaultyStore:
     def fail_checkpoint(self, code: int = DISK_FULL, times: int = 1) -> None:
         """Make the next ``times`` checkpoint writes of the wrapped file store raise."""
         inner = self.inner
-        write = getattr(type(inner), "_put_checkpoint", None)
-        if write is None:
+        flusher = getattr(inner, "_flusher", None)
+        if flusher is None:
             raise ValueError("the store writes no checkpoint")
         left = [times]
         err = errno.ENOSPC if code == DISK_FULL else errno.EIO
@@ -51,12 +51,12 @@ class FaultyStore:
         def failing(cp) -> None:
             left[0] -= 1
             if left[0] <= 0:
-                del inner._put_checkpoint          # back to the class's writer
+                flusher.put_checkpoint = flusher.write_checkpoint_file   # back to the plain writer
             object.__setattr__(self, "injected", self.injected + 1)
             raise OSError(err, f"injected fault in the checkpoint write (endIndex {cp.end_index})",
                           inner.store_dir)
 
-        inner._put_checkpoint = failing
+        flusher.put_checkpoint = failing
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)

@@ -3,6 +3,7 @@
 - ``LogStore``: the interface the core and the server use (``log_store.py``);
 - ``MmapFile`` / ``MmapFileList``: mapped segments and the linear space over them;
 - ``DLedgerMmapFileStore``: entries, index, term file, checkpoint, recovery, cleaning;
+- ``StoreOptions``: a file store's settings, one record (``StoreOptions.from_config``);
 - ``DLedgerMemoryStore``: the same interface, nothing on disk;
 - ``Durability``: what an acknowledged append survives (``PAGE_CACHE``, ``FSYNC``);
 - ``SuspectReason``: why a replica may have lost what it acknowledged (``store.suspect``);
@@ -19,6 +20,7 @@ from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList
 from dledger.store.mmap_file_store import DLedgerMmapFileStore
 from dledger.store.offline import open_store
+from dledger.store.options import StoreOptions
 from dledger.store.suspect import SuspectReason
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "MmapFile",
     "MmapFileList",
     "PAGE_CACHE",
+    "StoreOptions",
     "SuspectReason",
     "open_store",
 ]

@@ -53,10 +53,15 @@ class StoreBase:
         return self.get(found) if found is not None else None
 
     def _check_truncatable(self, truncate_index: int) -> None:
-        """Refuse to truncate before the log's begin or into committed entries."""
-        if truncate_index <= self.ledger_before_begin_index:
-            raise DLedgerError(f"cannot truncate at {truncate_index}: log begins at "
-                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
-        if truncate_index <= self.committed_index:
-            raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
-                               f"(committed index {self.committed_index})", INCONSISTENT_STATE)
+        check_truncatable(self, truncate_index)
+
+
+def check_truncatable(bounds, truncate_index: int) -> None:
+    """Refuse to truncate before the log's begin or into committed entries (``bounds``: a store,
+    or the file store's shared state: ``ledger_before_begin_index``, ``committed_index``)."""
+    if truncate_index <= bounds.ledger_before_begin_index:
+        raise DLedgerError(f"cannot truncate at {truncate_index}: log begins at "
+                           f"{bounds.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+    if truncate_index <= bounds.committed_index:
+        raise DLedgerError(f"refusing to truncate committed entry {truncate_index} "
+                           f"(committed index {bounds.committed_index})", INCONSISTENT_STATE)

@@ -1,8 +1,11 @@
 """Cut: removing a suffix (``truncate``, ``truncate_to_entry``) or a prefix (``reset``) of the log.
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's state:
-it cuts ``data_list`` and ``index_list``, moves the ledger fields, ``committed_index``,
-``_written_from`` and ``_cut_epoch``, and writes the checkpoint through ``Flusher``.
+A part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``): it holds the shared state
+(``state.StoreState``), cuts its ``data_list`` and ``index_list``, moves the bounds,
+``written_from`` and ``cut_epoch`` there, and writes the checkpoint through the flusher part.
+What it reads and appends goes through the store's own entry points (``store``: ``get``,
+``truncate``, ``append_as_follower``, each behind the store's write gate) and its index
+(``index_unit``).
 
 Rules (crash-safe order: whatever step a crash interrupts, the next open finds either the old
 log or the cut one):
@@ -25,16 +28,27 @@ log or the cut one):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 
-from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry
+from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry, IndexUnit
 from dledger.errors import DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, ReadOnlyStoreError
+from dledger.store.base import check_truncatable
+from dledger.store.flusher import Flusher
 from dledger.store.mmap_file_list import zero_header_at
-from dledger.store.store_io import writes_to_disk
+from dledger.store.state import StoreState
 
 
 class Cut:
-    """Truncation and reset of the file store (mixin of ``DLedgerMmapFileStore``)."""
+    """Truncation and reset of the file store (a part of ``DLedgerMmapFileStore``)."""
+
+    def __init__(self, state: StoreState, flusher: Flusher, store, index_unit: Callable[[int], IndexUnit]) -> None:
+        self.state = state
+        self.flusher = flusher
+        #: the store: its gated entry points (``get``, ``truncate``, ``append_as_follower``)
+        self.store = store
+        #: entry ``i``'s index unit (the store's reader)
+        self.index_unit = index_unit
 
     def _sync_before_cut(self) -> None:
         """Make the log durable before a truncation or reset makes its cut durable.
@@ -43,68 +57,71 @@ class Cut:
         the pages before it still only in the page cache, a power loss could keep the cut and
         lose what precedes it: a hole that recovery would take for mid-log damage.
         """
-        self._check_not_failed()     # a failed store's disk is unknown: no cut on top of it
-        self._cut_epoch += 1
+        st = self.state
+        st.check_not_failed()     # a failed store's disk is unknown: no cut on top of it
+        st.cut_epoch += 1
         try:
-            self.data_list.flush(0)
-            self.index_list.flush(0)
+            st.data_list.flush(0)
+            st.index_list.flush(0)
         except OSError as exc:
-            raise self._sync_failed("msync before a cut", exc) from exc
+            raise st.sync_failed("msync before a cut", exc) from exc
 
     @contextmanager
     def _cut_syncs(self, what: str):
         """An msync inside a cut that fails fails the store (never a raw ``OSError``)."""
+        st = self.state
         try:
             yield
         except OSError as exc:
-            raise self._sync_failed(f"msync inside {what}", exc) from exc
+            raise st.sync_failed(f"msync inside {what}", exc) from exc
 
     def _checkpoint_after_cut(self, end_index: int) -> None:
         """The checkpoint after a cut's files changed: a full disk is only logged there."""
         try:
-            self._write_checkpoint(end_index)
+            self.flusher.write_checkpoint(end_index)
         except DLedgerError as exc:
             if exc.code != DISK_FULL:
                 raise
 
-    @writes_to_disk("truncate")
     def truncate(self, truncate_index: int) -> int:
         """Remove ``truncate_index`` and every later entry; returns the new end index.
 
         Refuses to remove a committed entry.
         """
-        self._check_open()
-        if self.read_only:
-            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
-        if truncate_index > self.ledger_end_index:
-            return self.ledger_end_index
-        self._check_truncatable(truncate_index)
-        unit = self._index_unit(truncate_index)
-        self._written_from = min(self._written_from, truncate_index)
+        st = self.state
+        st.check_open()
+        if st.read_only:
+            raise ReadOnlyStoreError(f"store {st.store_dir} is opened read-only")
+        if truncate_index > st.ledger_end_index:
+            return st.ledger_end_index
+        check_truncatable(self.state, truncate_index)
+        unit = self.index_unit(truncate_index)
+        st.written_from = min(st.written_from, truncate_index)
         # Crash-safe order: whatever step a crash interrupts, the next open finds either the
         # old log or the truncated one. The checkpoint stops vouching for the doomed entries
         # first (else it would trust a log whose record was already erased); the index units
         # go before the data header (else intact entries would follow an erased record, which
         # recovery must take for mid-log damage).
         self._sync_before_cut()
-        if self._checkpoint is not None and self._checkpoint.end_index >= truncate_index:
-            self._write_checkpoint(truncate_index - 1)
+        if st.checkpoint is not None and st.checkpoint.end_index >= truncate_index:
+            self.flusher.write_checkpoint(truncate_index - 1)
         with self._cut_syncs(f"the truncation at {truncate_index}"):
-            self._truncate_index_to(truncate_index)
-            zero_header_at(self.data_list, unit.pos)
-            self.data_list.truncate_offset(unit.pos)
-            if self.data_list.max_wrote_position() != unit.pos:
-                self.data_list.rebuild_with_pos(unit.pos)
-        if truncate_index - 1 == self.ledger_before_begin_index:
-            self.ledger_end_index, self.ledger_end_term = truncate_index - 1, self.ledger_before_begin_term
+            self.truncate_index_to(truncate_index)
+            zero_header_at(st.data_list, unit.pos)
+            st.data_list.truncate_offset(unit.pos)
+            if st.data_list.max_wrote_position() != unit.pos:
+                st.data_list.rebuild_with_pos(unit.pos)
+        if truncate_index - 1 == st.ledger_before_begin_index:
+            st.ledger_end_index, st.ledger_end_term = truncate_index - 1, st.ledger_before_begin_term
         else:
-            self.ledger_end_index = truncate_index - 1
-            self.ledger_end_term = self._index_unit(truncate_index - 1).term
-        return self.ledger_end_index
+            st.ledger_end_index = truncate_index - 1
+            st.ledger_end_term = self.index_unit(truncate_index - 1).term
+        return st.ledger_end_index
 
-    def _truncate_index_to(self, index: int) -> None:
+    def truncate_index_to(self, index: int) -> None:
+        st = self.state
         pos = index * INDEX_UNIT_SIZE
-        idx = self.index_list
+        idx = st.index_list
         if idx.files and idx.min_offset() <= pos <= idx.max_wrote_position():
             # Erase the dropped units: stale units must not vouch for stale data after a crash.
             for f in idx.files:
@@ -116,7 +133,6 @@ class Cut:
         else:
             idx.rebuild_with_pos(pos)
 
-    @writes_to_disk("truncate to entry")
     def truncate_to_entry(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> int:
         """Make ``entry`` the last entry, at ``entry.pos`` (the legacy TRUNCATE request of Java DLedger).
 
@@ -124,44 +140,44 @@ class Cut:
         dropped and ``entry`` is written. When ``entry.pos`` lies outside the local data, the
         store is rebuilt to start at ``entry`` (its before-begin index becomes ``index - 1``).
         """
-        self._check_open()
-        if leader_term != self.term_file.term:
+        st = self.state
+        st.check_open()
+        if leader_term != st.term_file.term:
             raise DLedgerError(f"leader term {leader_term} differs from local term "
-                               f"{self.term_file.term}", INCONSISTENT_TERM)
+                               f"{st.term_file.term}", INCONSISTENT_TERM)
         existed = False
-        if self.ledger_before_begin_index < entry.index <= self.ledger_end_index:
+        if st.ledger_before_begin_index < entry.index <= st.ledger_end_index:
             try:
-                existed = self.get(entry.index) == entry
+                existed = self.store.get(entry.index) == entry
             except DLedgerError:
                 existed = False
         if existed:
-            if entry.index < self.ledger_end_index:
-                self.truncate(entry.index + 1)
-            return self.ledger_end_index
-        if entry.index <= self.committed_index:
+            if entry.index < st.ledger_end_index:
+                self.store.truncate(entry.index + 1)
+            return st.ledger_end_index
+        if entry.index <= st.committed_index:
             raise DLedgerError(f"refusing to replace committed entry {entry.index}", INCONSISTENT_STATE)
-        data = self.data_list
-        inside = (self.ledger_before_begin_index < entry.index <= self.ledger_end_index + 1
+        data = st.data_list
+        inside = (st.ledger_before_begin_index < entry.index <= st.ledger_end_index + 1
                   and data.files and data.min_offset() <= entry.pos <= data.max_wrote_position())
         if inside:
-            if entry.index <= self.ledger_end_index:
-                self.truncate(entry.index)
+            if entry.index <= st.ledger_end_index:
+                self.store.truncate(entry.index)
         else:
             self._sync_before_cut()
-            self._announce_begin(entry.index - 1, -1, self.committed_index)
+            self.flusher.announce_begin(entry.index - 1, -1, st.committed_index)
             with self._cut_syncs(f"the rebuild at entry {entry.index}"):
-                zero_header_at(self.data_list, entry.pos)
+                zero_header_at(st.data_list, entry.pos)
                 data.rebuild_with_pos(entry.pos)
-                self.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
-            self.ledger_before_begin_index = entry.index - 1
-            self.ledger_before_begin_term = -1
-            self.ledger_end_index, self.ledger_end_term = entry.index - 1, -1
-        self.append_as_follower(entry, leader_term, leader_id)
-        self._checkpoint_after_cut(min(self._checkpoint.end_index if self._checkpoint else -1,
-                                       self.ledger_end_index))
-        return self.ledger_end_index
+                st.index_list.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
+            st.ledger_before_begin_index = entry.index - 1
+            st.ledger_before_begin_term = -1
+            st.ledger_end_index, st.ledger_end_term = entry.index - 1, -1
+        self.store.append_as_follower(entry, leader_term, leader_id)
+        self._checkpoint_after_cut(min(st.checkpoint.end_index if st.checkpoint else -1,
+                                       st.ledger_end_index))
+        return st.ledger_end_index
 
-    @writes_to_disk("reset")
     def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
         """Drop the log prefix up to and including ``before_begin_index`` (after a snapshot).
 
@@ -169,34 +185,35 @@ class Cut:
         entry lands at ``next_pos`` when given (a follower installing the leader's snapshot),
         else where the old data ended. Returns the new begin index.
         """
-        self._check_open()
-        if self.read_only:
-            raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
-        if before_begin_index <= self.ledger_before_begin_index:
-            return self.ledger_before_begin_index + 1
-        data = self.data_list
+        st = self.state
+        st.check_open()
+        if st.read_only:
+            raise ReadOnlyStoreError(f"store {st.store_dir} is opened read-only")
+        if before_begin_index <= st.ledger_before_begin_index:
+            return st.ledger_before_begin_index + 1
+        data = st.data_list
         self._sync_before_cut()
-        self._announce_begin(before_begin_index, before_begin_term,
-                             max(self.committed_index, min(before_begin_index, self.ledger_end_index)))
-        if before_begin_index >= self.ledger_end_index:
+        self.flusher.announce_begin(before_begin_index, before_begin_term,
+                             max(st.committed_index, min(before_begin_index, st.ledger_end_index)))
+        if before_begin_index >= st.ledger_end_index:
             if next_pos is not None:
                 data.rebuild_with_pos(next_pos)
-            elif self.ledger_end_index > self.ledger_before_begin_index:
-                unit = self._index_unit(self.ledger_end_index)
+            elif st.ledger_end_index > st.ledger_before_begin_index:
+                unit = self.index_unit(st.ledger_end_index)
                 data.reset_offset(unit.pos + unit.size)
             elif data.files:
                 data.reset_offset(data.max_wrote_position())
-            self.index_list.rebuild_with_pos((before_begin_index + 1) * INDEX_UNIT_SIZE)
-            self.ledger_end_index, self.ledger_end_term = before_begin_index, before_begin_term
+            st.index_list.rebuild_with_pos((before_begin_index + 1) * INDEX_UNIT_SIZE)
+            st.ledger_end_index, st.ledger_end_term = before_begin_index, before_begin_term
         else:
-            unit = self._index_unit(before_begin_index + 1)
+            unit = self.index_unit(before_begin_index + 1)
             data.reset_offset(unit.pos)
-            self.index_list.reset_offset((before_begin_index + 1) * INDEX_UNIT_SIZE)
-        self.ledger_before_begin_index = before_begin_index
-        self.ledger_before_begin_term = before_begin_term
-        self.committed_index = max(self.committed_index, min(before_begin_index, self.ledger_end_index))
-        self._checkpoint_after_cut(self.ledger_end_index if self._checkpoint is None
-                                   else min(max(self._checkpoint.end_index, before_begin_index),
-                                            self.ledger_end_index))
+            st.index_list.reset_offset((before_begin_index + 1) * INDEX_UNIT_SIZE)
+        st.ledger_before_begin_index = before_begin_index
+        st.ledger_before_begin_term = before_begin_term
+        st.committed_index = max(st.committed_index, min(before_begin_index, st.ledger_end_index))
+        self._checkpoint_after_cut(st.ledger_end_index if st.checkpoint is None
+                                   else min(max(st.checkpoint.end_index, before_begin_index),
+                                            st.ledger_end_index))
         return before_begin_index + 1
 

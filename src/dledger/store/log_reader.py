@@ -1,8 +1,9 @@
 """LogReader: the file store's reads (``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state: it reads ``data_list``, ``index_list``, the ledger fields, ``_index_overrides`` and
-``_written_from``, and changes nothing but the notes of damaged entries (``_damaged``).
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin: it reads
+``data_list``, ``index_list`` and, in the shared state (``self._state``, ``state.py``), the
+bounds, ``index_overrides`` and ``written_from``; it changes nothing but the notes of damaged
+entries (``damaged``).
 
 Rules:
 - an entry is found through its index unit, and its record must agree with that unit
@@ -14,7 +15,7 @@ Rules:
 - the one exception: ``get_raw_range`` (the leader reading for a push) returns entries written
   through this store object since ``load`` unchecked, because every follower checks each
   pushed record, CRC included, before writing it;
-- read-only opens may hold rebuilt index units in memory (``_index_overrides``): they win.
+- read-only opens may hold rebuilt index units in memory (``index_overrides``): they win.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class LogReader:
     """Reading the file store (mixin of ``DLedgerMmapFileStore``)."""
 
     def _index_unit(self, index: int) -> IndexUnit:
-        unit = self._index_overrides.get(index) if self._index_overrides else None
+        unit = self._state.index_overrides.get(index) if self._state.index_overrides else None
         if unit is not None:
             return unit
         pos = index * INDEX_UNIT_SIZE
@@ -50,13 +51,13 @@ class LogReader:
         return unit
 
     def _check_range(self, index: int) -> None:
-        self._check_open()
-        if index < 0 or index > self.ledger_end_index:
-            raise DLedgerError(f"index {index} out of range (end {self.ledger_end_index})",
+        self._state.check_open()
+        if index < 0 or index > self._state.ledger_end_index:
+            raise DLedgerError(f"index {index} out of range (end {self._state.ledger_end_index})",
                                INDEX_OUT_OF_RANGE)
-        if index <= self.ledger_before_begin_index:
+        if index <= self._state.ledger_before_begin_index:
             raise DLedgerError(f"index {index} is before the log's begin "
-                               f"{self.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+                               f"{self._state.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
 
     def _locate(self, index: int) -> tuple[IndexUnit, MmapFile, int]:
         unit = self._index_unit(index)
@@ -73,7 +74,7 @@ class LogReader:
         try:
             return self._read_entry(index)
         except CorruptStoreError as exc:
-            self._note_damage(index, exc)
+            self._state.note_damage(index, exc)
             raise
 
     def _read_entry(self, index: int) -> DLedgerEntry:
@@ -96,7 +97,7 @@ class LogReader:
                                     f"{unit.pos})", path=f.path, offset=off, position=unit.pos)
         if not entry.body_crc and entry.pos != unit.pos and (entry.pos == 0 or self._has_crc(index - 1)):
             # a CRC-less record may carry a Java leader's pos, but not 0 nor right after one of
-            # ours (recovery's rule, store/recovery.py _check_body): its header was torn
+            # ours (recovery's rule, store/recovery_scan.py check_body): its header was torn
             raise CorruptStoreError(f"entry {index} is corrupt: pos field {entry.pos} differs from "
                                     f"its position {unit.pos} and it has no body CRC after a "
                                     f"record with one", path=f.path, offset=off, position=unit.pos)
@@ -104,7 +105,7 @@ class LogReader:
 
     def _has_crc(self, index: int) -> bool:
         """Does the record of ``index`` carry a body CRC? (False when it cannot be read.)"""
-        if index <= self.ledger_before_begin_index:
+        if index <= self._state.ledger_before_begin_index:
             return False
         try:
             _unit, f, off = self._locate(index)
@@ -130,15 +131,15 @@ class LogReader:
         ``CorruptStoreError``, as ``get`` does.
         """
         self._check_range(begin_index)
-        end = min(self.ledger_end_index, begin_index + max_count - 1)
+        end = min(self._state.ledger_end_index, begin_index + max_count - 1)
         try:
             first_unit, f, off = self._locate(begin_index)
         except CorruptStoreError as exc:
-            self._note_damage(begin_index, exc)
+            self._state.note_damage(begin_index, exc)
             raise
         units = [first_unit]
         nbytes = first_unit.size
-        if end > begin_index and not self._index_overrides:
+        if end > begin_index and not self._state.index_overrides:
             # Extend within the same data segment as far as the limits allow, from the
             # following index units read in one slice per index segment.
             upos = (begin_index + 1) * INDEX_UNIT_SIZE
@@ -163,7 +164,7 @@ class LogReader:
                 nbytes += unit.size
                 expect_pos += unit.size
         chunk = f.read(off, nbytes)
-        if checked or begin_index < self._written_from:
+        if checked or begin_index < self._state.written_from:
             self._verify_chunk(chunk, begin_index, units, f.path, off)
         # else: written through this store object since it was opened (leader records encoded
         # here, follower records checked before they were written); the followers check every
@@ -208,22 +209,22 @@ class LogReader:
                     or not matches_unit(unit, magic, size, index, term, pos, body_crc)
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
                 exc = CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
-                self._note_damage(i, exc)
+                self._state.note_damage(i, exc)
                 raise exc
             off += size
             i += 1
 
     def get_entry_term(self, index: int) -> int:
         """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""
-        if index == self.ledger_before_begin_index:
-            return self.ledger_before_begin_term
+        if index == self._state.ledger_before_begin_index:
+            return self._state.ledger_before_begin_term
         self._check_range(index)
         return self._index_unit(index).term
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[CorruptStoreError]:
         """Read and check every entry; returns the errors found (empty when the log is sound)."""
         errors: list[CorruptStoreError] = []
-        for i in range(self.ledger_before_begin_index + 1, self.ledger_end_index + 1):
+        for i in range(self._state.ledger_before_begin_index + 1, self._state.ledger_end_index + 1):
             try:
                 self.get(i)
             except CorruptStoreError as exc:

@@ -1,8 +1,9 @@
 """LogWriter: the file store's write paths (leader single and batch, follower batch).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state: it reads ``data_list``, ``index_list``, ``term_file``, ``durability``,
-``max_entry_size`` and the ledger fields, and moves ``ledger_end_index``/``ledger_end_term``.
+Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin: it reads
+``data_list``, ``index_list``, ``term_file``, ``durability``, ``max_entry_size`` and the
+bounds of the shared state (``self._state``, ``state.py``), and moves
+``ledger_end_index``/``ledger_end_term`` there.
 
 Rules:
 - leaders stamp each record's ``pos`` with its local position; a follower's batch is checked
@@ -19,7 +20,7 @@ Rules:
   later entries present) from an append a power cut interrupted (no units past its data);
   when that msync fails the append raises ``DISK_ERROR``, the log end goes back to where it
   was before the call (the store never counts an entry it could not make durable), and the
-  store is failed (``flusher.py``): it refuses every later append until it is reopened.
+  store is failed (``StoreState.fail``, ``flusher.py``): it refuses every later append until it is reopened.
 
 The loops here are the store's hot paths (see docs/architecture.md, "Why the hot path looks
 the way it does"): segment state is kept in locals, and batches go column-wise where that wins.
@@ -59,21 +60,21 @@ class LogWriter:
             self._hooks.append(hook)
 
     def _check_append(self) -> None:
-        self._check_open()
+        self._state.check_open()
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
-        if self.failed is not None:
-            self._check_not_failed()
-        if self.is_disk_full:
+        if self._state.failed is not None:
+            self._state.check_not_failed()
+        if self._state.is_disk_full:
             raise DLedgerError(f"disk full: store {self.store_dir} refuses appends", DISK_FULL)
-        expected = (self.ledger_end_index + 1) * INDEX_UNIT_SIZE
+        expected = (self._state.ledger_end_index + 1) * INDEX_UNIT_SIZE
         if self.index_list.max_wrote_position() != expected and self.index_list.files:
             raise DLedgerError(f"index list at {self.index_list.max_wrote_position()}, expected "
                                f"{expected}", DISK_ERROR)
 
     def _ensure_index_start(self) -> None:
         if not self.index_list.files:
-            self.index_list.rebuild_with_pos((self.ledger_end_index + 1) * INDEX_UNIT_SIZE)
+            self.index_list.rebuild_with_pos((self._state.ledger_end_index + 1) * INDEX_UNIT_SIZE)
 
     @writes_to_disk("leader append")
     def append_as_leader(self, entry: DLedgerEntry) -> DLedgerEntry:
@@ -96,18 +97,18 @@ class LogWriter:
         if magic not in VALID_MAGICS:
             raise ValueError(f"invalid magic {magic}")
         if not bodies:
-            return AppendBatchResult(self.ledger_end_index + 1, self.term_file.term, [])
+            return AppendBatchResult(self._state.ledger_end_index + 1, self.term_file.term, [])
         limit = self.max_entry_size - BODY_OFFSET
         if max(map(len, bodies)) > limit:
             big = next(i for i, b in enumerate(bodies) if len(b) > limit)
             raise EntryTooLargeError(f"entry body of {len(bodies[big])} bytes exceeds the maximum "
                                      f"of {limit} bytes (max_entry_size {self.max_entry_size})")
         term = self.term_file.term
-        if term < self.ledger_end_term:
+        if term < self._state.ledger_end_term:
             raise DLedgerError(f"current term {term} is below the last entry's term "
-                               f"{self.ledger_end_term}", INCONSISTENT_TERM)
+                               f"{self._state.ledger_end_term}", INCONSISTENT_TERM)
         self._ensure_index_start()
-        first_index = index = self.ledger_end_index + 1
+        first_index = index = self._state.ledger_end_index + 1
         data, idx = self.data_list, self.index_list
         start_pos = data.max_wrote_position()
         if not self._hooks and entries is None and len(bodies) > 1:
@@ -219,29 +220,29 @@ class LogWriter:
         ``start_pos`` on: move the log end, mark it, and sync in fsync mode: the data, then the
         index units (``deferred``: written only now, after the data sync), then the index (a
         failed sync puts the log end back and fails the store)."""
-        before = self.ledger_end_index, self.ledger_end_term
-        self.ledger_end_index = last_index
-        self.ledger_end_term = last_term
+        before = self._state.ledger_end_index, self._state.ledger_end_term
+        self._state.ledger_end_index = last_index
+        self._state.ledger_end_term = last_term
         self._mark_end(df)
         if self.durability is FSYNC:
             try:
                 self.data_list.sync_from(start_pos)
             except OSError as exc:
-                self.ledger_end_index, self.ledger_end_term = before
-                raise self._sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
+                self._state.ledger_end_index, self._state.ledger_end_term = before
+                raise self._state.sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
             if deferred:
                 try:
                     self._write_index_units(deferred, 0, len(deferred))
                 except Exception:
                     # a full disk at a new index segment: the append changes nothing
-                    self.ledger_end_index, self.ledger_end_term = before
+                    self._state.ledger_end_index, self._state.ledger_end_term = before
                     self._cut_back(start_pos)
                     raise
             try:
                 self.index_list.sync_from(first_index * INDEX_UNIT_SIZE)
             except OSError as exc:
-                self.ledger_end_index, self.ledger_end_term = before
-                raise self._sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
+                self._state.ledger_end_index, self._state.ledger_end_term = before
+                raise self._state.sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
 
     def _cut_back(self, start_pos: int) -> None:
         """An append raised before it counted its entries (a full disk at a segment's creation,
@@ -254,10 +255,10 @@ class LogWriter:
             if data.files and data.max_wrote_position() > start_pos:
                 data.truncate_offset(start_pos)
                 zero_header_at(data, start_pos)
-            if idx.files and idx.max_wrote_position() > (self.ledger_end_index + 1) * INDEX_UNIT_SIZE:
-                self._truncate_index_to(self.ledger_end_index + 1)
+            if idx.files and idx.max_wrote_position() > (self._state.ledger_end_index + 1) * INDEX_UNIT_SIZE:
+                self._cut.truncate_index_to(self._state.ledger_end_index + 1)
         except OSError as exc:
-            self._fail(f"msync while undoing a refused append failed: {exc}")
+            self._state.fail(f"msync while undoing a refused append failed: {exc}")
 
     def _write_hooked(self, df: MmapFile, wp: int, body: bytes, magic: int, index: int, term: int,
                       pos: int, entries: list[DLedgerEntry] | None, k: int) -> None:
@@ -299,14 +300,14 @@ class LogWriter:
                                f"{self.term_file.term}", INCONSISTENT_TERM)
         view = memoryview(records)
         data = self.data_list
-        has_position = bool(data.files) or (self.ledger_end_index < 0 and self.ledger_before_begin_index < 0)
-        plan = plan_follower_batch(view, expect_index=self.ledger_end_index + 1,
-                                   last_term=self.ledger_end_term, leader_term=leader_term,
+        has_position = bool(data.files) or (self._state.ledger_end_index < 0 and self._state.ledger_before_begin_index < 0)
+        plan = plan_follower_batch(view, expect_index=self._state.ledger_end_index + 1,
+                                   last_term=self._state.ledger_end_term, leader_term=leader_term,
                                    next_pos=data.max_wrote_position() if has_position else None,
                                    file_size=data.mapped_file_size, max_entry_size=self.max_entry_size)
         units = plan.units
         if not units:
-            return self.ledger_end_index
+            return self._state.ledger_end_index
         first = IndexUnit._make(units[0])
         if not data.files and first.pos != 0:
             data.rebuild_with_pos(first.pos)
@@ -337,7 +338,7 @@ class LogWriter:
             raise
         last = IndexUnit._make(units[done - 1])
         self._end_append(df, first_index, last.index, last.term, start_pos, units[:done] if deferring else None)
-        return self.ledger_end_index
+        return self._state.ledger_end_index
 
     def _write_index_units(self, units: list[tuple], k: int, end: int) -> None:
         """Append the index units ``units[k:end]`` (``(magic, pos, size, index, term)`` tuples),

@@ -7,17 +7,23 @@ Layout of a store directory (docs/format.md)::
     <dir>/currterm                 term and vote (TermFile)
     <dir>/checkpoint               endIndex / committedIndex (+ beforeBegin*) (Checkpoint)
 
-This module is the façade: it owns the store's state (the two segment lists, the term file,
-the ledger fields, the checkpoint last written), its construction, ``load`` (which applies
-what ``recovery.recover`` planned) and ``close``. The behaviour is split by concern into
-mixins over that state, one module each:
+This module is the façade: it builds the store's shared state (``state.StoreState``: the two
+segment lists, the term file, the bounds, the checkpoint, the failed flag) from its settings
+(``options.StoreOptions``), then the parts that hold that state; it owns ``load`` (which
+applies what ``recovery.recover`` planned), ``close`` and the term and suspect state. Its
+public bounds (``ledger_end_index``, ``failed``, ...) are views of the shared state. The
+behaviour is split by concern, one module each:
 
-- ``log_writer.LogWriter``: leader and follower appends;
-- ``log_reader.LogReader``: ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``;
-- ``cut.Cut``: ``truncate``, ``truncate_to_entry``, ``reset``;
-- ``flusher.Flusher``: ``flush``, ``flush_if_due``, the checkpoint;
-- ``retention.Retention``: ``clean`` (expired segments, the disk-full guard);
-- ``repair.Repair``: ``damaged``, ``repair`` (damaged entries, rewritten in place once proven).
+- ``flusher.Flusher`` (a part): ``flush``, ``flush_if_due``, the checkpoint;
+- ``retention.Retention`` (a part): ``clean`` (expired segments, the disk-full guard);
+- ``cut.Cut`` (a part): ``truncate``, ``truncate_to_entry``, ``reset``;
+- ``repair.Repair`` (a part): ``damaged``, ``repair`` (damaged entries, rewritten in place once proven);
+- ``log_writer.LogWriter`` (a mixin): leader and follower appends;
+- ``log_reader.LogReader`` (a mixin): ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``.
+
+The façade's write entry points carry the write gate (``store_io.writes_to_disk``) and
+delegate to the parts; the two mixins (the per-entry hot paths) read the shared state
+through ``self._state``.
 
 Invariants kept by every mutation:
 - entries ``ledger_before_begin_index < i <= ledger_end_index`` are contiguous, their terms do
@@ -60,16 +66,14 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
+from operator import attrgetter
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAX_RECORD_SIZE, MAX_TERM,
-                           MIN_BLANK_LEN, IndexUnit)
-from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, \
-    StoreClosedError
-from dledger.store import background_flush as bg_flush
+from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAX_TERM, DLedgerEntry
+from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_TERM, CorruptStoreError, DLedgerError
 from dledger.store.base import StoreBase
-from dledger.store.checkpoint import CHECKPOINT_FILE_NAME, Checkpoint
+from dledger.store.checkpoint import CHECKPOINT_FILE_NAME
 from dledger.store.cut import Cut
-from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE, Durability
+from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE
 from dledger.store.flusher import Flusher
 from dledger.store.log_reader import LogReader
 from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE,
@@ -78,9 +82,11 @@ from dledger.store.log_writer import LogWriter
 from dledger.store.lock import StoreLock
 from dledger.store.mmap_file_list import (MmapFileList, erase_units_after_end,
                                           zero_header_at)
+from dledger.store.options import StoreOptions
 from dledger.store.recovery import RecoveredLog, recover
 from dledger.store.repair import Repair
 from dledger.store.retention import Retention
+from dledger.store.state import StoreState
 from dledger.store.store_io import LOCAL_IO, StoreIO, writes_to_disk
 from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, SuspectReason,
                                    clean_marker_exists, read_boot, read_suspect, remove_file_durably,
@@ -88,81 +94,76 @@ from dledger.store.suspect import (CLEAN_SHUTDOWN_FILE_NAME, SUSPECT_FILE_NAME, 
 from dledger.store.term_file import TermFile, disk_error_code
 
 __all__ = ["AppendBatchResult", "AppendHook", "DEFAULT_DATA_FILE_SIZE", "DEFAULT_INDEX_FILE_SIZE",
-           "DURABILITY_MODES", "DLedgerMmapFileStore", "FSYNC", "PAGE_CACHE"]
+           "DURABILITY_MODES", "DLedgerMmapFileStore", "FSYNC", "PAGE_CACHE", "StoreOptions"]
 
 log = logging.getLogger(__name__)
 
-class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair, StoreBase):
+def _shared(name: str, doc: str) -> property:
+    """A field of the store's shared state (``StoreState``), seen as the store's own: read
+    through a C-level getter (no Python frame: the core reads these often), set through it."""
+
+    def put(self, value) -> None:
+        setattr(self._state, name, value)
+
+    return property(attrgetter(f"_state.{name}"), put, doc=doc)
+
+
+class DLedgerMmapFileStore(LogWriter, LogReader, StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
 
-    def __init__(self, store_dir: str, *, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
-                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, durability: Durability | str = PAGE_CACHE,
-                 max_entry_size: int = MAX_RECORD_SIZE, data_path: str | None = None,
-                 read_only: bool = False, file_reserved_hours: float = 72,
-                 delete_when: str = "04", disk_space_ratio_to_check_expired: float = 0.70,
-                 disk_space_ratio_to_force_clean: float = 0.85, enable_disk_force_clean: bool = True,
-                 disk_usage: Callable[[str], tuple] = shutil.disk_usage,
-                 flush_interval_ms: int = 10, checkpoint_interval_ms: int = 1000,
-                 background_flush: bool = False, store_io: StoreIO = LOCAL_IO) -> None:
-        if durability not in DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {tuple(m.value for m in DURABILITY_MODES)}, "
-                             f"got {durability!r}")
-        if index_file_size % INDEX_UNIT_SIZE:
-            raise ValueError(f"index_file_size must be a multiple of {INDEX_UNIT_SIZE}, "
-                             f"got {index_file_size}")
-        if max_entry_size < BODY_OFFSET:
-            raise ValueError(f"max_entry_size must be at least {BODY_OFFSET}, got {max_entry_size}")
+    def __init__(self, store_dir: str, options: StoreOptions | None = None, *,
+                 disk_usage: Callable[[str], tuple] = shutil.disk_usage, store_io: StoreIO = LOCAL_IO,
+                 **settings) -> None:
+        """``options``: the store's settings (``StoreOptions``); or give them as keywords
+        (``data_file_size=...``, the fields of ``StoreOptions``), not both. ``disk_usage`` and
+        ``store_io`` are the store's collaborators: how it measures the disk, how it maps
+        and allocates segments."""
+        if options is None:
+            options = StoreOptions(**settings)
+        elif settings:
+            raise TypeError(f"give the store's settings as options or as keywords, not both "
+                            f"(got options and {sorted(settings)})")
+        elif not isinstance(options, StoreOptions):
+            raise TypeError(f"options must be a StoreOptions, got {type(options).__name__}")
+        o = self.options = options
+        read_only = o.read_only
         self.store_dir = store_dir
-        self.durability = Durability(durability)
+        self.durability = o.durability
         self.read_only = read_only
-        self.max_entry_size = min(max_entry_size, data_file_size - MIN_BLANK_LEN)
-        self.data_path = data_path or os.path.join(store_dir, "data")
+        self.max_entry_size = o.entry_size_limit
+        self.data_path = o.data_path or os.path.join(store_dir, "data")
         self.index_path = os.path.join(store_dir, "index")
-        self.data_list = MmapFileList(self.data_path, data_file_size, read_only=read_only, io=store_io)
-        self.index_list = MmapFileList(self.index_path, index_file_size, read_only=read_only, io=store_io)
+        self.data_list = MmapFileList(self.data_path, o.data_file_size, read_only=read_only, io=store_io)
+        self.index_list = MmapFileList(self.index_path, o.index_file_size, read_only=read_only, io=store_io)
         self._store_io = store_io
         self.term_file = TermFile(store_dir, read_only=read_only)
-        self.file_reserved_hours = max(1.0, file_reserved_hours)
-        self.delete_when = {int(h) for h in delete_when.split(";") if h.strip()}
-        self.ratio_check_expired = disk_space_ratio_to_check_expired
-        self.ratio_force_clean = disk_space_ratio_to_force_clean
-        self.disk_full_ratio = min(disk_space_ratio_to_force_clean + 0.05, 0.95)
-        self.enable_disk_force_clean = enable_disk_force_clean
-        self._disk_usage = disk_usage
-        self.flush_interval_ms = flush_interval_ms
-        self.checkpoint_interval_ms = checkpoint_interval_ms
-        self._last_flush_ms: float | None = None
-        #: page_cache mode: periodic msyncs run on the flush thread (see background_flush.py)
-        self.background_flush = background_flush and self.durability is PAGE_CACHE and bg_flush.supported
-        self._flush_job: bg_flush.FlushJob | None = None
-        #: moves on every cut (truncate, reset, segment deletion): stale flush jobs are dropped
-        self._cut_epoch = 0
-        self._last_checkpoint_ms: float | None = None
-
-        self.ledger_before_begin_index = -1
-        self.ledger_before_begin_term = -1
-        self.ledger_end_index = -1
-        self.ledger_end_term = -1
-        self.committed_index = -1
-        self.is_disk_full = False
-        self.loaded = False
-        self.closed = False
+        #: the state every part shares (bounds, files, lifecycle): see state.py
+        st = self._state = StoreState(store_dir, read_only=read_only, data_path=self.data_path,
+                                      index_path=self.index_path, data_list=self.data_list,
+                                      index_list=self.index_list, term_file=self.term_file)
+        self._flusher = Flusher(st, o)
+        self._retention = Retention(st, self._flusher, o, disk_usage, self.get_entry_term)
+        self._cut = Cut(st, self._flusher, self, self._index_unit)
+        self._repair = Repair(st, self, self._read_entry)
         self._hooks: list[AppendHook] = []
         self._encode_buf = bytearray()
-        # read-only opens cannot rewrite a damaged index tail: the rebuilt units live here.
-        self._index_overrides: dict[int, IndexUnit] = {}
-        #: entries found damaged (by recovery or a read) and not repaired: index -> the error
-        self._damaged: dict = {}
-        #: entries from this index on were written through this object since ``load`` (moves
-        #: down on truncation); reading them back for a push skips the record checks
-        self._written_from = 0
-        self._checkpoint: Checkpoint | None = None
-        self._lock = StoreLock(store_dir, lambda: self.closed)
+        self._lock = StoreLock(store_dir, lambda: st.closed)
         self._suspect: SuspectReason | None = None
 
+    ledger_before_begin_index = _shared("ledger_before_begin_index", "The index before the log's first entry.")
+    ledger_before_begin_term = _shared("ledger_before_begin_term", "The term of ``ledger_before_begin_index``.")
+    ledger_end_index = _shared("ledger_end_index", "The index of the log's last entry.")
+    ledger_end_term = _shared("ledger_end_term", "The term of the log's last entry.")
+    committed_index = _shared("committed_index", "The commit index (persisted with the checkpoint).")
+    failed = _shared("failed", "None while every sync succeeded; else why the store failed (flusher.py).")
+    is_disk_full = _shared("is_disk_full", "Appends are refused (``DISK_FULL``): set by ``clean``.")
+    loaded = _shared("loaded", "``load`` completed.")
+    closed = _shared("closed", "``close`` completed.")
+
     @classmethod
-    def open(cls, store_dir: str, **kwargs) -> "DLedgerMmapFileStore":
-        store = cls(store_dir, **kwargs)
+    def open(cls, store_dir: str, options: StoreOptions | None = None, **kwargs) -> "DLedgerMmapFileStore":
+        """Construct (same arguments as the constructor) and ``load()``."""
+        store = cls(store_dir, options, **kwargs)
         store.load()
         return store
 
@@ -190,7 +191,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
             self.term_file.save(term, vote_for)
         except DLedgerError as exc:
             if exc.code == DISK_ERROR:          # not a full disk: what it holds is unknown
-                self._fail(f"term file write failed: {exc}")
+                self._state.fail(f"term file write failed: {exc}")
             raise
 
     # =====================================================================================
@@ -232,10 +233,111 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
     # lifecycle
     # =====================================================================================
     def _check_open(self) -> None:
-        if self.closed:
-            raise StoreClosedError(f"store {self.store_dir} is closed")
-        if not self.loaded:
-            raise DLedgerError(f"store {self.store_dir} is not loaded; call load() first", INCONSISTENT_STATE)
+        self._state.check_open()
+
+    # -- the failed state (StoreState; the write gate, store_io.writes_to_disk, calls these) --
+    def _fail(self, reason: str) -> None:
+        self._state.fail(reason)
+
+    def _check_not_failed(self) -> None:
+        self._state.check_not_failed()
+
+    # =====================================================================================
+    # flushing (the Flusher part: flusher.py)
+    # =====================================================================================
+    @writes_to_disk("flush")
+    def flush(self, *, checkpoint: bool = True) -> None:
+        """Make every appended entry durable (msync data, then index), then write the checkpoint."""
+        self._flusher.flush(checkpoint=checkpoint)
+
+    @writes_to_disk("flush")
+    def flush_if_due(self, now_ms: float) -> bool:
+        """The periodic flush of ``page_cache`` mode, driven by the caller's clock (msyncs every
+        ``flush_interval_ms``, a checkpoint every ``checkpoint_interval_ms``; with
+        ``background_flush`` on the flush thread). True when it flushed or started a flush."""
+        return self._flusher.flush_if_due(now_ms)
+
+    # =====================================================================================
+    # cuts (the Cut part: cut.py)
+    # =====================================================================================
+    @writes_to_disk("truncate")
+    def truncate(self, truncate_index: int) -> int:
+        """Remove ``truncate_index`` and every later entry; returns the new end index.
+
+        Refuses to remove a committed entry.
+        """
+        return self._cut.truncate(truncate_index)
+
+    @writes_to_disk("truncate to entry")
+    def truncate_to_entry(self, entry: DLedgerEntry, leader_term: int, leader_id: str | None = None) -> int:
+        """Make ``entry`` the last entry, at ``entry.pos`` (the legacy TRUNCATE request of Java DLedger).
+
+        Keeps a local copy equal to ``entry``; otherwise everything from ``entry.index`` on is
+        dropped and ``entry`` is written. When ``entry.pos`` lies outside the local data, the
+        store is rebuilt to start at ``entry`` (its before-begin index becomes ``index - 1``).
+        """
+        return self._cut.truncate_to_entry(entry, leader_term, leader_id)
+
+    @writes_to_disk("reset")
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
+        """Drop the log prefix up to and including ``before_begin_index`` (after a snapshot).
+
+        When the whole log goes, the log restarts empty after ``before_begin_index``; the next
+        entry lands at ``next_pos`` when given (a follower installing the leader's snapshot),
+        else where the old data ended. Returns the new begin index.
+        """
+        return self._cut.reset(before_begin_index, before_begin_term, next_pos)
+
+    # =====================================================================================
+    # damaged entries (the Repair part: repair.py)
+    # =====================================================================================
+    def damaged(self) -> dict[int, CorruptStoreError]:
+        """Entries found damaged and not repaired yet (index -> the error naming file and
+        offset), within the log's current range."""
+        return self._repair.damaged()
+
+    @writes_to_disk("repair")
+    def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
+        """Repair entry ``index``: its index unit from the local data (``record`` None), or its
+        record from a peer's copy (see ``repair.py``); ``following`` is the same peer's record
+        of entry ``index + 1``, read with it, a proof needed only when the local record and
+        unit are both damaged. Raises ``RepairRefusedError`` and changes nothing when the
+        repair cannot be proven right."""
+        self._repair.repair(index, record, following)
+
+    # =====================================================================================
+    # retention (the Retention part: retention.py)
+    # =====================================================================================
+    @writes_to_disk("clean")
+    def clean(self, now: float | None = None) -> int:
+        """One pass of expired-file cleaning; updates ``is_disk_full``. Returns files deleted.
+
+        ``now`` is wall-clock seconds since the epoch (file ages are file modification times).
+        A data segment is deleted only if it is not the last one, it is expired (or space is
+        short and force cleaning is on), and every entry in it is committed.
+        """
+        return self._retention.clean(now)
+
+    @property
+    def file_reserved_hours(self) -> float:
+        return self._retention.file_reserved_hours
+
+    @property
+    def delete_when(self) -> set[int]:
+        return self._retention.delete_when
+
+    @property
+    def background_flush(self) -> bool:
+        """Do the periodic msyncs run on the flush thread?"""
+        return self._flusher.background_flush
+
+    @property
+    def flush_interval_ms(self) -> int:
+        return self._flusher.flush_interval_ms
+
+    @property
+    def checkpoint_interval_ms(self) -> int:
+        return self._flusher.checkpoint_interval_ms
 
     def close(self) -> None:
         """Flush (unless read-only or failed) and unmap everything. Idempotent. It never raises
@@ -244,8 +346,8 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
         completes; a full disk only leaves the marker (or the last checkpoint) unwritten."""
         if self.closed:
             return
-        if self._flush_job is not None:
-            self._reap_flush_job(wait=True)
+        if self._flusher.flush_job is not None:
+            self._flusher.reap_flush_job(wait=True)
         try:
             # a failed store (a sync failed) can prove nothing durable: it closes without a
             # flush and without the clean-shutdown marker, so its next open is suspect
@@ -273,7 +375,7 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
             write_clean_marker(self.store_dir)
         except OSError as exc:
             if disk_error_code(exc) == DISK_ERROR:
-                self._fail(f"clean-shutdown marker write failed: {exc}")
+                self._state.fail(f"clean-shutdown marker write failed: {exc}")
             else:
                 log.warning("store %s: no clean-shutdown marker, the disk is full: %s", self.store_dir, exc)
 
@@ -340,15 +442,15 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
             remove_file_durably(d, CLEAN_SHUTDOWN_FILE_NAME)
         self._apply(found)
         self.loaded = True
-        if (self._checkpoint is None and not self.read_only and not self.data_list.files
+        if (self._state.checkpoint is None and not self.read_only and not self.data_list.files
                 and self.ledger_end_index < 0 and self.ledger_before_begin_index < 0):
             # A new store starts with a checkpoint: from then on a missing one means a store
             # of another origin (or a lost file), and recovery stays on the safe side. And with
             # a term file: from then on a missing one means a lost term (TERM_LOST).
-            self._write_checkpoint(-1)
+            self._flusher.write_checkpoint(-1)
             if not self.term_file.existed and not self.term_file.damaged:
                 self.term_file.save(0, None)
-        cp = self._checkpoint
+        cp = self._state.checkpoint
         if cp is not None and cp.before_begin_index > self.ledger_before_begin_index:
             # A reset was interrupted after announcing its new begin: finish it.
             log.warning("store %s: finishing an interrupted reset to %d", self.store_dir,
@@ -373,18 +475,18 @@ class DLedgerMmapFileStore(LogWriter, LogReader, Cut, Flusher, Retention, Repair
                 self.term_file.save(self.ledger_end_term, None)
             else:
                 self.term_file.term = self.ledger_end_term
-        self._written_from = self.ledger_end_index + 1
+        self._state.written_from = self.ledger_end_index + 1
         return self
 
     def _apply(self, found: RecoveredLog) -> None:
         """Make the store what recovery found, in a crash-safe order: rebuilt index units, the
         data cut (its head erased after a sync when torn), the begin, the index cut."""
         data, idx, read_only = self.data_list, self.index_list, self.read_only
-        self._checkpoint = found.checkpoint
-        self._damaged = dict(found.damaged)
+        self._state.checkpoint = found.checkpoint
+        self._state.damaged = dict(found.damaged)
         units = found.rebuilt_units
         if units and read_only:
-            self._index_overrides.update((u.index, u) for u in units)
+            self._state.index_overrides.update((u.index, u) for u in units)
         elif units:
             target = units[0].index * INDEX_UNIT_SIZE
             if idx.files and idx.min_offset() <= target <= idx.max_wrote_position():

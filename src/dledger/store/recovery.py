@@ -73,14 +73,17 @@ import logging
 from typing import NamedTuple
 
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE,
-                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, crc_vouches, decode_header,
-                           iter_segment_records, matches_unit)
+                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, iter_segment_records)
 from dledger.errors import CorruptEntryError, CorruptStoreError
 from dledger.store.checkpoint import Checkpoint, read_checkpoint
 from dledger.store.durability import FSYNC, PAGE_CACHE, Durability
 from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList, last_segment_with_data, read_index_unit
 from dledger.store.recovery_damage import DamageJudge
+from dledger.store.recovery_scan import RecoveryScan
+from dledger.store.recovery_scan import check_body as _check_body
+from dledger.store.recovery_scan import read_record as _read_record
+from dledger.store.recovery_scan import unit_matches as _unit_matches
 
 log = logging.getLogger(__name__)
 
@@ -126,40 +129,6 @@ class RecoveredLog(NamedTuple):
     damaged: tuple = ()
 
 
-def _read_record(f: MmapFile, off: int) -> RecordHeader:
-    """Validated header of the record at file offset ``off`` (CRC checked), or raise."""
-    h = decode_header(f.mm, off, limit=f.file_size, path=f.path, base=f.file_from_offset)
-    _check_body(f, off, h)
-    return h
-
-
-def _check_body(f: MmapFile, off: int, h: RecordHeader, *, after_crc: bool = False) -> None:
-    """What a valid header does not tell: the body's CRC, and (for records we write, with a
-    CRC) that the record's ``pos`` is its own position, which the CRC does not cover.
-
-    Java's records carry no CRC and may carry the leader's ``pos``, so a CRC-less record is
-    checked less; but right ``after_crc`` (the record before it has a CRC: a log dledger
-    writes) its ``pos`` must be its own too, and so must a ``pos`` of 0: a power cut that
-    loses the sector holding the end of a header zeroes its ``pos`` (and ``bodyCrc``), and an
-    empty body's CRC is 0 anyway (swarm seed 2186: a no-op record torn so). A Java follower's
-    ``pos`` is the leader's, which is 0 only for the leader's first record; Java assumes equal
-    layouts on every replica, so its records after ours carry their own position."""
-    if h.body_crc and crc32(f.mm[off + BODY_OFFSET:off + h.size]) != h.body_crc:
-        raise CorruptEntryError(f"body CRC mismatch for index {h.index}", path=f.path, offset=off)
-    if (h.channel or h.chain_crc) and crc_vouches(h.body_crc, h.size):
-        raise CorruptEntryError(f"reserved fields of index {h.index} are not 0 (channel "
-                                f"{h.channel}, chain_crc {h.chain_crc})", path=f.path, offset=off)
-    if (h.body_crc or after_crc or h.pos == 0) and h.pos != f.file_from_offset + off:
-        raise CorruptEntryError(f"pos field {h.pos} of index {h.index} differs from its "
-                                f"position {f.file_from_offset + off}", path=f.path, offset=off)
-
-
-def _unit_matches(unit: IndexUnit, h: RecordHeader, pos: int) -> bool:
-    """The unit names this record at ``pos``: the shared rule, with the position always compared
-    (recovery checks the pos of CRC-less records too: it looks for the unit of *this* copy)."""
-    return unit.pos == pos and matches_unit(unit, h.magic, h.size, h.index, h.term, pos, 0)
-
-
 def _torn_unit(unit: IndexUnit, h: RecordHeader, pos: int) -> bool:
     """Is ``unit`` the right unit with a zeroed tail (its write interrupted by a crash)?"""
     return INDEX_UNIT.pack(h.magic, pos, h.size, h.index, h.term).startswith(
@@ -201,50 +170,15 @@ def never_written(f: MmapFile, off: int) -> bool:
     return False
 
 
-class _Planner(DamageJudge):
+class _Planner(RecoveryScan):
+    """The scan in progress: the shared scan state (``RecoveryScan``), and the judge of
+    damage (``DamageJudge``, a part holding that same state)."""
+
     def __init__(self, data: MmapFileList, index: MmapFileList, *, store_dir: str,
                  data_path: str, durability: Durability, read_only: bool) -> None:
-        self.data = data
-        self.index = index
-        self.store_dir = store_dir
-        self.data_path = data_path
-        self.durability = durability
-        self.read_only = read_only
-        self.rebuilt: list[IndexUnit] = []
-        #: the machine did not restart since the last writer: nothing it wrote was lost
-        self.page_cache_kept = False
-        self.warnings: list[str] = []
-        self.damaged: list[tuple[int, CorruptStoreError]] = []
-        #: the term file's term, when read intact: no entry was written above it
-        self.current_term: int | None = None
-        self.cp_rejected: str | None = None
-        #: entries that may have been acknowledged were cut (or a flushed one is missing)
-        self.lost_tail = False
-        #: the checkpoint's unit, rebuilt from its intact record (the unit was damaged)
-        self.start_unit: IndexUnit | None = None
-
-    def warn(self, msg: str, *args) -> None:
-        log.warning(msg, *args)
-        self.warnings.append(msg % args)
-
-    def read_record(self, f: MmapFile, off: int) -> RecordHeader:
-        return _read_record(f, off)
-
-    # -- index units -----------------------------------------------------------------------
-    def unit_at(self, k: int) -> IndexUnit | None:
-        """Index unit ``k`` as it lies on disk (the plan's rebuilt units are not written yet)."""
-        return read_index_unit(self.index, k)
-
-    def record_for_unit(self, unit: IndexUnit) -> RecordHeader | None:
-        """Header of the record a unit points at, if it is intact and agrees; else None."""
-        f = self.data.find_file(unit.pos)
-        if f is None:
-            return None
-        try:
-            h = _read_record(f, unit.pos - f.file_from_offset)
-        except CorruptEntryError:
-            return None
-        return h if _unit_matches(unit, h, unit.pos) else None
+        super().__init__(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
+                         read_only=read_only)
+        self.judge = DamageJudge(self)
 
     # -- start -----------------------------------------------------------------------------
     def trusted_start(self, cp: Checkpoint):
@@ -270,7 +204,7 @@ class _Planner(DamageJudge):
             self.cp_rejected = broken
             return None
         h = self.record_for_unit(unit)
-        if h is None and self.rebuild_start_unit(unit, cp.end_term):
+        if h is None and self.judge.rebuild_start_unit(unit, cp.end_term):
             u = self.start_unit  # the unit was damaged: step by its record's own size
             if u is unit:        # or which magic is right is not known: kept, refused
                 self.start_unit = None
@@ -283,7 +217,7 @@ class _Planner(DamageJudge):
                     and f.mm[off:off + unit.size].strip(b"\0")):
                 # the record is there, but not as flushed: damage, not a removed segment. The
                 # unit agrees with the checkpoint: the entry is kept, refused until repaired.
-                self.note_damaged(end_index, CorruptStoreError(
+                self.judge.note_damaged(end_index, CorruptStoreError(
                     f"entry {end_index}, flushed before the checkpoint was written, is damaged",
                     path=f.path, offset=off, position=unit.pos))
                 return unit.pos + unit.size, end_index, unit.term
@@ -457,10 +391,10 @@ class _Planner(DamageJudge):
                     if expect is not None and k != expect:
                         stop_reason = f"entry index {k} where {expect} was expected"
                         break
-                    if expect is None and not self.index_vouched(h, pos):
+                    if expect is None and not self.judge.index_vouched(h, pos):
                         # nothing before it says which index comes next: its index field (not
                         # under the CRC) must be vouched for, else it is damage, never the end
-                        expect = self.begin_unit_at(pos)
+                        expect = self.judge.begin_unit_at(pos)
                         stop_reason = (f"entry index {k} is vouched for by neither its index unit "
                                        f"nor the entry after it")
                         unvouched = True
@@ -472,19 +406,19 @@ class _Planner(DamageJudge):
                     agrees = unit is not None and _unit_matches(unit, h, pos)
                     if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
                             and not agrees and not (_torn_unit(unit, h, pos)
-                                                    and not self.term_implausible(k, term, pos + h.size))
-                            and not self.unit_damaged(unit, h, last_term, pos + h.size)
+                                                    and not self.judge.term_implausible(k, term, pos + h.size))
+                            and not self.judge.unit_damaged(unit, h, last_term, pos + h.size)
                             and not (not unconfirmed_tail  # there: a torn tail
-                                     and self.self_consistent_record(k, pos) is not None
-                                     and self.magic_ambiguous(unit, h))):
+                                     and self.judge.self_consistent_record(k, pos) is not None
+                                     and self.judge.magic_ambiguous(unit, h))):
                         # Same entry, same place, but another term or type, and not a unit torn
                         # by a crash: a header field (not covered by the CRC) or the unit is
                         # damaged. Stale units are erased on truncation, so this is not a leftover.
                         stop_reason = (f"entry {k} (term {term}, magic {h.magic}) disagrees with "
                                        f"its index unit (term {unit.term}, magic {unit.magic})")
                         break
-                    kept = self.just_damaged(k)  # its unit is kept as it is: a peer's copy decides
-                    if not agrees and not kept and self.term_implausible(k, term, pos + h.size):
+                    kept = self.judge.just_damaged(k)  # its unit is kept as it is: a peer's copy decides
+                    if not agrees and not kept and self.judge.term_implausible(k, term, pos + h.size):
                         # no unit vouches for the record's term (not covered by its CRC), and it
                         # is above the term file's or the next entry's: its term field is damaged
                         stop_reason = (f"entry {k} has term {term}, above the term file's "
@@ -510,16 +444,16 @@ class _Planner(DamageJudge):
             k = expect if expect is not None else last_index + 1
             bad_file = data.find_file(pos)
             if bad_file is None or not (self.intact_entries_after(last_index, pos, last_term)
-                                        or self.located_by_next_record(k, pos, last_term)) or (
+                                        or self.judge.located_by_next_record(k, pos, last_term)) or (
                     self.durability is FSYNC and never_written(bad_file, pos - bad_file.file_from_offset)):
                 break
-            unit = self.skip_damaged(k, pos, last_term)
+            unit = self.judge.skip_damaged(k, pos, last_term)
             on_disk = self.unit_at(k)
             if unit is None or (rebuilding and on_disk is None):
                 break
             # mid-log damage with intact entries after it, located by its index unit: the entry
             # stays in the log, refused by reads until repaired; the scan goes on after it
-            self.note_damaged(k, CorruptStoreError(
+            self.judge.note_damaged(k, CorruptStoreError(
                 f"entry {k} is damaged ({stop_reason.split(' (file ')[0]})", path=bad_file.path,
                 offset=pos - bad_file.file_from_offset, position=pos))
             if rebuilding:
@@ -613,7 +547,7 @@ class _Planner(DamageJudge):
             if cp is not None and cp.before_begin_index >= 0:
                 bbi, bbt = cp.before_begin_index, cp.before_begin_term
             # The begin comes from the first data record (segments before it were deleted)
-            first = self.first_index(pos)
+            first = self.judge.first_index(pos)
             if first is not None:
                 if first - 1 != bbi:
                     bbi = first - 1

@@ -1,5 +1,5 @@
-"""DamageJudge: how recovery tells a damaged record from a damaged index unit (a mixin of the
-recovery planner, ``recovery._Planner``).
+"""DamageJudge: how recovery tells a damaged record from a damaged index unit (a part of the
+recovery planner, ``recovery._Planner``, holding the scan's shared state, ``recovery_scan.RecoveryScan``).
 
 The planner's scan meets a record that fails a check or disagrees with its index unit. These
 methods decide, from the unit, its neighbours and the term file, which of the two is damaged:
@@ -33,9 +33,10 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
   entry the index places there). A flipped bit there must never become the log's end or begin
   (swarm seed 100109: 2**43).
 
-The planner provides ``unit_at(k)``, ``read_record(f, off)`` (a validated header, CRC checked),
-``data`` and ``index`` (the data and index segment lists), ``current_term`` (the term file's term when it was read
-intact, else None), ``damaged`` (the list it fills), ``store_dir`` and ``warn``.
+The scan state (``self.scan``) provides ``unit_at(k)``, ``read_record(f, off)`` (a validated
+header, CRC checked), ``data`` and ``index`` (the data and index segment lists), ``current_term``
+(the term file's term when it was read intact, else None), ``damaged`` (the list it fills),
+``store_dir`` and ``warn``.
 """
 
 from __future__ import annotations
@@ -43,19 +44,25 @@ from __future__ import annotations
 from dledger.entry import (BODY_OFFSET, INDEX_UNIT_SIZE, VALID_MAGICS, IndexUnit, RecordHeader, crc_vouches,
                            iter_segment_records)
 from dledger.errors import CorruptEntryError, CorruptStoreError
+from dledger.store.recovery_scan import RecoveryScan
 
 
 class DamageJudge:
+    """Judges damage met by recovery's scan (a part of the planner; see the module docstring)."""
+
+    def __init__(self, scan: RecoveryScan) -> None:
+        self.scan = scan
+
     def term_implausible(self, k: int, term: int, end: int) -> bool:
         """Is ``term`` (of the record of entry ``k`` ending at ``end``) above what the log
         allows: above the term file's term, or above the term of entry ``k + 1`` whose unit
         follows it? Then a record that disagrees with a unit looking torn (its term's low bytes
         zero: term 0 in particular) has a damaged term field, and the unit is right."""
-        if self.current_term is not None and term > self.current_term:
+        if self.scan.current_term is not None and term > self.scan.current_term:
             return True
-        nxt = self.unit_at(k + 1)
+        nxt = self.scan.unit_at(k + 1)
         return (nxt is not None and nxt.index == k + 1 and nxt.term < term
-                and (nxt.pos == end or (nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)))
+                and (nxt.pos == end or (nxt.pos > end and nxt.pos % self.scan.data.mapped_file_size == 0)))
 
     def unit_damaged(self, unit: IndexUnit, h: RecordHeader, last_term: int, end: int) -> bool:
         """Does an intact record that disagrees with its index unit in term or magic prove the
@@ -75,11 +82,11 @@ class DamageJudge:
         index ``k``, and it fits the log: unit ``k + 1`` or an intact record ``k + 1`` begins
         where it ends (or at the start of the next segment), or nothing is written after it.
         Then a unit that disagrees with it in size or magic is the damaged one. Else None."""
-        f = self.data.find_file(pos)
+        f = self.scan.data.find_file(pos)
         if f is None:
             return None
         try:
-            h = self.read_record(f, pos - f.file_from_offset)
+            h = self.scan.read_record(f, pos - f.file_from_offset)
         except CorruptEntryError:
             return None
         if h.index != k or not crc_vouches(h.body_crc, h.size) or h.pos != pos:
@@ -88,7 +95,7 @@ class DamageJudge:
         if self.next_entry_at(k, end, h.term, unit_term=False):
             return h
         # the last record: only zeros after it in its segment, and no later segment
-        last = self.data.files[-1]
+        last = self.scan.data.files[-1]
         if f is last and not f.mm[end - f.file_from_offset:f.file_size].strip(b"\0"):
             return h
         return None
@@ -102,12 +109,12 @@ class DamageJudge:
         if own is None or own.term != unit.term or (cp_term is not None and own.term != cp_term):
             return False
         if self.magic_ambiguous(unit, own):
-            self.start_unit = unit   # kept as it is: a peer's copy decides
+            self.scan.start_unit = unit   # kept as it is: a peer's copy decides
             return True
-        self.start_unit = IndexUnit(own.magic, unit.pos, own.size, unit.index, own.term)
-        self.warn("store %s: index unit %d disagrees with its intact record (unit size %d, "
+        self.scan.start_unit = IndexUnit(own.magic, unit.pos, own.size, unit.index, own.term)
+        self.scan.warn("store %s: index unit %d disagrees with its intact record (unit size %d, "
                   "magic %d; record size %d, magic %d); rebuilt from the record",
-                  self.store_dir, unit.index, unit.size, unit.magic, own.size, own.magic)
+                  self.scan.store_dir, unit.index, unit.size, unit.magic, own.size, own.magic)
         return True
 
     def magic_ambiguous(self, unit: IndexUnit, h: RecordHeader) -> bool:
@@ -119,7 +126,7 @@ class DamageJudge:
         if (unit.magic not in VALID_MAGICS or unit.magic == h.magic or unit.size != h.size
                 or unit.term != h.term or unit.index != h.index):
             return False
-        f = self.data.find_file(unit.pos)
+        f = self.scan.data.find_file(unit.pos)
         self.note_damaged(unit.index, CorruptStoreError(
             f"entry {unit.index}: its record says magic {h.magic}, its index unit {unit.magic}",
             path=f.path, offset=unit.pos - f.file_from_offset, position=unit.pos))
@@ -134,7 +141,7 @@ class DamageJudge:
         start of the next segment), or the record there reads intact with that index and a
         term not below."""
         k, end = h.index, pos + h.size
-        unit = self.unit_at(k)
+        unit = self.scan.unit_at(k)
         if unit is not None and unit.index == k and unit.pos == pos:
             return True
         return self.next_entry_at(k, end, h.term, unit_term=True)
@@ -143,8 +150,8 @@ class DamageJudge:
         """Does entry ``k + 1`` begin where entry ``k`` (of ``term``) ends at ``end``, or at the
         start of the next segment? Its index unit says so (with a term not below ``term`` when
         ``unit_term``), or an intact record there has index ``k + 1`` and a term not below."""
-        fsize = self.data.mapped_file_size
-        nxt = self.unit_at(k + 1)
+        fsize = self.scan.data.mapped_file_size
+        nxt = self.scan.unit_at(k + 1)
         if nxt is not None and nxt.index == k + 1 and (not unit_term or nxt.term >= term) and (
                 nxt.pos == end or (nxt.pos > end and nxt.pos % fsize == 0)):
             return True
@@ -153,22 +160,22 @@ class DamageJudge:
     def records_at(self, end: int):
         """``(position, header)`` of the intact record that begins at ``end``, and of the one
         that opens the next segment (where a record that did not fit begins instead)."""
-        fsize = self.data.mapped_file_size
+        fsize = self.scan.data.mapped_file_size
         for at in dict.fromkeys((end, end + (-end) % fsize)):
-            g = self.data.find_file(at)
+            g = self.scan.data.find_file(at)
             if g is None:
                 continue
             try:
-                yield at, self.read_record(g, at - g.file_from_offset)
+                yield at, self.scan.read_record(g, at - g.file_from_offset)
             except CorruptEntryError:
                 continue
 
     def first_index(self, data_end: int) -> int | None:
         """Index of the first record of the first data segment, once the data is cut at
         ``data_end``."""
-        if not self.data.files:
+        if not self.scan.data.files:
             return None
-        f = self.data.files[0]
+        f = self.scan.data.files[0]
         end = f.wrote_position
         if f.file_from_offset <= data_end < f.file_from_offset + f.file_size:
             end = data_end - f.file_from_offset
@@ -177,7 +184,7 @@ class DamageJudge:
             if h is None:
                 return None
             pos = f.file_from_offset + item.offset
-            unit = self.unit_at(h.index)
+            unit = self.scan.unit_at(h.index)
             if unit is not None and unit.index == h.index and unit.pos == pos:
                 return h.index
             # the record's index field may be damaged (its CRC does not cover it): the index
@@ -192,22 +199,22 @@ class DamageJudge:
     def begin_unit_at(self, pos: int) -> int | None:
         """The entry the index list's first unit (or the one after it) places at ``pos``: its
         slot, its index field and its position agree. Else None."""
-        if not self.index.files:
+        if not self.scan.index.files:
             return None
-        k = self.index.min_offset() // INDEX_UNIT_SIZE
+        k = self.scan.index.min_offset() // INDEX_UNIT_SIZE
         for j in (k, k + 1):
-            u = self.unit_at(j)
+            u = self.scan.unit_at(j)
             if u is not None and u.index == j and u.pos == pos:
                 return j
         return None
 
     # -- damaged records kept in the log ------------------------------------------------
     def just_damaged(self, k: int) -> bool:
-        return bool(self.damaged) and self.damaged[-1][0] == k
+        return bool(self.scan.damaged) and self.scan.damaged[-1][0] == k
 
     def note_damaged(self, k: int, exc: CorruptStoreError) -> None:
-        self.warn("store %s: %s; kept, refused until repaired from a peer", self.store_dir, exc)
-        self.damaged.append((k, exc))
+        self.scan.warn("store %s: %s; kept, refused until repaired from a peer", self.scan.store_dir, exc)
+        self.scan.damaged.append((k, exc))
 
     def skip_damaged(self, k: int, pos: int, last_term: int) -> IndexUnit | None:
         """The index unit of a damaged record at ``pos`` (entry ``k``) if it locates it beyond
@@ -217,23 +224,23 @@ class DamageJudge:
         and term), or its intact record (``record_follows``); without a readable unit
         ``k + 1`` the term file's term must be known to bound the unit's. Else None (or the
         place ``placed_by_next`` finds)."""
-        unit = self.unit_at(k)
-        f = self.data.find_file(pos)
+        unit = self.scan.unit_at(k)
+        f = self.scan.data.find_file(pos)
         if f is None:
             return None
         if not self.names_damaged(unit, k, pos, last_term):
             return self.placed_by_next(k, pos, last_term, f)
-        if self.current_term is not None and unit.term > self.current_term:
+        if self.scan.current_term is not None and unit.term > self.scan.current_term:
             return None          # a damaged term: no entry is written above the current term
-        nxt = self.unit_at(k + 1)
+        nxt = self.scan.unit_at(k + 1)
         if nxt is not None and nxt.index == k + 1:
             end = pos + unit.size
             if nxt.term < unit.term or not (nxt.pos == end or (
-                    nxt.pos > end and nxt.pos % self.data.mapped_file_size == 0)):
+                    nxt.pos > end and nxt.pos % self.scan.data.mapped_file_size == 0)):
                 if self.record_follows(unit):
                     return unit  # unit k + 1 is damaged, record k + 1 places entry k
                 return self.placed_by_next(k, pos, last_term, f)
-        elif self.current_term is None and not self.record_follows(unit):
+        elif self.scan.current_term is None and not self.record_follows(unit):
             return None          # nothing bounds the unit's term: it is not trusted
         return unit
 
@@ -246,14 +253,14 @@ class DamageJudge:
         for at, n in self.records_at(unit.pos + unit.size):
             if (n.index == unit.index + 1 and n.pos == at and crc_vouches(n.body_crc, n.size)
                     and unit.term <= n.term
-                    and (self.current_term is None or n.term <= self.current_term)):
+                    and (self.scan.current_term is None or n.term <= self.scan.current_term)):
                 return True
         return False
 
     def names_damaged(self, unit: IndexUnit | None, k: int, pos: int, last_term: int) -> bool:
         """Does ``unit`` name entry ``k`` at ``pos`` with a valid magic, a sane size inside its
         data segment, and a term not below ``last_term`` (the previous entry's)?"""
-        f = self.data.find_file(pos)
+        f = self.scan.data.find_file(pos)
         return (f is not None and unit is not None and unit.index == k and unit.pos == pos
                 and unit.magic in VALID_MAGICS and unit.size >= BODY_OFFSET
                 and pos - f.file_from_offset + unit.size <= f.file_size and unit.term >= last_term)
@@ -262,7 +269,7 @@ class DamageJudge:
         """Intact entries follow a damaged record at ``pos`` (entry ``k``) even where no index
         unit after it agrees with its record: unit ``k`` names the record (``names_damaged``)
         and the intact record of entry ``k + 1`` begins where it ends (``record_follows``)."""
-        unit = self.unit_at(k)
+        unit = self.scan.unit_at(k)
         return self.names_damaged(unit, k, pos, last_term) and self.record_follows(unit)
 
     def placed_by_next(self, k: int, pos: int, last_term: int, f) -> IndexUnit | None:
@@ -273,15 +280,15 @@ class DamageJudge:
         segment's end); its term is not known (``last_term`` stands for it: a lower bound, so
         the order of terms stays checked). The unit on disk is left as it is: reads refuse the
         entry until a peer's copy, proven by these neighbours, repairs record and unit."""
-        nxt = self.unit_at(k + 1)
+        nxt = self.scan.unit_at(k + 1)
         if nxt is None or nxt.index != k + 1 or nxt.term < last_term:
             return None
-        seg_end = f.file_from_offset + self.data.mapped_file_size
+        seg_end = f.file_from_offset + self.scan.data.mapped_file_size
         if not (pos + BODY_OFFSET <= nxt.pos < seg_end or nxt.pos == seg_end):
             return None
-        h = self.record_for_unit(nxt)
+        h = self.scan.record_for_unit(nxt)
         if h is None or h.index != k + 1 or h.pos != nxt.pos:
             return None
-        self.warn("store %s: the record and the index unit of entry %d are both damaged; entry "
-                  "%d locates it", self.store_dir, k, k + 1)
+        self.scan.warn("store %s: the record and the index unit of entry %d are both damaged; entry "
+                  "%d locates it", self.scan.store_dir, k, k + 1)
         return IndexUnit(0, pos, nxt.pos - pos, k, last_term)

@@ -1,9 +1,10 @@
-"""Repair: damaged entries of the file store, found and rewritten in place (mixin of the façade).
+"""Repair: damaged entries of the file store, found and rewritten in place (a part of the façade).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state: ``data_list``, ``index_list``, the ledger fields and ``_damaged`` (entry index ->
+A part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``): it holds the shared state
+(``state.StoreState``): its segment lists, bounds and ``damaged`` (entry index ->
 ``CorruptStoreError``), which recovery (an open that skipped a damaged record) and every read
-that refused an entry fill in.
+that refused an entry fill in (``StoreState.note_damage``). It reads entries through the
+store's own reads (``store``: ``get``, ``get_raw``) and its record reader (``read_entry``).
 
 - ``damaged()``: the entries found damaged and not repaired yet, within the log's current
   range, each with the error naming the file and offset. They stay refused by every read
@@ -46,47 +47,51 @@ stays refused and ``damaged()`` keeps naming it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGICS, IndexUnit,
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGICS, DLedgerEntry, IndexUnit,
                            crc_vouches, decode, matches_unit)
 from dledger.errors import INDEX_OUT_OF_RANGE, CorruptEntryError, CorruptStoreError, DLedgerError
 from dledger.store.log_store import RepairRefusedError
 from dledger.store.mmap_file_list import read_index_unit
-from dledger.store.store_io import writes_to_disk
+from dledger.store.state import StoreState
 
 log = logging.getLogger(__name__)
 
 
 class Repair:
-    """Repairing the file store (mixin of ``DLedgerMmapFileStore``)."""
+    """Repairing the file store (a part of ``DLedgerMmapFileStore``)."""
+
+    def __init__(self, state: StoreState, store, read_entry: Callable[[int], DLedgerEntry]) -> None:
+        self.state = state
+        #: the store: its reads (``get``, ``get_raw``)
+        self.store = store
+        #: entry ``i`` read and checked, without noting damage (the store's reader)
+        self.read_entry = read_entry
 
     def damaged(self) -> dict[int, CorruptStoreError]:
         """Entries found damaged and not repaired yet (index -> the error naming file and
         offset), within the log's current range."""
-        lo, hi = self.ledger_before_begin_index, self.ledger_end_index
-        for i in list(self._damaged):
+        st = self.state
+        lo, hi = st.ledger_before_begin_index, st.ledger_end_index
+        for i in list(st.damaged):
             if not lo < i <= hi:
-                del self._damaged[i]        # cut away or dropped by retention
+                del st.damaged[i]        # cut away or dropped by retention
                 continue
             try:
-                self._read_entry(i)         # replaced since (a truncation, then an append)?
+                self.read_entry(i)         # replaced since (a truncation, then an append)?
             except CorruptStoreError:
                 continue
-            del self._damaged[i]
-        return dict(sorted(self._damaged.items()))
-
-    def _note_damage(self, index: int, exc: CorruptStoreError) -> None:
-        if index not in self._damaged:
-            log.error("store %s: entry %d is damaged and refused until repaired: %s",
-                      self.store_dir, index, exc)
-        self._damaged[index] = exc
+            del st.damaged[i]
+        return dict(sorted(st.damaged.items()))
 
     # -- locating -------------------------------------------------------------------------
     def _plain_unit(self, k: int) -> IndexUnit | None:
         """Index unit ``k`` if it is written and names entry ``k`` with sane fields."""
-        if k <= self.ledger_before_begin_index or k > self.ledger_end_index:
+        st = self.state
+        if k <= st.ledger_before_begin_index or k > st.ledger_end_index:
             return None
-        unit = read_index_unit(self.index_list, k)
+        unit = read_index_unit(st.index_list, k)
         if unit is None or unit.index != k or unit.magic not in VALID_MAGICS \
                 or unit.size < BODY_OFFSET or unit.pos < 0:
             return None
@@ -96,7 +101,7 @@ class Repair:
         """Does a record at ``pos`` follow ``prev``'s record (right after, or at the start of a
         later segment)?"""
         end = prev.pos + prev.size
-        return pos == end or (pos > end and pos % self.data_list.mapped_file_size == 0)
+        return pos == end or (pos > end and pos % self.state.data_list.mapped_file_size == 0)
 
     def _unit_fits(self, unit: IndexUnit) -> bool:
         """Does ``unit`` (entry k) agree with its neighbours' units, where they are readable?"""
@@ -108,21 +113,21 @@ class Repair:
         return True
 
     def _record_slot(self, pos: int, size: int):
-        f = self.data_list.find_file(pos)
+        f = self.state.data_list.find_file(pos)
         if f is None or pos - f.file_from_offset + size > f.wrote_position:
             return None, -1
         return f, pos - f.file_from_offset
 
     def _check_writable(self, index: int) -> None:
-        self._check_open()
-        if self.read_only:
-            raise RepairRefusedError(f"store {self.store_dir} is read-only: entry {index} not repaired")
-        if not self.ledger_before_begin_index < index <= self.ledger_end_index:
-            raise DLedgerError(f"entry {index} is not in the log ({self.ledger_before_begin_index + 1}"
-                               f"..{self.ledger_end_index})", INDEX_OUT_OF_RANGE)
+        st = self.state
+        st.check_open()
+        if st.read_only:
+            raise RepairRefusedError(f"store {st.store_dir} is read-only: entry {index} not repaired")
+        if not st.ledger_before_begin_index < index <= st.ledger_end_index:
+            raise DLedgerError(f"entry {index} is not in the log ({st.ledger_before_begin_index + 1}"
+                               f"..{st.ledger_end_index})", INDEX_OUT_OF_RANGE)
 
     # -- repairing ------------------------------------------------------------------------
-    @writes_to_disk("repair")
     def repair(self, index: int, record: bytes | None = None, following: bytes | None = None) -> None:
         """Repair entry ``index``: its index unit from the local data (``record`` None), or its
         record from a peer's copy (see the module docstring); ``following`` is the same peer's
@@ -134,8 +139,8 @@ class Repair:
             self._rebuild_unit(index)
         else:
             self._rewrite_record(index, bytes(record), None if following is None else bytes(following))
-        self._damaged.pop(index, None)
-        self.get(index)      # reads back: a repair that does not read is not one
+        self.state.damaged.pop(index, None)
+        self.store.get(index)      # reads back: a repair that does not read is not one
 
     def _rewrite_record(self, index: int, record: bytes, following: bytes | None) -> None:
         unit = self._plain_unit(index)
@@ -212,7 +217,7 @@ class Repair:
             f.write_at(off, record)
             f.flush_range(off, off + unit.size)
             log.warning("store %s: entry %d repaired from a peer's copy in %s at offset %d",
-                        self.store_dir, index, f.path, off)
+                        self.state.store_dir, index, f.path, off)
 
     def _unit_between_neighbours(self, index: int, cand, record: bytes,
                                  following: bytes | None) -> IndexUnit:
@@ -225,21 +230,22 @@ class Repair:
         record of ``index + 1`` (``following``, read with the copy) must be byte-identical to
         the local one: by Raft's log matching, equal entries at ``index + 1`` mean equal logs
         up to there, so the peer's entry ``index`` is this log's."""
+        st = self.state
         refused = f"entry {index}: its index unit is damaged too"
         nxt = self._plain_unit(index + 1)
         try:
-            local_next = bytes(self.get_raw(index + 1)) if nxt is not None else None
+            local_next = bytes(self.store.get_raw(index + 1)) if nxt is not None else None
         except DLedgerError:
             local_next = None
         if local_next is None:
             raise RepairRefusedError(f"{refused}, and no intact entry after it locates the copy")
         prev = self._plain_unit(index - 1)
-        fsize = self.data_list.mapped_file_size
+        fsize = st.data_list.mapped_file_size
         if prev is not None:
             end = prev.pos + prev.size
             places, low = (end, end - end % fsize + fsize), prev.term
-        elif index == self.ledger_before_begin_index + 1 and self.data_list.files:
-            places, low = (self.data_list.min_offset(),), max(self.ledger_before_begin_term, 0)
+        elif index == st.ledger_before_begin_index + 1 and st.data_list.files:
+            places, low = (st.data_list.min_offset(),), max(st.ledger_before_begin_term, 0)
         else:
             raise RepairRefusedError(f"{refused}, and no intact index unit before it locates the copy")
         unit = IndexUnit(cand.magic, cand.pos, cand.size, cand.index, cand.term)
@@ -261,15 +267,16 @@ class Repair:
         return unit
 
     def _rebuild_unit(self, index: int) -> None:
+        st = self.state
         prev = self._plain_unit(index - 1)
         nxt = self._plain_unit(index + 1)
         if prev is not None:
-            fsize = self.data_list.mapped_file_size
+            fsize = st.data_list.mapped_file_size
             end = prev.pos + prev.size
             places, low_term = (end, end - end % fsize + fsize), prev.term
-        elif index == self.ledger_before_begin_index + 1 and self.data_list.files:
+        elif index == st.ledger_before_begin_index + 1 and st.data_list.files:
             # the log's first entry: its record opens the data
-            places, low_term = (self.data_list.min_offset(),), max(self.ledger_before_begin_term, 0)
+            places, low_term = (st.data_list.min_offset(),), max(st.ledger_before_begin_term, 0)
         else:
             raise RepairRefusedError(f"entry {index}: no intact index unit before it locates "
                                      f"its record")
@@ -285,9 +292,9 @@ class Repair:
             if (e.index != index or not crc_vouches(e.body_crc, e.size) or e.channel or e.chain_crc or e.pos != pos
                     or e.term < low_term or (nxt is not None and (nxt.term < e.term
                                                                    or not self._follows(unit, nxt.pos)))
-                    or e.term > self.term_file.term):  # no entry is written above the node's term
+                    or e.term > st.term_file.term):  # no entry is written above the node's term
                 continue
-            if self._magic_in_doubt(read_index_unit(self.index_list, index)) is not None:
+            if self._magic_in_doubt(read_index_unit(st.index_list, index)) is not None:
                 raise RepairRefusedError(
                     f"entry {index}: its record and its index unit disagree only in the magic "
                     f"({e.magic} and the unit's): which is right is not known here; a peer's "
@@ -295,13 +302,13 @@ class Repair:
             if not self._write_unit(index, unit):
                 break
             log.warning("store %s: index unit %d rebuilt from its record in %s at offset %d",
-                        self.store_dir, index, f.path, off)
+                        st.store_dir, index, f.path, off)
             return
         raise RepairRefusedError(f"entry {index}: no intact record where its neighbours place it")
 
     def _write_unit(self, index: int, unit: IndexUnit) -> bool:
         upos = index * INDEX_UNIT_SIZE
-        xf = self.index_list.find_file(upos)
+        xf = self.state.index_list.find_file(upos)
         if xf is None:
             return False
         uoff = upos - xf.file_from_offset

@@ -1,8 +1,10 @@
 """Retention: deleting expired data segments, and the disk-full guard (``clean(now)``).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin over the store's
-state: it deletes head segments of ``data_list``, moves the begin (``ledger_before_begin_*``),
-``is_disk_full`` and ``_cut_epoch``, and writes the checkpoint through ``Flusher``. Java
+A part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``): it holds the shared state
+(``state.StoreState``), deletes head segments of its ``data_list``, moves the begin
+(``ledger_before_begin_*``), ``is_disk_full`` and ``cut_epoch`` there, and writes the
+checkpoint through the flusher part. Its settings come from ``StoreOptions``; ``disk_usage``
+measures a disk (``shutil.disk_usage``'s ``(total, used, free)``; a test replaces it). Java
 DLedger's CleanSpaceService, driven by the caller's clock.
 
 Rules:
@@ -21,89 +23,106 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from dledger.entry import INDEX_UNIT_SIZE
+from dledger.store.flusher import Flusher
 from dledger.store.mmap_file_list import first_index_in, read_index_unit
-from dledger.store.store_io import writes_to_disk
+from dledger.store.options import StoreOptions
+from dledger.store.state import StoreState
 
 log = logging.getLogger(__name__)
 
 
 class Retention:
-    """Cleaning of the file store (mixin of ``DLedgerMmapFileStore``)."""
+    """Cleaning of the file store (a part of ``DLedgerMmapFileStore``)."""
+
+    def __init__(self, state: StoreState, flusher: Flusher, options: StoreOptions,
+                 disk_usage: Callable[[str], tuple], entry_term: Callable[[int], int]) -> None:
+        self.state = state
+        self.flusher = flusher
+        self.disk_usage = disk_usage
+        #: the term of an entry of the log (the store's ``get_entry_term``)
+        self.entry_term = entry_term
+        self.file_reserved_hours = options.reserved_hours
+        self.delete_when = options.delete_hours
+        self.ratio_check_expired = options.disk_space_ratio_to_check_expired
+        self.ratio_force_clean = options.disk_space_ratio_to_force_clean
+        self.disk_full_ratio = options.disk_full_ratio
+        self.enable_disk_force_clean = options.enable_disk_force_clean
 
     def _disk_ratio(self, path: str) -> float:
         if not os.path.exists(path):
             return -1.0
-        usage = self._disk_usage(path)   # shutil.disk_usage's (total, used, free)
+        usage = self.disk_usage(path)   # shutil.disk_usage's (total, used, free)
         used, free = usage[1], usage[2]
         entire = used + free
         if entire <= 0:
             return -1.0
         return -(-used * 100 // entire) / 100
 
-    @writes_to_disk("clean")
     def clean(self, now: float | None = None) -> int:
-        """One pass of expired-file cleaning; updates ``is_disk_full``. Returns files deleted.
-
-        ``now`` is wall-clock seconds since the epoch (file ages are file modification times).
-        A data segment is deleted only if it is not the last one, it is expired (or space is
-        short and force cleaning is on), and every entry in it is committed.
-        """
-        self._check_open()
-        if self.read_only:
+        """One pass of expired-file cleaning; updates ``is_disk_full``. Returns files deleted
+        (see ``DLedgerMmapFileStore.clean``)."""
+        st = self.state
+        st.check_open()
+        if st.read_only:
             return 0
         now = time.time() if now is None else now
-        base_ratio = self._disk_ratio(self.store_dir)
-        data_ratio = self._disk_ratio(self.data_path)
-        self.is_disk_full = base_ratio > self.disk_full_ratio or data_ratio > self.disk_full_ratio
+        base_ratio = self._disk_ratio(st.store_dir)
+        data_ratio = self._disk_ratio(st.data_path)
+        st.is_disk_full = base_ratio > self.disk_full_ratio or data_ratio > self.disk_full_ratio
         time_up = time.localtime(now).tm_hour in self.delete_when
         check_expired = max(base_ratio, data_ratio) > self.ratio_check_expired
         force = max(base_ratio, data_ratio) > self.ratio_force_clean and self.enable_disk_force_clean
         if not (time_up or check_expired):
             return 0
         deleted = 0
-        while deleted < 10 and len(self.data_list.files) > 1:
-            first, second = self.data_list.files[0], self.data_list.files[1]
+        data = st.data_list
+        while deleted < 10 and len(data.files) > 1:
+            first, second = data.files[0], data.files[1]
             expired = os.path.getmtime(first.path) + self.file_reserved_hours * 3600 <= now
             if not (expired or force):
                 break
             next_first = first_index_in(second)
-            if next_first is None or next_first - 1 > self.committed_index:
+            if next_first is None or next_first - 1 > st.committed_index:
                 break
-            self._announce_begin(next_first - 1, self.get_entry_term(next_first - 1), self.committed_index)
-            self._cut_epoch += 1
-            self.data_list.delete_first_file()
+            self.flusher.announce_begin(next_first - 1, self.entry_term(next_first - 1), st.committed_index)
+            st.cut_epoch += 1
+            data.delete_first_file()
             deleted += 1
             log.info("deleted expired data segment %s", first.path)
         if deleted:
             self._revise_before_begin()
-            self._write_checkpoint(self.ledger_end_index if self._checkpoint is None
-                                   else self._checkpoint.end_index)
+            self.flusher.write_checkpoint(st.ledger_end_index if st.checkpoint is None
+                                          else st.checkpoint.end_index)
         return deleted
 
     def _revise_before_begin(self) -> None:
         """Set the begin index from the first data record and blank the index before it."""
-        self.data_list.check_first_file_all_blank()
-        if not self.data_list.files:
+        st = self.state
+        data, idx = st.data_list, st.index_list
+        data.check_first_file_all_blank()
+        if not data.files:
             return
-        first = first_index_in(self.data_list.files[0])
+        first = first_index_in(data.files[0])
         if first is None:
             return
-        if first - 1 != self.ledger_before_begin_index:
-            self.ledger_before_begin_index = first - 1
-            if self.ledger_before_begin_index >= 0 and self.ledger_end_index >= first - 1:
-                self.ledger_before_begin_term = self._before_begin_term_hint(first - 1)
-        if not self.read_only and self.index_list.files and \
-                self.index_list.min_offset() < first * INDEX_UNIT_SIZE <= self.index_list.max_wrote_position():
-            self.index_list.reset_offset(first * INDEX_UNIT_SIZE)
+        if first - 1 != st.ledger_before_begin_index:
+            st.ledger_before_begin_index = first - 1
+            if st.ledger_before_begin_index >= 0 and st.ledger_end_index >= first - 1:
+                st.ledger_before_begin_term = self._before_begin_term_hint(first - 1)
+        if not st.read_only and idx.files and \
+                idx.min_offset() < first * INDEX_UNIT_SIZE <= idx.max_wrote_position():
+            idx.reset_offset(first * INDEX_UNIT_SIZE)
 
     def _before_begin_term_hint(self, before_begin: int) -> int:
         """Term of the before-begin index: from its index unit if still there, else the checkpoint."""
-        unit = read_index_unit(self.index_list, before_begin)
+        st = self.state
+        unit = read_index_unit(st.index_list, before_begin)
         if unit is not None and unit.index == before_begin:
             return unit.term
-        cp = self._checkpoint
+        cp = st.checkpoint
         if cp is not None and cp.before_begin_index == before_begin:
             return cp.before_begin_term
         return -1

@@ -99,7 +99,7 @@ LOCAL_IO = StoreIO()
 def writes_to_disk(what: str):
     """Decorate a write entry point of the file store (see the module docstring): ``what``
     names it in the failure (``"<what> failed: <the OSError>"``). The store supplies
-    ``_check_not_failed`` and ``_fail`` (``flusher.Flusher``)."""
+    ``failed``, ``_check_not_failed`` and ``_fail`` (views of ``state.StoreState``)."""
 
     def gate(method):
         @functools.wraps(method)
