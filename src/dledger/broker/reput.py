@@ -59,6 +59,8 @@ class ReputService:
         os.makedirs(root, exist_ok=True)
         self._cq_kwargs = {} if units_per_file is None else {"units_per_file": units_per_file}
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        #: topic -> its highest queue id with a consume queue, plus one (read from any thread)
+        self.topic_queues: dict[str, int] = {}
         self.index = IndexService(root, undo=False, **(index_options or {}))
         self.problems: list[str] = []
         #: ``listener(physical_offset, store_timestamp)`` after each message is dispatched (off: None)
@@ -116,6 +118,8 @@ class ReputService:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
             cq = self.queues[(topic, queue_id)] = ConsumeQueue(self.root, topic, queue_id, **self._cq_kwargs)
+            if queue_id >= self.topic_queues.get(topic, 0):
+                self.topic_queues[topic] = queue_id + 1
         return cq
 
     def find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:

@@ -31,15 +31,11 @@ def queue_count(log, topic: str, default_queues: int = DEFAULT_QUEUES) -> int:
     plus one when that is more. An invalid topic has none."""
     if not isinstance(topic, str) or topic_problem(topic):
         return 0
-
-    def highest() -> int:
-        ids = [q for (t, q) in log.reput.queues if t == topic]
-        return max(ids) + 1 if ids else 0
-
-    return max(default_queues, log._on_runtime(highest))
+    # one dict read (the reput service keeps the count per topic): no hop to the runtime
+    return max(default_queues, log.reput.topic_queues.get(topic, 0))
 
 
 def known_topics(log) -> list[str]:
     """The topics with dispatched messages on this replica, system topics left out, sorted."""
-    topics = log._on_runtime(lambda: {t for (t, _q) in log.reput.queues})
+    topics = tuple(log.reput.topic_queues)      # a copy made under the GIL, from any thread
     return sorted(t for t in topics if not is_system_topic(t))

@@ -53,9 +53,9 @@ async def request(address: str, cmd: RemotingCommand, timeout: float = TIMEOUT_S
     return await asyncio.wait_for(exchange(), timeout)
 
 
-def registration_body(commit_log, default_queues: int) -> bytes:
+def registration_body(commit_log, default_queues: int, topics: list[str] | None = None) -> bytes:
     table = {}
-    for topic in known_topics(commit_log):
+    for topic in known_topics(commit_log) if topics is None else topics:
         n = queue_count(commit_log, topic, default_queues)
         table[topic] = {"topicName": topic, "readQueueNums": n, "writeQueueNums": n, "perm": PERM_READ_WRITE}
     return json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table},
@@ -63,7 +63,9 @@ def registration_body(commit_log, default_queues: int) -> bytes:
 
 
 class Registrar:
-    """Registers with every name server every ``interval`` s, and at once when ``kick()``ed."""
+    """Registers with every name server every ``interval`` s, and at once when ``kick()``ed
+    (a role change) or when a send creates a topic the name servers were not told of
+    (``new_topic``, as RocketMQ's broker registers at once when it creates a topic)."""
 
     def __init__(self, ctx, namesrvs: list[str], interval: float = INTERVAL_S) -> None:
         self.ctx = ctx
@@ -72,9 +74,16 @@ class Registrar:
         self._kick = asyncio.Event()
         self._opaque = 0
         self.registered: dict[str, int] = {}       # name server -> the broker id it last took
+        #: the topics the last registration named
+        self.announced: frozenset[str] = frozenset()
 
     def kick(self) -> None:
         self._kick.set()
+
+    def new_topic(self, topic: str) -> None:
+        """A send to ``topic`` was stored: register at once if the name servers do not know it."""
+        if topic not in self.announced:
+            self._kick.set()
 
     async def run(self) -> None:
         retry = RETRY_S
@@ -91,9 +100,11 @@ class Registrar:
         """Register with every name server; whether all of them took it."""
         ctx = self.ctx
         try:
-            body = await ctx.blocking(registration_body, ctx.log, ctx.default_queues)
+            topics = known_topics(ctx.log)
+            body = await ctx.blocking(registration_body, ctx.log, ctx.default_queues, topics)
         except Exception:                       # noqa: BLE001 - the store is closing
             return False
+        self.announced = frozenset(topics)
         broker_id = ctx.addresses.broker_id()
         ok = True
         for address in self.namesrvs:

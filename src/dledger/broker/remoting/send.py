@@ -140,6 +140,7 @@ async def handle_send(ctx, cmd, peer: str):
         bad = next((r for r in results if not r.ok), None)
         if bad is not None:
             return refusal(cmd, bad)
+        _announce(ctx, topic)
         return cmd.reply(codes.SUCCESS, None, {"msgId": ",".join(r.msg_id for r in results), "queueId": queue_id,
                                                "queueOffset": results[0].queue_offset})
     body = inflate(cmd.body, limit) if sys_flag & COMPRESSED_FLAG else cmd.body
@@ -149,7 +150,14 @@ async def handle_send(ctx, cmd, peer: str):
         return _timeout(ctx, cmd)
     if not r.ok:
         return refusal(cmd, r)
+    _announce(ctx, topic)
     return cmd.reply(codes.SUCCESS, None, {"msgId": r.msg_id, "queueId": queue_id, "queueOffset": r.queue_offset})
+
+
+def _announce(ctx, topic: str) -> None:
+    """A message of ``topic`` was stored: tell the name servers of a topic new to them."""
+    if ctx.registrar is not None:
+        ctx.registrar.new_topic(topic)
 
 
 def refusal(cmd, r):

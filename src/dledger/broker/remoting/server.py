@@ -54,6 +54,8 @@ class RemotingContext:
         self.holds = PullHolds(commit_log, self.blocking)
         cfg = commit_log.server.config
         self.addresses = BrokerAddresses(commit_log, cfg.self_id, address, list(cfg.peer_map))
+        #: the registrations with the name servers (None: no name server given)
+        self.registrar = None
         self._rr = itertools.count()
 
     def blocking(self, fn, *args):
@@ -149,6 +151,7 @@ class RemotingServer:
         if self.namesrvs:
             self.registrar = Registrar(self.ctx, self.namesrvs, *(() if self.register_interval is None
                                                                   else (self.register_interval,)))
+            self.ctx.registrar = self.registrar
             self._tasks.append(asyncio.ensure_future(self.registrar.run()))
         self._tasks.append(asyncio.ensure_future(self._watch_role()))
 
