@@ -6,7 +6,8 @@ imports the project only for ``own``; it prints JSON lines on stdout.
         warms up (one send retried until it is taken: the route is known), prints
         {"ready": warm-up sends}, waits for a line on stdin, then each of THREADS threads sends
         COUNT messages of SIZE bytes with the client's blocking send (at RATE messages/s per
-        thread when given) and prints {"ok", "failed", "start", "end", "lat_ms": [...]}
+        thread when given) and prints {"ok", "failed", "start", "end", "cpu_s" (this process's
+        CPU time over the sending), "lat_ms": [...]}
     _protocol_client.py consume PROTOCOL ADDRESS TOPIC GROUP EXPECT
         reads the topic until EXPECT messages came (acked for grpc) or 60 s pass without a new
         one: {"got", "start" (the first message), "end"}
@@ -16,12 +17,18 @@ or ``grpc`` (ADDRESS: one broker's gRPC endpoint).
 """
 
 import json
+import resource
 import sys
 import threading
 import time
 
 QUEUES = 4
 IDLE_S = 60.0
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def out(obj) -> None:
@@ -100,6 +107,7 @@ def produce(protocol, address, topic, size, count, threads, rate=None):
         time.sleep(0.2)
     out({"ready": warm, "warm_ok": 1})
     sys.stdin.readline()
+    cpu0 = cpu_seconds()
     lat, counts, lock = [], [0, 0], threading.Lock()
     interval = 1.0 / float(rate) if rate else 0.0
 
@@ -130,8 +138,10 @@ def produce(protocol, address, topic, size, count, threads, rate=None):
     for w in workers:
         w.join()
     end = time.time()
+    cpu = cpu_seconds() - cpu0
     client.shutdown()
-    out({"ok": counts[0], "failed": counts[1], "start": start, "end": end, "lat_ms": [round(x, 3) for x in lat]})
+    out({"ok": counts[0], "failed": counts[1], "start": start, "end": end, "cpu_s": cpu,
+         "lat_ms": [round(x, 3) for x in lat]})
 
 
 def consume(protocol, address, topic, group, expect):

@@ -20,7 +20,9 @@ for ``own``. For each protocol and body size (128 B, 1 KiB) it prints:
 - consume: one process reading back what the send step wrote (BrokerClient ``pull`` over the
   4 queues for own, a ``PullConsumer`` for remoting, a ``SimpleConsumer`` receive + ack for
   gRPC); messages/s from the first message to the last;
-- the ratio of each rate to ``own``'s of the same body size.
+- the ratio of each rate to ``own``'s of the same body size;
+- the CPU time per message of the send step: the three brokers together (``/proc``) and the
+  producer processes together (their own ``getrusage``): the clients share the machine.
 
 The load average is printed before and after: compare figures only within one run.
 """
@@ -105,6 +107,18 @@ class Group:
     def address(self, protocol: str) -> str:
         return {"own": self.brokers, "remoting": self.namesrv, "grpc": f"127.0.0.1:{self.grpc['n0']}"}[protocol]
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, all threads) the three brokers have used so far (``/proc``)."""
+        total = 0.0
+        for i in IDS:
+            try:
+                with open(f"/proc/{self.procs[i].pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                return float("nan")
+        return total
+
     def stop(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
@@ -144,6 +158,7 @@ def produce(group: Group, protocol: str, topic: str, size: int, processes: int, 
             if not line.startswith("{"):
                 raise SystemExit(f"{protocol} producer did not start: {p.stderr.read()[-2000:]}")
             warm += json.loads(line)["warm_ok"]
+        cpu0 = group.cpu_seconds()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -154,6 +169,7 @@ def produce(group: Group, protocol: str, topic: str, size: int, processes: int, 
                 raise SystemExit(f"{protocol} producer failed: {p.stderr.read()[-2000:]}")
             results.append(json.loads(line))
             p.wait(60)
+        brokers_cpu = group.cpu_seconds() - cpu0
     finally:
         for p in procs:
             if p.poll() is None:
@@ -163,7 +179,8 @@ def produce(group: Group, protocol: str, topic: str, size: int, processes: int, 
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
     lat = [x for r in results for x in r["lat_ms"]]
     return {"ok": ok, "failed": sum(r["failed"] for r in results), "rate": ok / seconds, "p50": pct(lat, 0.5),
-            "p99": pct(lat, 0.99), "stored": ok + warm}
+            "p99": pct(lat, 0.99), "stored": ok + warm, "broker_us": brokers_cpu / max(1, ok) * 1e6,
+            "client_us": sum(r["cpu_s"] for r in results) / max(1, ok) * 1e6}
 
 
 def consume(group: Group, protocol: str, topic: str, expect: int) -> dict:
@@ -210,6 +227,7 @@ def table(rows: list[dict]) -> list[list]:
     return [[r["protocol"], f"{r['size']} B", f"{r['send']['rate']:,.0f}", ratio(r, "send"),
              f"{r['send']['p50']:.1f}", f"{r['send']['p99']:.1f}", f"{r['fixed']['p50']:.1f}",
              f"{r['fixed']['p99']:.1f}", f"{r['consume']['rate']:,.0f}", ratio(r, "consume"),
+             f"{r['send']['broker_us']:.0f}", f"{r['send']['client_us']:.0f}",
              f"{r['send']['failed'] + r['fixed']['failed']}", f"{r['consume']['got']}/{r['send']['stored']}"]
             for r in rows]
 
@@ -235,9 +253,12 @@ def main(argv=None) -> None:
     ap.add_argument("--processes", type=positive(int), default=4, help="producer processes (default 4)")
     ap.add_argument("--threads", type=positive(int), default=2, help="sending threads per process (default 2)")
     ap.add_argument("--messages", type=positive(int), default=1000, help="messages per thread (default 1000)")
-    ap.add_argument("--rate", type=positive(float), default=200.0, help="messages/s of the fixed-rate step (default 200)")
-    ap.add_argument("--rate-seconds", type=positive(float), default=5.0, help="seconds of the fixed-rate step (default 5)")
-    ap.add_argument("--quick", action="store_true", help="a short run: 2 processes x 2 threads x 100 messages, 2 s at the rate")
+    ap.add_argument("--rate", type=positive(float), default=200.0,
+                    help="messages/s of the fixed-rate step (default 200)")
+    ap.add_argument("--rate-seconds", type=positive(float), default=5.0,
+                    help="seconds of the fixed-rate step (default 5)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a short run: 2 processes x 2 threads x 100 messages, 2 s at the rate")
     args = ap.parse_args(argv)
     if args.quick:
         args.processes, args.threads, args.messages, args.rate_seconds = 2, 2, 100, 2.0
@@ -247,9 +268,11 @@ def main(argv=None) -> None:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_table(f"3 broker processes, real clients: {args.processes} processes x {args.threads} threads x "
                 f"{args.messages} messages (send), one thread at {args.rate:g}/s for {args.rate_seconds:g} s "
-                f"(fixed rate), one consumer; rates in messages/s, latencies in ms",
+                f"(fixed rate), one consumer; rates in messages/s, latencies in ms, CPU in us per message sent "
+                f"(the send step; brokers: the three together)",
                 ["protocol", "body", "send/s", "vs own", "send p50", "send p99", f"p50 @{args.rate:g}/s",
-                 f"p99 @{args.rate:g}/s", "consume/s", "vs own", "not OK", "consumed"], table(rows))
+                 f"p99 @{args.rate:g}/s", "consume/s", "vs own", "CPU brokers", "CPU clients", "not OK", "consumed"],
+                table(rows))
 
 
 if __name__ == "__main__":
