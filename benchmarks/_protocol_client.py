@@ -7,7 +7,7 @@ imports the project only for ``own``; it prints JSON lines on stdout.
         {"ready": warm-up sends}, waits for a line on stdin, then each of THREADS threads sends
         COUNT messages of SIZE bytes with the client's blocking send (at RATE messages/s per
         thread when given) and prints {"ok", "failed", "start", "end", "cpu_s" (this process's
-        CPU time over the sending), "lat_ms": [...]}
+        CPU time over the sending), "errors" (the first reasons a send failed), "lat_ms": [...]}
     _protocol_client.py consume PROTOCOL ADDRESS TOPIC GROUP EXPECT
         reads the topic until EXPECT messages came (acked for grpc) or 60 s pass without a new
         one: {"got", "start" (the first message), "end"}
@@ -108,7 +108,7 @@ def produce(protocol, address, topic, size, count, threads, rate=None):
     out({"ready": warm, "warm_ok": 1})
     sys.stdin.readline()
     cpu0 = cpu_seconds()
-    lat, counts, lock = [], [0, 0], threading.Lock()
+    lat, counts, lock, errors = [], [0, 0], threading.Lock(), []
     interval = 1.0 / float(rate) if rate else 0.0
 
     def worker(t):
@@ -122,8 +122,11 @@ def produce(protocol, address, topic, size, count, threads, rate=None):
             s = time.perf_counter()
             try:
                 good = client.send(body, t * int(count) + k)
-            except Exception:                     # noqa: BLE001 - counted as not sent
-                good = False
+                error = None if good else "answered, not OK"
+            except Exception as exc:              # noqa: BLE001 - counted as not sent, the first reasons kept
+                good, error = False, str(exc).strip().splitlines()[0][:200] if str(exc).strip() else repr(exc)
+            if error and len(errors) < 3:
+                errors.append(error)
             mine.append((time.perf_counter() - s) * 1000)
             ok, failed = ok + good, failed + (not good)
         with lock:
@@ -140,7 +143,7 @@ def produce(protocol, address, topic, size, count, threads, rate=None):
     end = time.time()
     cpu = cpu_seconds() - cpu0
     client.shutdown()
-    out({"ok": counts[0], "failed": counts[1], "start": start, "end": end, "cpu_s": cpu,
+    out({"ok": counts[0], "failed": counts[1], "start": start, "end": end, "cpu_s": cpu, "errors": errors,
          "lat_ms": [round(x, 3) for x in lat]})
 
 

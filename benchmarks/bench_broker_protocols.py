@@ -176,6 +176,8 @@ def produce(group: Group, protocol: str, topic: str, size: int, processes: int, 
                 p.kill()
                 p.wait()
     ok = sum(r["ok"] for r in results)
+    for reason in sorted({e for r in results for e in r["errors"]}):
+        print(f"  {protocol} {size} B: a send failed: {reason}", file=sys.stderr)
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
     lat = [x for r in results for x in r["lat_ms"]]
     return {"ok": ok, "failed": sum(r["failed"] for r in results), "rate": ok / seconds, "p50": pct(lat, 0.5),
