@@ -21,6 +21,10 @@ transport), ``put_message_async`` from K threads each keeping W puts in flight a
 row; every replica's dispatch shares the one interpreter. ``--no-dispatch`` leaves the reput
 services idle there, to measure the put path alone. Messages go to 4 topics x 4 queues with a
 tag and a key each.
+
+The broker per client protocol (the project's msgpack wire, RocketMQ remoting, gRPC v2, with
+the real clients) is ``bench_broker_protocols.py``: a file of its own, as this one measures the
+store without a client protocol in front of it.
 """
 
 from __future__ import annotations
