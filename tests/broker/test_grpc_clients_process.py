@@ -4,7 +4,9 @@ processes over TCP: the client is given one endpoint (not the master's) and foll
 to the master. A Producer sends; a SimpleConsumer receives and acks every message; a message
 received and not acked comes back after its invisible duration with delivery attempt 2; a
 PushConsumer consumes everything. Then the master is killed: a new master redelivers only the
-messages that were not acknowledged."""
+messages that were not acknowledged. And the master is SIGKILLed while the real Producer sends
+and a real SimpleConsumer receives and acks: the producer resumes, nothing answered SEND_OK is
+lost, the duplicates are counted, and the killed node restarts and catches up."""
 
 import collections
 import json
@@ -208,8 +210,9 @@ def test_after_a_master_failover_only_unacknowledged_messages_are_delivered_agai
         stop(procs)
 
 
-FAILOVER_MESSAGES = 120
-FAILOVER_KILL_AT = 40
+FAILOVER_MESSAGES = 400
+KILL_AFTER_S = 14               # past the client's first route refresh (10 s after its start): the
+                                # failover then waits for a periodic one, as in a client running long
 ROUTE_REFRESH_S = 30            # the client asks for its routes again every 30 s
 RESUME_BOUND_S = ROUTE_REFRESH_S + 15   # plus the election, a send's attempts and the loaded machine
 
@@ -245,12 +248,13 @@ def _queue_bodies(port, topic, queues=4):
 
 def test_a_master_kill_under_the_real_5x_producer_and_simple_consumer(tmp_path):
     """The issue's failover on gRPC v2: the real 5.x Producer sends in a loop (sending again what
-    raised) and a SimpleConsumer receives and acks concurrently, both given every endpoint; the
-    master is SIGKILLed mid-stream. The producer resumes through the new master once its route is
-    refreshed (within RESUME_BOUND_S); every message answered SEND_OK is consumed at least once; a
-    message id is delivered again only after an ack of it failed (the acks that the old master
-    answered went through the log), and a body is stored twice only when its send was repeated;
-    the killed node restarts on its own store and catches up with the new master."""
+    raised; at most 20 messages/s) and a SimpleConsumer receives and acks concurrently, both
+    given every endpoint; the master is SIGKILLed KILL_AFTER_S into the sending. The producer
+    resumes through the new master once its route is refreshed (within RESUME_BOUND_S); every
+    message answered SEND_OK is consumed at least once; a message id is delivered again only
+    after an ack of it failed (the acks that the old master answered went through the log), and
+    a body is stored twice only when its send was repeated; the killed node restarts on its own
+    store and catches up with the new master."""
     (tmp_path / "home").mkdir()
     brokers = {}
     procs, ports = start(tmp_path, brokers)
@@ -269,6 +273,7 @@ def test_a_master_kill_under_the_real_5x_producer_and_simple_consumer(tmp_path):
                                      str(FAILOVER_MESSAGES), "120"], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         killed_at = resumed_at = None
+        started = time.monotonic()
         for line in producer.stdout:
             event = json.loads(line)
             if "sent" not in event:
@@ -276,12 +281,14 @@ def test_a_master_kill_under_the_real_5x_producer_and_simple_consumer(tmp_path):
             sent.append(event)
             if killed_at is not None and resumed_at is None and event["status"] == 0:
                 resumed_at = time.monotonic()
-            if len(sent) == FAILOVER_KILL_AT:
+            if killed_at is None and time.monotonic() - started >= KILL_AFTER_S:
                 procs[dead].send_signal(signal.SIGKILL)
                 killed_at = time.monotonic()
+                kill_at = len(sent)
         assert producer.wait(60) == 0, producer.stderr.read().decode()[-3000:]
         ok = [s for s in sent if s["status"] == 0]
         assert len(ok) == FAILOVER_MESSAGES, [s for s in sent if s["status"] != 0][:3]
+        assert killed_at is not None and kill_at < FAILOVER_MESSAGES, "the producer ended before the kill"
         resume_s = resumed_at - killed_at
         assert resume_s <= RESUME_BOUND_S, resume_s
         survivor = next(p for i, p in ports.items() if i != dead)
@@ -303,7 +310,7 @@ def test_a_master_kill_under_the_real_5x_producer_and_simple_consumer(tmp_path):
         stored_twice = len(ids) - len(bodies)
         assert stored_twice <= resent, (stored_twice, resent)
         duplicates = len(received) - len(bodies)
-        print(f"\nmaster {dead} killed at message {FAILOVER_KILL_AT}, new master {new}; the producer's next "
+        print(f"\nmaster {dead} killed at message {kill_at}, new master {new}; the producer's next "
               f"SEND_OK {resume_s:.1f} s later; {len(ok)} SEND_OK, {resent} sends repeated, {len(received)} "
               f"received, {duplicates} duplicates ({sum(ids.values()) - len(ids)} deliveries again, "
               f"{sum(failed_acks.values())} acks failed; {stored_twice} bodies stored twice)")
