@@ -4,19 +4,24 @@ processes over TCP: the client is given one endpoint (not the master's) and foll
 to the master. A Producer sends; a SimpleConsumer receives and acks every message; a message
 received and not acked comes back after its invisible duration with delivery attempt 2; a
 PushConsumer consumes everything. Then the master is killed: a new master redelivers only the
-messages that were not acknowledged."""
+messages that were not acknowledged. And the master is SIGKILLed while the real Producer sends
+and a real SimpleConsumer receives and acks: the producer resumes, nothing answered SEND_OK is
+lost, the duplicates are counted, and the killed node restarts and catches up."""
 
+import collections
 import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
 import pytest
 
+from dledger.broker.client import BrokerClient, BrokerUnavailable
 from dledger.broker.grpc_v2.rocketmq_v2 import definition_pb2 as pb
 from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2 as spb
 from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2_grpc
@@ -33,22 +38,32 @@ bootstrap = true
 """
 
 
-def start(tmp_path):
-    ports = free_ports(2 * len(IDS))
+def start(tmp_path, brokers=None):
+    """Three brokers; their processes and gRPC ports (``brokers``, a dict, gets each node's
+    argv and mini-broker port, for a restart and for reading a replica's queues)."""
+    ports = free_ports(3 * len(IDS))
     peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(IDS, ports))
-    grpc_ports = dict(zip(IDS, ports[len(IDS):]))
+    grpc_ports = dict(zip(IDS, ports[len(IDS):2 * len(IDS)]))
+    broker_ports = dict(zip(IDS, ports[2 * len(IDS):]))
     endpoints = ";".join(f"{i}-127.0.0.1:{p}" for i, p in grpc_ports.items())
     config = tmp_path / "broker.toml"
     config.write_text(CONFIG)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     procs = {}
     for i in IDS:
-        with open(tmp_path / f"{i}.log", "wb") as out:
-            procs[i] = subprocess.Popen(
-                [sys.executable, "-m", "dledger.cli", "broker", "--config", str(config), "--group", "gb", "--id", i,
-                 "--peers", peers, "--broker-port", str(free_ports(1)[0]), "--grpc-endpoints", endpoints,
-                 "--store-dir", str(tmp_path), "--log-level", "WARNING"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        argv = [sys.executable, "-m", "dledger.cli", "broker", "--config", str(config), "--group", "gb", "--id", i,
+                "--peers", peers, "--broker-port", str(broker_ports[i]), "--grpc-endpoints", endpoints,
+                "--store-dir", str(tmp_path), "--log-level", "WARNING"]
+        procs[i] = spawn(tmp_path, i, argv)
+        if brokers is not None:
+            brokers[i] = (argv, broker_ports[i])
     return procs, grpc_ports
+
+
+def spawn(tmp_path, node, argv):
+    """One broker process, its output appended to ``<node>.log``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with open(tmp_path / f"{node}.log", "ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop(procs):
@@ -192,4 +207,128 @@ def test_after_a_master_failover_only_unacknowledged_messages_are_delivered_agai
         assert _stub_receive(new_master, "G", "F", invisible_s=30, poll_s=5) == (pb.MESSAGE_NOT_FOUND, [])
         assert all(_stub_ack(new_master, "G", "F", m) == pb.OK for m in again)
     finally:
+        stop(procs)
+
+
+FAILOVER_MESSAGES = 400
+KILL_AFTER_S = 14               # past the client's first route refresh (10 s after its start): the
+                                # failover then waits for a periodic one, as in a client running long
+ROUTE_REFRESH_S = 30            # the client asks for its routes again every 30 s
+RESUME_BOUND_S = ROUTE_REFRESH_S + 15   # plus the election, a send's attempts and the loaded machine
+
+
+def _lines(proc, into):
+    """Reads a client's JSON lines into ``into`` as they come (a thread: the pipe never fills)."""
+    def run():
+        for line in proc.stdout:
+            if line.startswith(b"{"):
+                into.append(json.loads(line))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _queue_bodies(port, topic, queues=4):
+    """Every body in ``topic``'s queues on one broker (its mini-broker port), or None while it
+    does not answer."""
+    bodies = []
+    try:
+        with BrokerClient(f"x-127.0.0.1:{port}", timeout=5, send_deadline=5) as c:
+            for q in range(queues):
+                offset = 0
+                while True:
+                    got, offset = c.pull(topic, q, offset)
+                    if not got:
+                        break
+                    bodies += [m.body.decode() for m in got]
+    except BrokerUnavailable:
+        return None
+    return collections.Counter(bodies)
+
+
+def test_a_master_kill_under_the_real_5x_producer_and_simple_consumer(tmp_path):
+    """The issue's failover on gRPC v2: the real 5.x Producer sends in a loop (sending again what
+    raised; at most 20 messages/s) and a SimpleConsumer receives and acks concurrently, both
+    given every endpoint; the master is SIGKILLed KILL_AFTER_S into the sending. The producer
+    resumes through the new master once its route is refreshed (within RESUME_BOUND_S); every
+    message answered SEND_OK is consumed at least once; a message id is delivered again only
+    after an ack of it failed (the acks that the old master answered went through the log), and
+    a body is stored twice only when its send was repeated; the killed node restarts on its own
+    store and catches up with the new master."""
+    (tmp_path / "home").mkdir()
+    brokers = {}
+    procs, ports = start(tmp_path, brokers)
+    python, env = client_python("grpc"), client_env(tmp_path / "home")
+    consumer = producer = None
+    try:
+        master = master_port(ports["n0"])
+        dead = next(i for i, p in ports.items() if p == master)
+        endpoints = ";".join(f"127.0.0.1:{p}" for p in ports.values())
+        consumed, sent = [], []
+        consumer = subprocess.Popen([python, str(SCRIPT), "consume-acking", endpoints, "FO", "G-fo",
+                                     str(FAILOVER_MESSAGES), "10", "40"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reader = _lines(consumer, consumed)
+        producer = subprocess.Popen([python, str(SCRIPT), "produce-retrying", endpoints, "FO",
+                                     str(FAILOVER_MESSAGES), "120"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        killed_at = resumed_at = None
+        started = time.monotonic()
+        for line in producer.stdout:
+            event = json.loads(line)
+            if "sent" not in event:
+                continue
+            sent.append(event)
+            if killed_at is not None and resumed_at is None and event["status"] == 0:
+                resumed_at = time.monotonic()
+            if killed_at is None and time.monotonic() - started >= KILL_AFTER_S:
+                procs[dead].send_signal(signal.SIGKILL)
+                killed_at = time.monotonic()
+                kill_at = len(sent)
+        assert producer.wait(60) == 0, producer.stderr.read().decode()[-3000:]
+        ok = [s for s in sent if s["status"] == 0]
+        assert len(ok) == FAILOVER_MESSAGES, [s for s in sent if s["status"] != 0][:3]
+        assert killed_at is not None and kill_at < FAILOVER_MESSAGES, "the producer ended before the kill"
+        resume_s = resumed_at - killed_at
+        assert resume_s <= RESUME_BOUND_S, resume_s
+        survivor = next(p for i, p in ports.items() if i != dead)
+        new_master = master_port(survivor, deadline_s=60, not_port=master)
+        new = next(i for i, p in ports.items() if p == new_master)
+
+        assert consumer.wait(400) == 0, consumer.stderr.read().decode()[-3000:]
+        reader.join(10)
+        assert consumed and consumed[-1].get("done") is not None, consumer.stderr.read().decode()[-3000:]
+        received = [e for e in consumed if "received" in e]
+        ids = collections.Counter(e["message_id"] for e in received)
+        missing = [s for s in ok if s["message_id"] not in ids]
+        assert not missing, (len(missing), missing[:3])
+        failed_acks = collections.Counter(e["acked"] for e in consumed if e.get("acked") and e["ok"] is False)
+        assert all(n <= 1 + failed_acks[i] for i, n in ids.items()), \
+            [(i, n, failed_acks[i]) for i, n in ids.items() if n > 1 + failed_acks[i]]
+        bodies = collections.Counter(e["received"] for e in received)
+        resent = sum(s["attempts"] - 1 for s in ok)
+        stored_twice = len(ids) - len(bodies)
+        assert stored_twice <= resent, (stored_twice, resent)
+        duplicates = len(received) - len(bodies)
+        print(f"\nmaster {dead} killed at message {kill_at}, new master {new}; the producer's next "
+              f"SEND_OK {resume_s:.1f} s later; {len(ok)} SEND_OK, {resent} sends repeated, {len(received)} "
+              f"received, {duplicates} duplicates ({sum(ids.values()) - len(ids)} deliveries again, "
+              f"{sum(failed_acks.values())} acks failed; {stored_twice} bodies stored twice)")
+
+        # the killed node restarts on its own store and catches up with the new master
+        held = _queue_bodies(brokers[new][1], "FO")
+        assert held is not None and set(held) >= {f"failover-{i}" for i in range(FAILOVER_MESSAGES)}
+        restarted_at = time.monotonic()
+        procs[dead] = spawn(tmp_path, dead, brokers[dead][0])
+        deadline = restarted_at + 90
+        while (caught := _queue_bodies(brokers[dead][1], "FO")) != held:
+            assert time.monotonic() < deadline, (dead, caught and sum(caught.values()), sum(held.values()))
+            time.sleep(0.5)
+        print(f"{dead} restarted and caught up ({sum(held.values())} messages) in "
+              f"{time.monotonic() - restarted_at:.1f} s")
+    finally:
+        for p in (consumer, producer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
         stop(procs)

@@ -7,7 +7,16 @@ run by the tests with the client's own virtualenv (``client_venvs.client_python(
     python grpc_v2_client.py push ENDPOINT TOPIC GROUP N      -> {"consumed": [body, ...]}
 
 It prints one JSON line and exits 0, or exits 1 with the reason on stderr; every wait is
-bounded (DEADLINE_S).
+bounded (DEADLINE_S). Two modes for the failover test print one JSON line per event instead (the
+test reads them as they come), ending with {"done": ...}:
+
+    python grpc_v2_client.py produce-retrying ENDPOINTS TOPIC N SECONDS
+        -> {"sent": i, "status": 0, "message_id", "attempts", "at"} per message (a send that raised
+           is sent again as a new message until it is answered or SECONDS pass: "status": -1)
+    python grpc_v2_client.py consume-acking ENDPOINTS TOPIC GROUP N INVISIBLE_S GRACE_S
+        -> {"received": body, "message_id", "attempt", "at"} and {"acked": message_id, "ok", "at"};
+           ends once bodies 0..N-1 are acked and every message whose ack failed was received and
+           acked again, or GRACE_S after the last body was acked
 """
 
 import json
@@ -107,8 +116,74 @@ def push(endpoint, topic, group, n):
     return {"consumed": consumed}
 
 
+def event(obj):
+    print(json.dumps({**obj, "at": time.time()}), flush=True)
+
+
+def produce_retrying(endpoints, topic, n, seconds):
+    producer = Producer(config(endpoints), (topic,))
+    producer.startup()
+    try:
+        for i in range(int(n)):
+            deadline, attempts = time.monotonic() + float(seconds), 0
+            while True:
+                attempts += 1
+                m = Message()
+                m.topic = topic
+                m.body = f"failover-{i}".encode()
+                try:
+                    receipt = producer.send(m)      # the client's own 3 attempts, then it raises
+                except Exception as exc:            # the master is gone until the route is refreshed
+                    if time.monotonic() > deadline:
+                        event({"sent": i, "status": -1, "error": str(exc)[:200], "attempts": attempts})
+                        break
+                    time.sleep(0.2)
+                    continue
+                event({"sent": i, "status": 0, "message_id": receipt.message_id, "attempts": attempts})
+                break
+            time.sleep(0.05)                        # at most 20 messages/s
+    finally:
+        producer.shutdown()
+    return {"done": int(n)}
+
+
+def consume_acking(endpoints, topic, group, n, invisible_s, grace_s):
+    consumer = SimpleConsumer(config(endpoints), group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    wanted = {f"failover-{i}" for i in range(int(n))}
+    acked_bodies, unsettled, all_acked_at = set(), set(), None
+    deadline = time.monotonic() + DEADLINE_S * 5
+    try:
+        while time.monotonic() < deadline:
+            if all_acked_at is None and wanted <= acked_bodies:
+                all_acked_at = time.monotonic()
+            if all_acked_at is not None and (not unsettled or time.monotonic() - all_acked_at > float(grace_s)):
+                break
+            try:
+                got = consumer.receive(16, int(invisible_s)) or []
+            except Exception:                        # the master is gone until the route is refreshed
+                time.sleep(0.2)
+                continue
+            for m in got:
+                body = m.body.decode()
+                event({"received": body, "message_id": m.message_id, "attempt": m.delivery_attempt})
+                try:
+                    consumer.ack(m)
+                except Exception:
+                    unsettled.add(m.message_id)
+                    event({"acked": m.message_id, "ok": False})
+                else:
+                    unsettled.discard(m.message_id)
+                    acked_bodies.add(body)
+                    event({"acked": m.message_id, "ok": True})
+    finally:
+        consumer.shutdown()
+    return {"done": len(acked_bodies & wanted), "unsettled": sorted(unsettled)}
+
+
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
-    result = {"produce": produce, "simple": simple, "redeliver": redeliver, "push": push}[mode](*rest)
+    result = {"produce": produce, "simple": simple, "redeliver": redeliver, "push": push,
+              "produce-retrying": produce_retrying, "consume-acking": consume_acking}[mode](*rest)
     print(json.dumps(result), flush=True)
     sys.exit(0)

@@ -27,7 +27,7 @@ def seen(msg) -> dict:
             "body": msg.body.decode("latin-1") if isinstance(msg.body, bytes) else msg.body,
             "queue_id": msg.queue_id, "queue_offset": msg.queue_offset, "id": msg.id,
             "color": (msg.get_property("color") or b"").decode() if isinstance(msg.get_property("color"), bytes)
-            else msg.get_property("color")}
+            else msg.get_property("color"), "at": time.time()}
 
 
 def produce(namesrv: str, count: int, topics: list[str]) -> None:
@@ -66,7 +66,8 @@ def produce_retrying(namesrv: str, count: int, topic: str, seconds: float) -> No
                 try:
                     r = producer.send_sync(msg)
                     if int(r.status) == 0:
-                        out({"sent": i, "status": 0, "msg_id": r.msg_id, "attempts": attempts, "body": f"failover {i}"})
+                        out({"sent": i, "status": 0, "msg_id": r.msg_id, "offset": r.offset, "attempts": attempts,
+                             "body": f"failover {i}"})
                         break
                 except Exception as exc:            # the master is gone: the route is refreshed in time
                     error = str(exc).splitlines()[0][:200]

@@ -7,10 +7,12 @@ import json
 import os
 import pathlib
 import signal
+import struct
 import subprocess
 import sys
 import time
 
+from dledger.broker import decode
 from dledger.broker.remoting import codes
 from dledger.transport.loopback import free_ports
 
@@ -86,6 +88,39 @@ class Cluster:
                 assert time.monotonic() < deadline, f"{node} dispatched {held}, not {counts}"
                 time.sleep(0.05)
 
+    def queue_ends(self, node: str, topic: str, queues: int = 4) -> list[int]:
+        """``node``'s GET_MAX_OFFSET of each queue of ``topic``."""
+        with RemotingClient(self.remoting[node]) as c:
+            return [int(c.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": q}).ext["offset"])
+                    for q in range(queues)]
+
+    def wait_caught_up(self, node: str, topic: str, ends: list[int], timeout: float) -> None:
+        """Until ``node`` (restarted) answers GET_MAX_OFFSET with ``ends`` for every queue."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                held = self.queue_ends(node, topic, len(ends))
+            except OSError:                 # not serving yet
+                held = None
+            if held == ends:
+                return
+            assert time.monotonic() < deadline, f"{node} holds {held}, not {ends}"
+            time.sleep(0.2)
+
+    def pull_bodies(self, node: str, topic: str, ends: list[int]) -> list[bytes]:
+        """Every message body of ``topic``'s queues, pulled from ``node`` itself (PULL_MESSAGE)."""
+        bodies = []
+        with RemotingClient(self.remoting[node]) as c:
+            for q, end in enumerate(ends):
+                offset = 0
+                while offset < end:
+                    r = c.call(codes.PULL_MESSAGE, {"consumerGroup": "catch-up", "topic": topic, "queueId": q,
+                                                    "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 0})
+                    assert r.code == codes.SUCCESS, (node, q, offset, r.code, r.remark)
+                    bodies += [decode(m).body for m in split_messages(r.body)]
+                    offset = int(r.ext["nextBeginOffset"])
+        return bodies
+
     def stop(self) -> dict[str, int | None]:
         for p in self.procs.values():
             if p.poll() is None:
@@ -98,6 +133,16 @@ class Cluster:
                 p.kill()
                 codes_[name] = p.wait(10)
         return codes_
+
+
+def split_messages(body: bytes) -> list[bytes]:
+    """A PULL_MESSAGE body cut into its stored messages (each begins with its size)."""
+    out, off = [], 0
+    while off < len(body):
+        size = struct.unpack_from(">i", body, off)[0]
+        out.append(body[off:off + size])
+        off += size
+    return out
 
 
 def run_client(python: str, env: dict, *args, timeout: float = 300) -> list[dict]:
