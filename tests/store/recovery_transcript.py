@@ -233,6 +233,9 @@ class Driver:
         self.opts = o
         handler = _Warnings()
         logger = logging.getLogger("dledger.store")
+        # the store's warnings whatever an earlier test left the root level at (a CLI run in
+        # the same process sets it): they are part of the transcript
+        level, logger.level = logger.level, logging.WARNING
         logger.addHandler(handler)
         try:
             store = DLedgerMmapFileStore.open(self.dir, store_io=self.disk.io, **o)
@@ -244,6 +247,7 @@ class Driver:
             raise TranscriptError(str(exc)) from None
         finally:
             logger.removeHandler(handler)
+            logger.setLevel(level)
         self.store, self.opened_once = store, True
         out = ["opened" + (" read-only" if o["read_only"] else "")]
         if new and not o["read_only"]:
