@@ -1,6 +1,13 @@
 """Options for the whole suite. ``tests/`` itself is on the import path through the
 ``pythonpath`` setting in ``pyproject.toml``, so tests import ``helpers.*`` and ``core.*``."""
 
+import os
+
+# the gRPC tests import grpc into this process, and many tests start subprocesses after them:
+# with grpc's fork support on (grpcio 1.81 and later), a child can die before its exec on
+# "epoll_wait error: Bad file descriptor" (grpc/grpc issue 43055). Set before any grpc import.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true", default=False,
