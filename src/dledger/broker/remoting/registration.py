@@ -74,8 +74,9 @@ class Registrar:
         self._kick = asyncio.Event()
         self._opaque = 0
         self.registered: dict[str, int] = {}       # name server -> the broker id it last took
-        #: the topics the last registration named
+        #: the topics the last registration named, and those sent to since that it did not
         self.announced: frozenset[str] = frozenset()
+        self._new: set[str] = set()
 
     def kick(self) -> None:
         self._kick.set()
@@ -83,6 +84,7 @@ class Registrar:
     def new_topic(self, topic: str) -> None:
         """A send to ``topic`` was stored: register at once if the name servers do not know it."""
         if topic not in self.announced:
+            self._new.add(topic)          # named at once, before the dispatch has seen it
             self._kick.set()
 
     async def run(self) -> None:
@@ -100,7 +102,8 @@ class Registrar:
         """Register with every name server; whether all of them took it."""
         ctx = self.ctx
         try:
-            topics = known_topics(ctx.log)
+            new, self._new = self._new, set()
+            topics = sorted(set(known_topics(ctx.log)) | new)
             body = await ctx.blocking(registration_body, ctx.log, ctx.default_queues, topics)
         except Exception:                       # noqa: BLE001 - the store is closing
             return False
