@@ -102,6 +102,10 @@ FIXED_LONG: dict[tuple, str] = {
                           "entries after it as an interrupted append, not suspect; n3 then voted for "
                           "a leader without them. Units are now written after the data sync, and "
                           "such a cut reports LOST_TAIL",
+    (564518, 3, "fsync"): "I4 at the step, committed entry 110 replaced: a lost write of a synced sector "
+                          "took n2's last entries and left a zero header where entry 110 began; "
+                          "recovery read a clean end, erased the units that still named it and did "
+                          "not report LOST_TAIL, and n2 helped elect a leader without the entry",
     (100358, 3, "page_cache"): "L1, no leader after healing: the one sound voter had voted for another "
                                "member in its term and kept asking in that term (its own vote gone), "
                                "each round ended before the second recovering answer, so it never "

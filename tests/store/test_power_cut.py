@@ -111,6 +111,50 @@ def test_a_lost_sector_under_entries_whose_units_are_on_disk_is_a_lost_write_and
         s.close()
 
 
+def test_a_lost_sector_that_held_the_last_entries_leaves_their_units_and_a_lost_tail(tmp_path):
+    """The last append's record starts inside a sector and a lost write takes the sector's new
+    bytes: from that record on the data reads all zeros, a clean end of the log, yet the
+    record's index unit is on disk naming that very place. Units are written only after their
+    data is synced, so the record was there and was acknowledged: the store reports LOST_TAIL
+    (seed 564518: recovery took such an end for the log's, erased the unit, and the replica
+    then helped elect a leader without an entry it had acknowledged)."""
+    d = str(tmp_path / "s")
+    s = open_small(d, "fsync")
+    s.clear_suspect()
+    s.persist_term(1, None)
+    first = s.batch_append_as_leader([bytes([7]) * 100] * 2)
+    last = s.append_as_leader(DLedgerEntry(body=bytes([9]) * 60))
+    assert last.pos < 512 < last.pos + last.size + 512
+    from dledger.sim.disk import crash_store
+    crash_store(s)
+    from helpers.store_files import zero
+    zero(segments(d)[0], last.pos, 512 - last.pos)   # the sector's bytes from the record on are lost
+    s = open_small(d, "fsync")
+    try:
+        assert s.ledger_end_index == first.last_index
+        assert s.suspect is SuspectReason.LOST_TAIL
+    finally:
+        s.close()
+
+
+def test_a_clean_end_with_no_unit_after_it_is_not_a_lost_tail(tmp_path):
+    """The counterpart: the same store with nothing lost opens as it was, not suspect, and the
+    unit of the entry after the end is what tells them apart."""
+    d = str(tmp_path / "s")
+    s = open_small(d, "fsync")
+    s.clear_suspect()
+    s.persist_term(1, None)
+    first = s.batch_append_as_leader([bytes([7]) * 100] * 2)
+    from dledger.sim.disk import crash_store
+    crash_store(s)
+    s = open_small(d, "fsync")
+    try:
+        assert s.ledger_end_index == first.last_index
+        assert s.suspect is None
+    finally:
+        s.close()
+
+
 def test_units_are_written_only_once_the_data_is_synced(tmp_path):
     """fsync mode: a power cut between the data msync and the index units leaves no unit of the
     append on disk, whatever the write-back kept; a unit on disk proves its data synced."""

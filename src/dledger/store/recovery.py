@@ -43,6 +43,11 @@ The rules (see also ``docs/format.md``):
      power cut; it and the records after it (same unfinished append) are cut.
    - In ``fsync`` mode a bad last record without that trace may be an acknowledged entry
      damaged in place: it is cut and ``lost_tail`` is set (the store reports ``LOST_TAIL``).
+   - A zero header is the log's clean end, unless the index unit of the entry that would
+     begin there is on disk and names that very place (``lost_write_at_end``): units are
+     written after their record (in ``fsync`` mode after its sync), so the record was there
+     and a lost write took it: ``lost_tail`` is set (``fsync`` mode, or a page cache the
+     machine kept; seed 564518).
    - In ``page_cache`` mode, after a checkpoint that checks out (or one written while the log
      was empty), the rest was never promised durable and a power loss may have written parts
      of it out of order: the first bad record ends the log whatever follows. When the machine
@@ -316,6 +321,18 @@ class _Planner(RecoveryScan):
                 return True
         return False
 
+    def lost_write_at_end(self, k: int, pos: int, last_term: int) -> bool:
+        """Where the log ends cleanly at ``pos``, did entry ``k`` stand there, vouched for by
+        its index unit? Appends write the record before its unit, and in ``fsync`` mode sync
+        it first too, so a unit naming entry ``k`` at the end's very place (a term not below
+        the last entry's) means its record was written and then lost. Only where that order
+        reached the disk: ``fsync`` mode, or a page cache the machine kept."""
+        if self.durability is not FSYNC and not self.page_cache_kept:
+            return False
+        unit = self.unit_at(k)
+        return (unit is not None and unit.size > 0 and unit.index == k and unit.pos == pos
+                and unit.term >= last_term)
+
     # -- the scan --------------------------------------------------------------------------
     def run(self) -> RecoveredLog:
         data = self.data
@@ -493,6 +510,14 @@ class _Planner(RecoveryScan):
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
             tail = data.max_wrote_position() - pos
+            if not bad and not self.lost_tail and self.lost_write_at_end(k, pos, last_term):
+                # a clean end (a zero header), yet the next entry's index unit is on disk and
+                # names this very place: the unit was written after its record (synced first,
+                # in fsync mode), so the record was there and a lost write took it (seed 564518)
+                self.lost_tail = True
+                self.warn("store %s: entry %d is gone from %s at offset %d, yet its index unit "
+                          "is on disk (a lost write of synced data): entries from %d on may "
+                          "have been acknowledged", self.store_dir, k, where[0], where[1], k)
             if (bad and self.durability is FSYNC and (last_index >= 0 or unvouched)
                     and bad_file is not None
                     and not never_written(bad_file, pos - bad_file.file_from_offset)):
