@@ -8,18 +8,20 @@ import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "dledger"
 
-LOWER = {"errors", "config", "progress_bar", "entry", "store", "protocol", "core", "transport", "runtime", "server"}
+LOWER = {"errors", "config", "progress_bar", "entry", "store", "snapshot", "protocol", "core", "transport", "runtime", "server"}
 ALLOWED = {
     "errors": set(),
     "config": set(),
     "progress_bar": set(),
     "entry": {"errors"},
     "store": {"store", "entry", "errors"},
+    "snapshot": {"snapshot", "store", "entry", "errors"},
     "protocol": {"entry", "errors"},
-    "core": {"core", "store", "protocol", "entry", "errors", "config"},
+    "core": {"core", "store", "snapshot", "protocol", "entry", "errors", "config"},
     "transport": {"transport", "protocol", "errors"},
     "runtime": {"runtime", "core", "transport", "protocol", "entry", "errors", "config"},
-    "server": {"server", "runtime", "core", "transport", "protocol", "store", "entry", "errors", "config"},
+    "server": {"server", "runtime", "core", "transport", "protocol", "store", "snapshot", "entry", "errors",
+               "config"},
     # the package exports the client too (an edge module that itself imports only lower layers)
     "__init__": LOWER | {"client"},
 }

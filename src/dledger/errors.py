@@ -163,6 +163,18 @@ class ReadOnlyStoreError(DLedgerError):
     code = UNEXPECTED_ARGUMENT
 
 
+class CorruptSnapshotError(DLedgerError):
+    """A snapshot on disk (or one being received) does not hold what its meta says: a meta
+    file that does not parse or whose own CRC fails, data of another size or CRC. ``path``
+    names the file."""
+
+    code = DISK_ERROR
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(f"{message} ({path})" if path else message)
+        self.path = path
+
+
 class PeerProtocolError(Exception):
     """A peer sent a request this node must not act on (a value no peer may send, or bytes
     that do not hold what the request says): the peer's fault, not this node's. The node
