@@ -402,6 +402,11 @@ class DLedgerCommitLog:
     def look_message_by_id(self, msg_id: str):
         return consumer.look_message_by_id(self, msg_id)
 
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first offset of a queue this replica can serve (its messages before it are gone:
+        retention, or a log that began later on this replica); 0 for a queue nobody sent to."""
+        return self._on_runtime(lambda: self.reput.min_queue_offset(self.server.store, topic, queue_id))
+
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         def read() -> int:
             cq = self.reput.find_queue(topic, queue_id)

@@ -7,6 +7,12 @@ commit-log (physical) offset i64, message size i32, tags hash code i64; unit ``q
 full size, as RocketMQ preallocates them). A unit whose offset is negative or whose size is 0
 ends the queue (RocketMQ's ``ConsumeQueue.recover`` rule).
 
+A queue starts at offset 0, or later (``min_offset``) on a replica that caught up past the
+leader's retention: its log begins after the messages that opened the queue, so the queue
+starts at the queue offset stamped in the first message it holds (``restart_at``: the old
+files go). Its units before ``min_offset`` read as zeros (a sparse file); on open the first
+non-zero unit gives ``min_offset`` back.
+
 Units are gathered and written by ``commit`` (one write per file per batch), as plain file
 writes (a process crash keeps them: the page cache survives); ``flush``
 syncs. ``truncate_from_physical(offset)`` drops every unit whose message starts at or after
@@ -21,6 +27,7 @@ import struct
 CQ_UNIT_SIZE = 20
 UNITS_PER_FILE = 300_000
 _UNIT = struct.Struct(">qiq")
+_ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 
 
 def file_name(start_byte: int) -> str:
@@ -38,8 +45,10 @@ class ConsumeQueue:
         #: whether a write since the last ``flush`` still needs a sync
         self._dirty = False
         self._pending_from = 0
-        #: queue offset of the next unit (the number of units)
+        #: queue offset of the next unit
         self.max_offset = 0
+        #: queue offset of the first unit (0 unless the queue started later: ``restart_at``)
+        self.min_offset = 0
         #: physical offset just past the last unit's message (0 when empty)
         self.max_physical_offset = 0
         self._load()
@@ -64,26 +73,40 @@ class ConsumeQueue:
         return fd
 
     def _load(self) -> None:
-        """Find the end: the first unit with a negative offset or size 0."""
+        """Find the first unit (past the zeros before ``min_offset``, in the first file) and
+        the end: the first unit after it with a negative offset or size 0."""
         starts = self._starts()
-        end = 0
+        first = 0
+        for start in starts:
+            data = os.pread(self._fd(start, False), self.file_size, 0)
+            k = 0
+            while k * CQ_UNIT_SIZE < len(data) and data[k * CQ_UNIT_SIZE:(k + 1) * CQ_UNIT_SIZE] == _ZERO_UNIT:
+                k += 1
+            if k * CQ_UNIT_SIZE < len(data):
+                first = start + k * CQ_UNIT_SIZE
+                break
+        end = first
         for start in reversed(starts):
+            if start + self.file_size <= first:
+                break
             fd = self._fd(start, False)
             data = os.pread(fd, self.file_size, 0)
-            count = 0
+            count = max(0, first - start) // CQ_UNIT_SIZE
+            skip = count
             while count * CQ_UNIT_SIZE < len(data):
                 off, size, _tags = _UNIT.unpack_from(data, count * CQ_UNIT_SIZE)
                 if off < 0 or size <= 0:
                     break
                 count += 1
-            if count:
+            if count > skip:
                 end = start + count * CQ_UNIT_SIZE
                 break
-        self.max_offset = end // CQ_UNIT_SIZE
+        self.min_offset = first // CQ_UNIT_SIZE if end > first else 0
+        self.max_offset = end // CQ_UNIT_SIZE if end > first else 0
         if self.max_offset:
             off, size, _ = self.unit(self.max_offset - 1)
             self.max_physical_offset = off + size
-        self._zero_from(end)
+        self._zero_from(self.max_offset * CQ_UNIT_SIZE)
 
     def _zero_from(self, end_byte: int) -> None:
         """Zero everything from byte ``end_byte`` on (a torn tail or units truncated away)."""
@@ -122,6 +145,35 @@ class ConsumeQueue:
         self.max_offset += 1
         self.max_physical_offset = physical_offset + size
 
+    def restart_at(self, queue_offset: int) -> None:
+        """Drop every unit; the queue starts again at ``queue_offset`` (its next unit is that
+        one). For a replica whose log now begins after the messages this queue held: they are
+        not in its log any more, and the queue resumes at the first message it holds."""
+        if queue_offset < 0:
+            raise ValueError(f"consume queue {self.topic}/{self.queue_id}: cannot start at {queue_offset}")
+        self._pending.clear()
+        for start in self._starts():
+            fd = self._fds.pop(start, None)
+            if fd is not None:
+                os.close(fd)
+            os.unlink(os.path.join(self.dir, file_name(start)))
+        self._dirty = True
+        self.min_offset = self.max_offset = queue_offset
+        self.max_physical_offset = 0
+
+    def first_offset_from(self, physical_offset: int) -> int:
+        """The first queue offset whose message starts at or after ``physical_offset`` (the log's
+        first retained position: RocketMQ's min offset of a queue after retention); ``max_offset``
+        when none does. Physical offsets grow along a queue, so this is a binary search."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.unit(mid)[0] >= physical_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def commit(self) -> None:
         """Write the units ``put`` since the last commit: one write per file they fall in."""
         if not self._pending:
@@ -146,7 +198,8 @@ class ConsumeQueue:
     def units(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
         """Up to ``max_count`` units from ``queue_offset`` on, read with one read per file."""
         self.commit()
-        q, end = max(queue_offset, 0), min(self.max_offset, queue_offset + max_count)
+        q = max(queue_offset, self.min_offset)
+        end = min(self.max_offset, q + max_count)
         out = []
         while q < end:
             byte = q * CQ_UNIT_SIZE
@@ -161,25 +214,29 @@ class ConsumeQueue:
         """Drop units whose message starts at or after ``physical_offset``; how many went."""
         self.commit()
         keep = self.max_offset
-        while keep > 0 and self.unit(keep - 1)[0] >= physical_offset:
+        while keep > self.min_offset and self.unit(keep - 1)[0] >= physical_offset:
             keep -= 1
         dropped = self.max_offset - keep
         if dropped:
             self._zero_from(keep * CQ_UNIT_SIZE)
             self.max_offset = keep
-            self.max_physical_offset = sum(self.unit(keep - 1)[:2]) if keep else 0
+            self.max_physical_offset = sum(self.unit(keep - 1)[:2]) if keep > self.min_offset else 0
         return dropped
 
     def truncate_to(self, count: int) -> bool:
-        """Keep exactly the first ``count`` units (what a checkpoint vouches for) and zero the
-        rest; False, changing nothing, when fewer than ``count`` are there."""
+        """Keep the units below ``count`` (the max offset a checkpoint vouches for) and zero the
+        rest; False, changing nothing, when the queue does not reach ``count``. A ``count`` at
+        or below ``min_offset`` leaves the queue empty, starting at ``count``."""
         self.commit()
         if self.max_offset < count:
             return False
-        if self.max_offset > count or count == 0:
+        if self.max_offset > count or count <= self.min_offset:
             self._zero_from(count * CQ_UNIT_SIZE)
+        if count <= self.min_offset:
+            self._zero_from(0)
+            self.min_offset = count
         self.max_offset = count
-        self.max_physical_offset = sum(self.unit(count - 1)[:2]) if count else 0
+        self.max_physical_offset = sum(self.unit(count - 1)[:2]) if count > self.min_offset else 0
         return True
 
     def flush(self) -> None:

@@ -5,7 +5,8 @@ dispatched messages only, so a consumer never sees a message that could still be
 replica (a follower serves what it has dispatched). ``get_messages`` returns the decoded
 messages from ``queue_offset`` on (at most ``max_count``) and the next queue offset to ask for,
 which equals ``queue_offset`` at the end of the queue (RocketMQ's ``getMessage`` with
-``nextBeginOffset``). A ``queue_offset`` below 0 reads from 0. Key lookups check each
+``nextBeginOffset``). A ``queue_offset`` below the queue's min offset (``min_queue_offset``:
+its earlier messages are gone from this replica's log) reads from the min offset. Key lookups check each
 candidate's real KEYS / UNIQ_KEY and topic (the index keeps hashes only). A topic or queue id
 no put could have used (``put_checks``) has no messages; a ``queue_offset`` or ``max_count``
 that is not an int is a ``ValueError`` naming it.
@@ -31,16 +32,19 @@ def get_messages(log, topic: str, queue_id: int, queue_offset: int, max_count: i
 
     def units():
         cq = log.reput.find_queue(topic, queue_id)
-        return [] if cq is None else cq.units(queue_offset, max_count)
+        if cq is None:
+            return queue_offset, []
+        start = max(queue_offset, log.reput.min_queue_offset(log.server.store, topic, queue_id))
+        return start, cq.units(start, max_count)
 
-    found = log._on_runtime(units)
+    start, found = log._on_runtime(units)
     out = []
     for phys, size, _tags in found:
         raw = log.get_message(phys, size)
         if raw is None:
             break
         out.append(decode(raw))
-    return out, queue_offset + len(out)
+    return out, start + len(out)
 
 
 def query_by_key(log, topic: str, key: str, max_num: int = 32) -> list[Message]:

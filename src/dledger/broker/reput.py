@@ -27,8 +27,11 @@ is dispatched; ``on_dispatch_batch(dispatched)`` once per batch, after the check
 batch's ``(physical_offset, store_timestamp)`` pairs (cheaper for a listener that only
 measures). Both are off (None) by default.
 
-A stamped queue offset that is not the queue's next one is a broken promise of the leader; it
-is recorded in ``problems`` (and the unit is written as the queue's next, so the message stays
+A replica whose log begins after index 0 (it caught up past the leader's retention: the
+entries before were never in its log) starts a queue again at the first message it holds
+(``ConsumeQueue.restart_at``: RocketMQ's min offset), when every unit the queue had points
+before the log's first entry. Otherwise, a stamped queue offset that is not the queue's next
+one is a broken promise of the leader; it is recorded in ``problems`` (and the unit is written as the queue's next, so the message stays
 readable). Everything here runs on the server's runtime thread.
 """
 
@@ -43,7 +46,7 @@ from dledger.broker.index_service import IndexService
 from dledger.broker.message_codec import dispatch_fields, tags_hash_code
 from dledger.broker.put_checks import queue_id_problem, topic_problem
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, iter_record_bodies
-from dledger.errors import CorruptStoreError
+from dledger.errors import CorruptStoreError, DLedgerError
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,9 @@ class ReputService:
         #: ``listener([(physical_offset, store_timestamp), ...])`` after each batch (off: None)
         self.on_dispatch_batch = None
         self._tag_codes: dict[str | None, int] = {}
+        #: (the log's first index, its position) when the log begins after index 0 (this
+        #: replica caught up past the leader's retention, or retention removed its head)
+        self._log_start: tuple[int, int] | None = None
         #: whether anything was dispatched since the last checkpoint
         self.dirty = False
         self._recover()
@@ -122,6 +128,27 @@ class ReputService:
                 self.topic_queues[topic] = queue_id + 1
         return cq
 
+    def log_start(self, store) -> int:
+        """The position of the log's first entry (0 for a log that begins at index 0)."""
+        first = getattr(store, "ledger_before_begin_index", -1) + 1
+        if first <= 0:
+            return 0
+        if self._log_start is None or self._log_start[0] != first:
+            try:
+                self._log_start = (first, store.get(first).pos)
+            except DLedgerError:          # damaged: the walk stops there anyway
+                return self._log_start[1] if self._log_start is not None else 0
+        return self._log_start[1]
+
+    def min_queue_offset(self, store, topic: str, queue_id: int) -> int:
+        """The first offset of a queue whose message this replica's log still holds (RocketMQ's
+        min offset: retention removes the messages, not their units); 0 for a queue nobody sent to."""
+        cq = self.find_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        start = self.log_start(store)
+        return cq.first_offset_from(start) if start > 0 else cq.min_offset
+
     def find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         if (topic, queue_id) in self.queues:
             return self.queues[(topic, queue_id)]
@@ -139,6 +166,12 @@ class ReputService:
         end = min(last_index, begin + max_entries - 1, store.ledger_end_index)
         if end < begin:
             return 0
+        if begin > self.next_index:
+            # the log begins after where the walk stands: this replica caught up past the
+            # leader's retention, and the messages between are in no log it can read
+            log.info("%s: the log begins at entry %d, the dispatch stood at %d: each queue starts again "
+                     "at its first message from there", self.root, begin, self.next_index)
+        self.log_start(store)
         self.next_index = begin
         dispatched = [] if self.on_dispatch_batch is not None else None
         while self.next_index <= end:
@@ -183,6 +216,11 @@ class ReputService:
                                 next_index, next_pos = index + 1, pos + size
                                 continue
                             cq = self.queue(topic, queue_id)
+                        if queue_offset > cq.max_offset and self._log_start is not None \
+                                and cq.max_physical_offset <= self._log_start[1]:
+                            # the queue's earlier messages are all before the log's begin (none
+                            # in this replica's log): the queue starts again at this one
+                            cq.restart_at(queue_offset)
                         if queue_offset != cq.max_offset:
                             self.problems.append(f"{topic}/{queue_id}: message at {offset} carries queue "
                                                  f"offset {queue_offset}, the queue's next is {cq.max_offset}")

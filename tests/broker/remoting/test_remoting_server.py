@@ -366,3 +366,34 @@ def test_a_put_without_quorum_answers_what_rocketmq_answers_and_the_client_may_r
     # WAIT_QUORUM_ACK_TIMEOUT into OS_PAGECACHE_BUSY, answered so); a leader that stepped down first: 14
     assert (a.code == codes.SYSTEM_ERROR and a.remark.startswith("[PC_SYNCHRONIZED]")) or \
         a.code == codes.SERVICE_NOT_AVAILABLE, a
+
+
+def test_messages_gone_from_the_log_move_the_min_offset_and_a_pull_below_it(remoting_group):
+    """The log's head goes (retention; or a replica that caught up past the leader's
+    retention): GET_MIN_OFFSET names the first message still held, and a pull below it answers
+    PULL_OFFSET_MOVED to there (RocketMQ's OFFSET_TOO_SMALL), so a consumer moves on instead of
+    waiting for ever at an offset no replica can serve."""
+    from dledger.entry import BODY_OFFSET
+    g = remoting_group
+    m = g.master()
+    log = g.logs[m]
+    with RemotingClient(g.servers[m].address) as c:
+        for _ in range(6):
+            assert send(c, topic="R").code == codes.SUCCESS
+        wait_dispatched(g, m, "R", 0, 6)
+        third = log._on_runtime(lambda: log.reput.find_queue("R", 0).unit(3)[0]) - BODY_OFFSET
+
+        def drop_head():
+            store = log.server.store
+            k = next(i for i in range(store.ledger_end_index + 1) if store.get(i).pos == third) - 1
+            store.reset(k, store.get_entry_term(k))
+
+        log._on_runtime(drop_head)
+        assert c.call(codes.GET_MIN_OFFSET, {"topic": "R", "queueId": 0}).ext == {"offset": "3"}
+        below = pull(c, topic="R", offset=1)
+        assert below.code == codes.PULL_OFFSET_MOVED
+        assert (below.ext["nextBeginOffset"], below.ext["minOffset"], below.ext["maxOffset"]) == ("3", "3", "6")
+        rest = pull(c, topic="R", offset=3)
+        assert [decode(raw).queue_offset for raw in split_messages(rest.body)] == [3, 4, 5]
+        assert c.call(codes.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "R", "queueId": 0, "timestamp": 0}).ext == \
+            {"offset": "3"}

@@ -185,18 +185,8 @@ class PopConsumption:
 
     def _first_retained(self, topic: str, q: int, offset: int) -> int:
         """The first queue offset at or after ``offset`` whose message the log still holds
-        (retention trims the log's head, so the held ones are a suffix of the queue)."""
-        end = self.log.max_queue_offset(topic, q)
-        if offset >= end or self._read(topic, q, offset) is not None:
-            return offset
-        lo, hi = offset, end            # lo: trimmed; hi: held, or the queue's end
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._read(topic, q, mid) is not None:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        (retention trims the log's head; a replica that caught up past it begins later)."""
+        return max(offset, self.log.min_queue_offset(topic, q))
 
     def _read(self, topic: str, q: int, offset: int):
         messages, _ = self.log.get_messages(topic, q, offset, 1)

@@ -28,8 +28,8 @@ async def handle_offsets(ctx, cmd):
         topic, queue_id = _queue(ext)
         return cmd.reply(codes.SUCCESS, None, {"offset": await ctx.blocking(queues.max_offset, log, topic, queue_id)})
     if cmd.code == codes.GET_MIN_OFFSET:
-        _queue(ext)
-        return cmd.reply(codes.SUCCESS, None, {"offset": 0})
+        topic, queue_id = _queue(ext)
+        return cmd.reply(codes.SUCCESS, None, {"offset": await ctx.blocking(queues.min_offset, log, topic, queue_id)})
     if cmd.code == codes.SEARCH_OFFSET_BY_TIMESTAMP:
         topic, queue_id = _queue(ext)
         ts = integer(ext, "timestamp")

@@ -94,9 +94,9 @@ class PullHolds:
 
 
 def _read(log, topic, queue_id, offset, max_nums, codes_ok):
-    """``(max offset, raw messages, next offset, units scanned)`` from ``offset`` on."""
+    """``(min offset, max offset, raw messages, next offset, units scanned)`` from ``offset`` on."""
     scan = max_nums if codes_ok is None else max(max_nums, MAX_SCAN)
-    end, found = queues.units(log, topic, queue_id, offset, scan)
+    lo, end, found = queues.units(log, topic, queue_id, offset, scan)
     out, nxt = [], offset
     for phys, size, tags_code in found:
         if codes_ok is None or tags_code in codes_ok:
@@ -107,7 +107,7 @@ def _read(log, topic, queue_id, offset, max_nums, codes_ok):
         nxt += 1
         if len(out) >= max_nums:
             break
-    return end, out, nxt, nxt - offset
+    return lo, end, out, nxt, nxt - offset
 
 
 async def handle_pull(ctx, cmd):
@@ -125,20 +125,25 @@ async def handle_pull(ctx, cmd):
     accepted = tag_codes(expression)
     held = False
     while True:
-        end, raws, nxt, scanned = await ctx.blocking(_read, ctx.log, topic, queue_id, offset, max_nums, accepted)
+        lo, end, raws, nxt, scanned = await ctx.blocking(_read, ctx.log, topic, queue_id, offset, max_nums,
+                                                         accepted)
         if raws:
             code, body = codes.SUCCESS, b"".join(raws)
         elif scanned:
             code, body = codes.PULL_RETRY_IMMEDIATELY, b""
         elif offset > end:
             code, body, nxt = codes.PULL_OFFSET_MOVED, b"", end
+        elif offset < lo:
+            # its messages are gone from this replica (retention, or a log that began later):
+            # RocketMQ's OFFSET_TOO_SMALL, the consumer moves to the min offset
+            code, body, nxt = codes.PULL_OFFSET_MOVED, b"", lo
         else:
             code, body = codes.PULL_NOT_FOUND, b""
             if sys_flag & FLAG_SUSPEND and hold_ms > 0 and not held:
                 held = True
                 if await ctx.holds.wait(topic, queue_id, offset, hold_ms / 1000):
                     continue
-        return cmd.reply(code, None, {"nextBeginOffset": nxt, "minOffset": 0, "maxOffset": end,
+        return cmd.reply(code, None, {"nextBeginOffset": nxt, "minOffset": lo, "maxOffset": end,
                                       "suggestWhichBrokerId": 0}, body)
 
 

@@ -1,7 +1,8 @@
 """Reads of a replica's consume queues for the remoting handlers (blocking: the server runs
 them on its worker threads; each read is one call on the node's runtime thread, as
-``consumer`` does). A queue holds offsets ``0 .. max`` (nothing is deleted, so its min offset is
-0); a queue nobody sent to is empty."""
+``consumer`` does). A queue holds offsets ``min .. max``: its min offset is 0 unless retention
+removed the messages before it, or the replica's log began later (it caught up past the
+leader's retention); a queue nobody sent to is empty."""
 
 from __future__ import annotations
 
@@ -28,19 +29,26 @@ def queue_ends(log, keys) -> dict[tuple[str, int], int]:
     return log._on_runtime(read)
 
 
-def units(log, topic: str, queue_id: int, offset: int, count: int) -> tuple[int, list[tuple[int, int, int]]]:
-    """``(max offset, up to count units from offset)``; a unit is ``(physical offset, size, tags code)``."""
+def min_offset(log, topic: str, queue_id: int) -> int:
+    return log.min_queue_offset(topic, queue_id)
+
+
+def units(log, topic: str, queue_id: int, offset: int,
+          count: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """``(min offset, max offset, up to count units from offset)``; a unit is ``(physical
+    offset, size, tags code)``; none when ``offset`` is below the min offset."""
     def read():
         cq = log.reput.find_queue(topic, queue_id)
         if cq is None:
-            return 0, []
-        return cq.max_offset, (cq.units(offset, count) if offset < cq.max_offset else [])
+            return 0, 0, []
+        lo = log.reput.min_queue_offset(log.server.store, topic, queue_id)
+        return lo, cq.max_offset, (cq.units(offset, count) if lo <= offset < cq.max_offset else [])
     return log._on_runtime(read)
 
 
 def store_timestamp(log, topic: str, queue_id: int, offset: int) -> int | None:
     """The store timestamp of the message at ``offset`` of a queue (None if unreadable)."""
-    _end, found = units(log, topic, queue_id, offset, 1)
+    _lo, _end, found = units(log, topic, queue_id, offset, 1)
     if not found:
         return None
     phys, size, _tags = found[0]
@@ -53,8 +61,9 @@ def store_timestamp(log, topic: str, queue_id: int, offset: int) -> int | None:
 
 def search_offset(log, topic: str, queue_id: int, timestamp: int) -> int:
     """RocketMQ's ``getOffsetInQueueByTime``: the first offset whose store timestamp is at or
-    after ``timestamp`` (the max offset when every message is older; 0 for an empty queue)."""
-    lo, hi = 0, max_offset(log, topic, queue_id)
+    after ``timestamp`` (the max offset when every message is older; 0 for an empty queue),
+    among the offsets the replica still holds."""
+    lo, hi = min_offset(log, topic, queue_id), max_offset(log, topic, queue_id)
     while lo < hi:
         mid = (lo + hi) // 2
         ts = store_timestamp(log, topic, queue_id, mid)
@@ -65,4 +74,4 @@ def search_offset(log, topic: str, queue_id: int, timestamp: int) -> int:
     return lo
 
 
-__all__ = ["max_offset", "queue_ends", "search_offset", "store_timestamp", "units"]
+__all__ = ["max_offset", "min_offset", "queue_ends", "search_offset", "store_timestamp", "units"]
