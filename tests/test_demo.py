@@ -51,6 +51,7 @@ def test_the_demo_survives_a_sigkill_of_its_leader_process_and_verifies_every_re
     assert r.leaderless_ms is not None and r.leaderless_ms > 0
     assert r.exit_codes == {"n0": 0, "n1": 0, "n2": 0}
     assert r.throughput > 0 and 0 < r.p50_ms <= r.p99_ms
+    assert r.first_ack_ms is not None and r.steady_entries + r.failover_entries + r.startup_entries == r.acknowledged
     assert r.checked_to == r.load.last_index >= r.acknowledged - 1
     assert all(pathlib.Path(d, "data").is_dir() for d in r.store_dirs)   # kept for an audit
     for label in ("entries acknowledged", "entries lost         : 0", "throughput", "commit latency",

@@ -35,7 +35,7 @@ from dledger.client import AsyncDLedgerClient
 from dledger.demo.cluster import GROUP, IDS, ClusterError, NodeProcesses
 from dledger.demo.failover import Failover
 from dledger.demo.load import LoadResult, LoadStalled, run_load
-from dledger.demo.report import percentile_ms, print_report, run_audit, write_chart
+from dledger.demo.report import latency_windows, percentile_ms, print_report, run_audit, write_chart
 from dledger.demo.verify import Verification, verify_replicas
 
 CLIENT_TIMEOUT_S = 5.0
@@ -62,8 +62,17 @@ class DemoResult:
     in_flight: int = 0
     wall_s: float = 0.0
     throughput: float = 0.0
+    #: commit latency in steady state (outside the start-up and the failover window)
     p50_ms: float = 0.0
     p99_ms: float = 0.0
+    steady_entries: int = 0
+    #: the failover window: answered after the kill, sent before the new leader's first answer
+    failover_p99_ms: float = 0.0
+    failover_max_ms: float = 0.0
+    failover_entries: int = 0
+    #: the first acknowledgement, in ms after the first append, and the entries sent before it
+    first_ack_ms: float | None = None
+    startup_entries: int = 0
     leaderless_ms: float | None = None
     killed: str | None = None
     new_leader: str | None = None
@@ -159,7 +168,14 @@ def _fill(r: DemoResult, load: LoadResult, failover: Failover) -> None:
     r.retried = load.retried
     r.wall_s = load.wall_s
     r.throughput = load.acknowledged / load.wall_s if load.wall_s else 0.0
-    r.p50_ms, r.p99_ms = percentile_ms(load, 0.50), percentile_ms(load, 0.99)
+    w = latency_windows(load, failover)
+    r.p50_ms, r.p99_ms = percentile_ms(load, 0.50, w.steady), percentile_ms(load, 0.99, w.steady)
+    r.steady_entries = sum(a.entries for a in w.steady)
+    r.failover_p99_ms = percentile_ms(load, 0.99, w.failover)
+    r.failover_max_ms = max((a.latency_s * 1000 for a in w.failover), default=0.0)
+    r.failover_entries = sum(a.entries for a in w.failover)
+    r.first_ack_ms = None if w.first_ack_s is None else w.first_ack_s * 1000
+    r.startup_entries = sum(a.entries for a in w.startup)
     r.killed, r.killed_t, r.restarted_t = failover.killed, failover.killed_t, failover.restarted_t
     leaderless = failover.leaderless_s(load.acks)
     r.leaderless_ms = None if leaderless is None else leaderless * 1000

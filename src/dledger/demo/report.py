@@ -1,9 +1,11 @@
 """The demo's output: the printed figures, the latency-over-time chart, the Spark audit.
 
 ``print_report(result, out)`` prints one line per figure (the ``DemoResult`` of
-``dledger.demo``). ``write_chart(path, load, failover)`` draws each acknowledged batch's commit
-latency against time, with the SIGKILL, the first acknowledgement by the new leader and the
-restart marked, over the committed entries per second (matplotlib, Agg backend; returns None
+``dledger.demo``); commit latency is given for the steady state, apart from the failover
+window and the start-up (``latency_windows``). ``write_chart(path, load, failover)`` draws each acknowledged batch's commit
+latency against time, with the start-up stall (before the first acknowledgement), the SIGKILL,
+the first acknowledgement by the new leader and the restart marked, over the committed entries
+per second (matplotlib, Agg backend; returns None
 when matplotlib is missing). ``run_audit(store_dirs, out_dir, out)`` runs the Spark replica
 audit and returns its exit code.
 """
@@ -11,6 +13,7 @@ audit and returns its exit code.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from dledger.demo.failover import Failover
 from dledger.demo.load import LoadResult
@@ -21,9 +24,10 @@ RESEND_RULE = ("the client resends an append only when it certainly was not take
                "reported as unknown and never resent")
 
 
-def percentile_ms(load: LoadResult, q: float) -> float:
-    """The ``q`` quantile of commit latency over acknowledged entries (each batch weighs its size)."""
-    pairs = sorted((a.latency_s, a.entries) for a in load.acks)
+def percentile_ms(load: LoadResult, q: float, acks=None) -> float:
+    """The ``q`` quantile of commit latency over acknowledged entries (each batch weighs its
+    size): of ``acks`` when given (a window's), else of every acknowledgement."""
+    pairs = sorted((a.latency_s, a.entries) for a in (load.acks if acks is None else acks))
     total = sum(n for _l, n in pairs)
     if not total:
         return 0.0
@@ -35,6 +39,36 @@ def percentile_ms(load: LoadResult, q: float) -> float:
     return pairs[-1][0] * 1000
 
 
+class LatencyWindows(NamedTuple):
+    """The acknowledgements of a run split by when their batch was sent:
+    - ``startup``: sent before the first acknowledgement came (connections made, the leader's
+      first pushes; their latency is the start-up stall, not the group's);
+    - ``failover``: answered after the leader's SIGKILL and sent before the new leader's first
+      acknowledgement (they waited for the election);
+    - ``steady``: the rest."""
+
+    startup: list
+    failover: list
+    steady: list
+    first_ack_s: float | None
+
+
+def latency_windows(load: LoadResult, failover: Failover) -> LatencyWindows:
+    acks = load.acks
+    first = min((a.t_s for a in acks), default=None)
+    new = failover.new_leader_ack(acks) if failover.killed_t is not None else None
+    startup, during, steady = [], [], []
+    for a in acks:
+        sent = a.t_s - a.latency_s
+        if first is not None and sent < first:
+            startup.append(a)
+        elif failover.killed_t is not None and a.t_s >= failover.killed_t and (new is None or sent < new.t_s):
+            during.append(a)
+        else:
+            steady.append(a)
+    return LatencyWindows(startup, during, steady, first)
+
+
 def print_report(r, out) -> None:
     line = lambda label, text: print(f"{label:<21}: {text}", file=out)  # noqa: E731
     line("cluster", f"3 node processes on 127.0.0.1 ({r.peers}); logs and stores in {r.out_dir}")
@@ -42,7 +76,14 @@ def print_report(r, out) -> None:
          f"{r.retried:,} sent again after no leader took them)")
     line("entries lost", f"{r.lost:,} (acknowledged entries missing or different on a replica)")
     line("throughput", f"{r.throughput:,.0f} committed entries/s over {r.wall_s:.2f} s")
-    line("commit latency", f"p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms (per entry: its batch sent to acknowledged)")
+    line("commit latency", f"p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms in steady state (per entry: its batch "
+         f"sent to acknowledged; {r.steady_entries:,} entries)")
+    if r.failover_entries:
+        line("  failover window", f"p99 {r.failover_p99_ms:.0f} ms, max {r.failover_max_ms:.0f} ms ({r.failover_entries:,} "
+             f"entries answered after the kill and sent before the new leader's first acknowledgement)")
+    if r.first_ack_ms is not None:
+        line("  start-up", f"first acknowledgement {r.first_ack_ms:.0f} ms after the first append "
+             f"({r.startup_entries:,} entries sent before it, not in the figures above)")
     if r.killed is None:
         line("time without a leader", "not measured: no leader was killed")
     else:
@@ -88,7 +129,11 @@ def write_chart(path: str, load: LoadResult, failover: Failover) -> str | None:
     bx.set_ylabel("committed entries/s")
     bx.set_xlabel("seconds since the first append")
     first = failover.new_leader_ack(acks)
+    first_ack = min((a.t_s for a in acks), default=None)
     for axis in (ax, bx):
+        if first_ack is not None and first_ack > 0:
+            axis.axvspan(0, first_ack, color="tab:gray", alpha=0.15,
+                         label=f"start-up: first acknowledgement after {first_ack * 1000:.0f} ms")
         if failover.killed_t is not None:
             axis.axvline(failover.killed_t, color="tab:red", linestyle="--",
                          label=f"SIGKILL of leader {failover.killed}")
