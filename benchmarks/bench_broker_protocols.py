@@ -2,7 +2,7 @@
 
     python benchmarks/bench_broker_protocols.py [--protocol own|remoting|grpc|all] [--processes K]
                                                 [--threads T] [--messages N] [--rate R]
-                                                [--rate-seconds S] [--quick]
+                                                [--rate-seconds S] [--profile DIR] [--quick]
 
 Three ``dledger broker`` processes on loopback (small segments from a TOML config, page_cache,
 3 replicas), each serving all three protocols (``--broker-port``, ``--remoting-port`` with a
@@ -21,10 +21,17 @@ for ``own``. For each protocol and body size (128 B, 1 KiB) it prints:
   4 queues for own, a ``PullConsumer`` for remoting, a ``SimpleConsumer`` receive + ack for
   gRPC); messages/s from the first message to the last;
 - the ratio of each rate to ``own``'s of the same body size;
-- the CPU time per message of the send step: the three brokers together (``/proc``) and the
-  producer processes together (their own ``getrusage``): the clients share the machine.
+- the CPU time per message of the send step: the three brokers together (``/proc``), the
+  master alone (the busiest broker: the protocol is served there) with own's figure over it
+  (what the protocol costs the master, whatever the client costs), and the producer processes
+  together (their own ``getrusage``): the clients share the machine;
+- how busy the master and the busiest producer process were over the send step (CPU time over
+  wall time; 100 % = one core): a producer process near 100 % would be the bottleneck, not the
+  broker (then raise ``--processes``).
 
 The load average is printed before and after: compare figures only within one run.
+``--profile DIR`` runs each broker under cProfile in every thread (``_profiled_broker.py``) and
+prints the busiest one's top functions; its rates mean nothing.
 """
 
 from __future__ import annotations
