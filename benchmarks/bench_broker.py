@@ -24,7 +24,8 @@ tag and a key each.
 
 The broker per client protocol (the project's msgpack wire, RocketMQ remoting, gRPC v2, with
 the real clients) is ``bench_broker_protocols.py``: a file of its own, as this one measures the
-store without a client protocol in front of it.
+store without a client protocol in front of it. ``bench_broker.py --protocol own|remoting|grpc|all
+[its options]`` runs that one (every argument is handed to it).
 """
 
 from __future__ import annotations
@@ -192,10 +193,15 @@ def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH,
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--protocol" or a.startswith("--protocol=") for a in argv):
+        from bench_broker_protocols import main as protocols_main
+        return protocols_main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="examples:\n  python benchmarks/bench_broker.py --seconds 10\n"
-                                        "  python benchmarks/bench_broker.py --engine inproc --messages 50000")
+                                        "  python benchmarks/bench_broker.py --engine inproc --messages 50000\n"
+                                        "  python benchmarks/bench_broker.py --protocol all    # bench_broker_protocols.py")
     ap.add_argument("--engine", choices=("processes", "inproc", "both"), default="processes",
                     help="three node processes on TCP (default), or three nodes in this process")
     ap.add_argument("--seconds", type=float, default=5.0, help="processes: seconds of saturation load (default 5)")

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_broker_protocols.py [--protocol own|remoting|grpc|all] [--processes K]
                                                 [--threads T] [--messages N] [--rate R]
-                                                [--rate-seconds S] [--quick]
+                                                [--rate-seconds S] [--profile DIR] [--quick]
 
 Three ``dledger broker`` processes on loopback (small segments from a TOML config, page_cache,
 3 replicas), each serving all three protocols (``--broker-port``, ``--remoting-port`` with a
@@ -21,10 +21,17 @@ for ``own``. For each protocol and body size (128 B, 1 KiB) it prints:
   4 queues for own, a ``PullConsumer`` for remoting, a ``SimpleConsumer`` receive + ack for
   gRPC); messages/s from the first message to the last;
 - the ratio of each rate to ``own``'s of the same body size;
-- the CPU time per message of the send step: the three brokers together (``/proc``) and the
-  producer processes together (their own ``getrusage``): the clients share the machine.
+- the CPU time per message of the send step: the three brokers together (``/proc``), the
+  master alone (the busiest broker: the protocol is served there) with own's figure over it
+  (what the protocol costs the master, whatever the client costs), and the producer processes
+  together (their own ``getrusage``): the clients share the machine;
+- how busy the master and the busiest producer process were over the send step (CPU time over
+  wall time; 100 % = one core): a producer process near 100 % would be the bottleneck, not the
+  broker (then raise ``--processes``).
 
 The load average is printed before and after: compare figures only within one run.
+``--profile DIR`` runs each broker under cProfile in every thread (``_profiled_broker.py``) and
+prints the busiest one's top functions; its rates mean nothing.
 """
 
 from __future__ import annotations
@@ -70,8 +77,9 @@ EXAMPLE = """examples:
 class Group:
     """Three broker processes serving every protocol, and a name server."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, profile: Path | None = None) -> None:
         self.base = base
+        self.profile = profile
         ports = free_ports(13)
         self.namesrv = f"127.0.0.1:{ports[0]}"
         self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(IDS, ports[1:4]))
@@ -83,8 +91,11 @@ class Group:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        run = ["-m", "dledger.cli"]
+        if self.profile is not None and name in IDS:
+            run = [str(HERE / "_profiled_broker.py"), str(self.profile / f"{name}.prof")]
         with open(self.base / f"{name}.log", "ab") as log:
-            self.procs[name] = subprocess.Popen([sys.executable, "-m", "dledger.cli", *argv], env=env,
+            self.procs[name] = subprocess.Popen([sys.executable, *run, *argv], env=env,
                                                 stdout=log, stderr=subprocess.STDOUT)
 
     def start(self) -> "Group":
@@ -107,17 +118,17 @@ class Group:
     def address(self, protocol: str) -> str:
         return {"own": self.brokers, "remoting": self.namesrv, "grpc": f"127.0.0.1:{self.grpc['n0']}"}[protocol]
 
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system, all threads) the three brokers have used so far (``/proc``)."""
-        total = 0.0
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system, all threads) each broker has used so far (``/proc``)."""
+        out = {}
         for i in IDS:
             try:
                 with open(f"/proc/{self.procs[i].pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                out[i] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             except (OSError, ValueError, IndexError):
-                return float("nan")
-        return total
+                out[i] = float("nan")
+        return out
 
     def stop(self) -> None:
         for p in self.procs.values():
@@ -169,7 +180,8 @@ def produce(group: Group, protocol: str, topic: str, size: int, processes: int, 
                 raise SystemExit(f"{protocol} producer failed: {p.stderr.read()[-2000:]}")
             results.append(json.loads(line))
             p.wait(60)
-        brokers_cpu = group.cpu_seconds() - cpu0
+        cpu1 = group.cpu_seconds()
+        brokers_cpu = {i: cpu1[i] - cpu0[i] for i in IDS}
     finally:
         for p in procs:
             if p.poll() is None:
@@ -180,9 +192,13 @@ def produce(group: Group, protocol: str, topic: str, size: int, processes: int, 
         print(f"  {protocol} {size} B: a send failed: {reason}", file=sys.stderr)
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
     lat = [x for r in results for x in r["lat_ms"]]
+    master = max(IDS, key=lambda i: brokers_cpu[i])       # the protocol's serving and the puts are its
+    per_msg = 1e6 / max(1, ok)
     return {"ok": ok, "failed": sum(r["failed"] for r in results), "rate": ok / seconds, "p50": pct(lat, 0.5),
-            "p99": pct(lat, 0.99), "stored": ok + warm, "broker_us": brokers_cpu / max(1, ok) * 1e6,
-            "client_us": sum(r["cpu_s"] for r in results) / max(1, ok) * 1e6}
+            "p99": pct(lat, 0.99), "stored": ok + warm, "broker_us": sum(brokers_cpu.values()) * per_msg,
+            "master_us": brokers_cpu[master] * per_msg, "master_busy": brokers_cpu[master] / seconds,
+            "client_us": sum(r["cpu_s"] for r in results) * per_msg,
+            "client_busy": max(r["cpu_s"] / max(1e-9, r["end"] - r["start"]) for r in results)}
 
 
 def consume(group: Group, protocol: str, topic: str, expect: int) -> dict:
@@ -200,7 +216,9 @@ def consume(group: Group, protocol: str, topic: str, expect: int) -> dict:
 def run(args: argparse.Namespace) -> list[dict]:
     base = Path(tempfile.mkdtemp(prefix="dledger-bench-protocols-"))
     (base / "home").mkdir()
-    group = Group(base)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    group = Group(base, args.profile)
     rows = []
     try:
         group.start()
@@ -208,7 +226,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             for size in SIZES:
                 topic = f"Bench{protocol.capitalize()}{size}"
                 sent = produce(group, protocol, topic, size, args.processes, args.threads, args.messages)
-                print(f"  {protocol} {size} B: sent {sent['ok']:,} ({sent['rate']:,.0f}/s)", file=sys.stderr)
+                print(f"  {protocol} {size} B: sent {sent['ok']:,} ({sent['rate']:,.0f}/s); master busy "
+                      f"{sent['master_busy']:.0%} of a core, busiest producer process {sent['client_busy']:.0%}",
+                      file=sys.stderr)
                 got = consume(group, protocol, topic, sent["stored"])
                 fixed = produce(group, protocol, topic + "Rate", size, 1, 1, int(args.rate * args.rate_seconds),
                                 rate=args.rate)
@@ -221,15 +241,21 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 def table(rows: list[dict]) -> list[list]:
     own = {(r["size"], k): r[k]["rate"] for r in rows if r["protocol"] == "own" for k in ("send", "consume")}
+    own_master = {r["size"]: r["send"]["master_us"] for r in rows if r["protocol"] == "own"}
 
     def ratio(r, k):
         base = own.get((r["size"], k))
         return f"{r[k]['rate'] / base:.2f}" if base else "-"
 
+    def cheap(r):            # own's master CPU per message over this one's: 1.00 costs the master as own does
+        base = own_master.get(r["size"])
+        return f"{base / r['send']['master_us']:.2f}" if base and r["send"]["master_us"] > 0 else "-"
+
     return [[r["protocol"], f"{r['size']} B", f"{r['send']['rate']:,.0f}", ratio(r, "send"),
              f"{r['send']['p50']:.1f}", f"{r['send']['p99']:.1f}", f"{r['fixed']['p50']:.1f}",
              f"{r['fixed']['p99']:.1f}", f"{r['consume']['rate']:,.0f}", ratio(r, "consume"),
-             f"{r['send']['broker_us']:.0f}", f"{r['send']['client_us']:.0f}",
+             f"{r['send']['broker_us']:.0f}", f"{r['send']['master_us']:.0f}", cheap(r),
+             f"{r['send']['client_us']:.0f}", f"{r['send']['master_busy']:.0%} / {r['send']['client_busy']:.0%}",
              f"{r['send']['failed'] + r['fixed']['failed']}", f"{r['consume']['got']}/{r['send']['stored']}"]
             for r in rows]
 
@@ -259,6 +285,9 @@ def main(argv=None) -> None:
                     help="messages/s of the fixed-rate step (default 200)")
     ap.add_argument("--rate-seconds", type=positive(float), default=5.0,
                     help="seconds of the fixed-rate step (default 5)")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="run each broker under cProfile (every thread, CPU time) and write DIR/<node>.prof; "
+                         "the busiest node's top functions are printed (slows the brokers several times)")
     ap.add_argument("--quick", action="store_true",
                     help="a short run: 2 processes x 2 threads x 100 messages, 2 s at the rate")
     args = ap.parse_args(argv)
@@ -266,6 +295,8 @@ def main(argv=None) -> None:
         args.processes, args.threads, args.messages, args.rate_seconds = 2, 2, 100, 2.0
     print(f"machine: {machine()}\ncommand: {command()}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.profile is not None:
+        print(f"profiling the brokers (cProfile, every thread) into {args.profile}: rates are not comparable")
     rows = run(args)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_table(f"3 broker processes, real clients: {args.processes} processes x {args.threads} threads x "
@@ -273,8 +304,28 @@ def main(argv=None) -> None:
                 f"(fixed rate), one consumer; rates in messages/s, latencies in ms, CPU in us per message sent "
                 f"(the send step; brokers: the three together)",
                 ["protocol", "body", "send/s", "vs own", "send p50", "send p99", f"p50 @{args.rate:g}/s",
-                 f"p99 @{args.rate:g}/s", "consume/s", "vs own", "CPU brokers", "CPU clients", "not OK", "consumed"],
+                 f"p99 @{args.rate:g}/s", "consume/s", "vs own", "CPU brokers", "CPU master", "vs own",
+                 "CPU clients", "busy master / client", "not OK", "consumed"],
                 table(rows))
+    print("\nCPU master: the busiest broker's CPU per message sent (the protocol is served there); its 'vs "
+          "own' is own's figure over this one's (1.00: the protocol costs the master what the project's wire "
+          "does). busy: the master's CPU time over the send step's wall time (1.0 = one core), and the "
+          "busiest producer process's: near 100 % a client process, not the broker, sets the pace.")
+    if args.profile is not None:
+        show_profile(args.profile)
+
+
+def show_profile(folder: Path, top: int = 30) -> None:
+    """The top functions (own time) of the node whose profile holds the most CPU time."""
+    import pstats
+
+    found = [(pstats.Stats(str(p)), p) for p in sorted(folder.glob("*.prof"))]
+    if not found:
+        print(f"no profile was written in {folder}")
+        return
+    stats, path = max(found, key=lambda sp: sp[0].total_tt)
+    print(f"\nprofiles in {folder}; the busiest, {path.name} ({stats.total_tt:.1f} s of CPU), by own time:")
+    stats.sort_stats("tottime").print_stats(top)
 
 
 if __name__ == "__main__":

@@ -397,3 +397,35 @@ def test_messages_gone_from_the_log_move_the_min_offset_and_a_pull_below_it(remo
         assert [decode(raw).queue_offset for raw in split_messages(rest.body)] == [3, 4, 5]
         assert c.call(codes.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "R", "queueId": 0, "timestamp": 0}).ext == \
             {"offset": "3"}
+
+
+def test_pipelined_sends_on_one_connection_are_each_answered_once_by_opaque(remoting_group):
+    # the C++ client shares one connection among its sending threads: requests go out back to
+    # back and answers come as their puts are answered (a send needs no task of its own)
+    g = remoting_group
+    m = g.master()
+    frames, expect = [], {}
+    for i in range(120):
+        ext = {"producerGroup": "p", "topic": "Pipe", "queueId": str(i % 4), "sysFlag": "0", "bornTimestamp": "1",
+               "flag": "0", "properties": f"KEYS\x01k{i}\x02"}
+        if i == 50:
+            ext["topic"] = "bad topic"                  # refused on its own; the others go on
+        flag = codes.FLAG_ONEWAY if i == 70 else 0      # stored, never answered
+        frames.append(encode(RemotingCommand(codes.SEND_MESSAGE, 1000 + i, flag, None, ext, b"m%d" % i,
+                                             language="CPP")))
+        if not flag:
+            expect[1000 + i] = codes.MESSAGE_ILLEGAL if i == 50 else codes.SUCCESS
+    with RemotingClient(g.servers[m].address) as c:
+        c.send_raw(b"".join(frames))
+        answers = [c.read() for _ in expect]
+        got = {a.opaque: a for a in answers}
+        assert len(got) == len(expect) == 119              # one answer each, none for the oneway send
+        assert {o: a.code for o, a in got.items()} == expect
+        assert "bad topic" in got[1050].remark
+        offsets = sorted((a.ext["queueId"], int(a.ext["queueOffset"])) for a in answers if a.code == codes.SUCCESS)
+        for q in "0123":                                    # 119 stored (the oneway one too), none twice
+            mine = [o for qq, o in offsets if qq == q]
+            assert mine == sorted(set(mine))
+        later = send(c, topic="Pipe", queue_id=2)           # the oneway send (queue 2) was stored before it
+        stored_on_2 = sum(1 for i in range(120) if i % 4 == 2 and i != 50)
+        assert later.code == codes.SUCCESS and int(later.ext["queueOffset"]) == stored_on_2 == 29

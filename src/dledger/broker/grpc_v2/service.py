@@ -30,6 +30,7 @@ from dledger.broker.grpc_v2.rocketmq_v2 import definition_pb2 as pb
 from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2 as spb
 from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2_grpc
 from dledger.broker.grpc_v2.routes import LONG_POLLING_TIMEOUT_S, Routes
+from dledger.broker.loop_handoff import Handoff
 from dledger.broker.put_checks import topic_problem
 from dledger.broker.topics import is_system_topic
 
@@ -121,6 +122,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.routes = routes
         self.pop = PopConsumption(commit_log)
         self.put_timeout = put_timeout
+        self._handoff = Handoff()
 
     def _not_master(self, detail: str) -> str:
         master = self.routes.master_endpoint()
@@ -188,12 +190,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             puts.append(put)
         try:
             if len(puts) == 1:
-                p = dict(puts[0])
-                results = [await asyncio.wait_for(self.log.put_message_async(p.pop("topic"), p.pop("queue_id"),
-                                                                             p.pop("body"), **p), self.put_timeout)]
+                p = puts[0]
+                results = [await self._handoff.result(self.log.put_message_async(p.pop("topic"), p.pop("queue_id"),
+                                                                                 p.pop("body"), **p), self.put_timeout)]
             else:
-                results = await asyncio.wait_for(self.log.put_messages_async(puts), self.put_timeout)
-        except asyncio.TimeoutError:
+                results = await self._handoff.result(self.log.put_messages_async(puts), self.put_timeout)
+        except TimeoutError:
             return spb.SendMessageResponse(status=status(pb.PROXY_TIMEOUT, f"no answer from the log within "
                                                          f"{self.put_timeout} s; the message may still be stored"))
         entries = []

@@ -61,8 +61,8 @@ class RemotingCommand:
 
     def reply(self, code: int, remark: str | None = None, ext: dict | None = None, body: bytes = b"") -> "RemotingCommand":
         """The response to this request: its opaque echoed, the response bit set, its header form."""
-        return RemotingCommand(code, self.opaque, FLAG_RESPONSE, remark,
-                               {k: _text(v) for k, v in (ext or {}).items() if v is not None}, body,
+        fields = {k: v if type(v) is str else _text(v) for k, v in (ext or {}).items() if v is not None}
+        return RemotingCommand(code, self.opaque, FLAG_RESPONSE, remark, fields, body,
                                serialize_type=self.serialize_type)
 
 
@@ -129,7 +129,7 @@ def _decode_json(raw: bytes) -> RemotingCommand:
     return RemotingCommand(
         code=_int_field(head, "code", 32, required=True), opaque=_int_field(head, "opaque", 32, required=False),
         flag=_int_field(head, "flag", 32, required=False), remark=None if remark is None else _text(remark),
-        ext={str(k): _text(v) for k, v in ext.items() if v is not None},
+        ext={k: v if type(v) is str else _text(v) for k, v in ext.items() if v is not None},  # keys: JSON text
         language=language if isinstance(language, str) else "OTHER",
         version=_int_field(head, "version", 32, required=False), serialize_type=SERIALIZE_JSON)
 

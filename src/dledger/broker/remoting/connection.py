@@ -1,8 +1,10 @@
 """One remoting connection, served: frames in, each request a task of its own, answers out.
 
 Shared by the broker's server and the name server. A request runs as its own task (a held pull
-does not stop the requests behind it: clients match answers by ``opaque``), at most
-``max_in_flight`` at once per connection, then reading waits. A header that does not decode
+does not stop the requests behind it: clients match answers by ``opaque``), or, when the
+server's ``start`` takes it (sends), as a callback when its put is answered; at most
+``max_in_flight`` at once per connection, then reading waits, and so it does while the peer
+does not read its answers. A header that does not decode
 is answered with one SYSTEM_ERROR line (opaque 0) and the connection goes on (its frame's
 length was sound); a declared length out of range is answered so and the connection is
 closed; so is a connection that sends nothing for ``idle_s``. A oneway request is served and not answered; a response (nobody here awaits one) is
@@ -26,23 +28,42 @@ def error_answer(remark: str) -> RemotingCommand:
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dispatch, *,
-                           max_frame_bytes: int, max_in_flight: int = MAX_IN_FLIGHT, idle_s: float = IDLE_S) -> None:
-    """Serve until the peer closes or breaks the framing; ``await dispatch(cmd)`` answers a request."""
+                           max_frame_bytes: int, max_in_flight: int = MAX_IN_FLIGHT, idle_s: float = IDLE_S,
+                           start=None) -> None:
+    """Serve until the peer closes or breaks the framing; ``await dispatch(cmd)`` answers a request.
+
+    ``start(cmd, respond)``, when given, is offered each request first: it returns True when it
+    took the request and will call ``respond(answer)`` once, on this loop (no task: the sends'
+    path), False to leave it to ``dispatch``."""
     decoder = CommandDecoder(max_frame_bytes)
     slots = asyncio.Semaphore(max_in_flight)
     tasks: set[asyncio.Task] = set()
 
-    async def one(frame: bytes) -> None:
+    def write(answer: RemotingCommand) -> None:
+        if writer.is_closing():
+            return
         try:
-            cmd = decode_frame(frame)
-        except CommandError as exc:
-            answer = error_answer(str(exc))
-        else:
-            if cmd.is_response:
+            writer.write(encode(answer))
+        except (ConnectionError, OSError):
+            pass
+
+    def responder(cmd: RemotingCommand):
+        answered = False
+
+        def respond(answer: RemotingCommand) -> None:
+            nonlocal answered
+            if answered:
                 return
-            answer = await dispatch(cmd)
-            if cmd.oneway:
-                return
+            answered = True
+            slots.release()
+            if not cmd.oneway:
+                write(answer)
+        return respond
+
+    async def one(cmd: RemotingCommand) -> None:
+        answer = await dispatch(cmd)
+        if cmd.oneway:
+            return
         try:
             writer.write(encode(answer))
             await writer.drain()
@@ -68,10 +89,20 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 await writer.drain()
                 break
             for frame in frames:
+                try:
+                    cmd = decode_frame(frame)
+                except CommandError as exc:
+                    write(error_answer(str(exc)))
+                    continue
+                if cmd.is_response:
+                    continue
                 await slots.acquire()
-                task = asyncio.ensure_future(one(frame))
+                if start is not None and start(cmd, responder(cmd)):
+                    continue
+                task = asyncio.ensure_future(one(cmd))
                 tasks.add(task)
                 task.add_done_callback(done)
+            await writer.drain()            # answers written without a task: wait if the peer lags
     except (ConnectionError, OSError):
         pass
     finally:

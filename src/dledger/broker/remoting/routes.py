@@ -96,7 +96,7 @@ async def handle_route(ctx, cmd):
     why = topic_refused(topic)
     if why:
         return cmd.reply(codes.TOPIC_NOT_EXIST, f"No topic route info for {topic[:80]!r}: {why}")
-    n = await ctx.blocking(queue_count, ctx.log, topic, ctx.default_queues)
+    n = queue_count(ctx.log, topic, ctx.default_queues)
     data = route_data([(ctx.broker_name, ctx.cluster, ctx.addresses.addrs(), n)])
     return cmd.reply(codes.SUCCESS, body=json.dumps(data).encode())
 

@@ -23,7 +23,6 @@ message answered so may be stored twice; a queue id outside the topic's queues â
 
 from __future__ import annotations
 
-import asyncio
 import struct
 import zlib
 
@@ -110,8 +109,10 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return out
 
 
-async def handle_send(ctx, cmd, peer: str):
-    """One send request's answer (``ctx``: the server's ``RemotingContext``)."""
+def start_send(ctx, cmd, peer: str):
+    """Check a send request and hand its put to the commit log: ``(future, finish)``, where
+    ``finish(value)`` is the answer for the future's value (None: no answer within the put
+    timeout). A bad field raises ``BadField``; nothing here waits."""
     ext = long_fields(cmd)
     topic = text(ext, "topic")
     why = topic_problem(topic)
@@ -124,7 +125,7 @@ async def handle_send(ctx, cmd, peer: str):
     flag = integer(ext, "flag", default=0, lo=-(1 << 31), hi=(1 << 31) - 1)
     if sys_flag & TRANSACTION_TYPE_MASK:
         raise BadField("sysFlag: transactional messages are not served", codes.NO_PERMISSION)
-    queues = await ctx.blocking(queue_count, ctx.log, topic, ctx.default_queues)
+    queues = queue_count(ctx.log, topic, ctx.default_queues)       # a dict read: no hop to a thread
     if queue_id < 0:
         queue_id = ctx.next_queue(topic, queues)
     if queue_id >= queues:
@@ -134,24 +135,36 @@ async def handle_send(ctx, cmd, peer: str):
         batch = [{"topic": topic, "queue_id": queue_id, "flag": f, "properties": p, "born_host": peer,
                   "body": inflate(b, limit) if sys_flag & COMPRESSED_FLAG else b}
                  for f, b, p in decode_batch(cmd.body)]
-        results = await ctx.put(ctx.log.put_messages_async(batch))
-        if results is None:
-            return _timeout(ctx, cmd)
-        bad = next((r for r in results if not r.ok), None)
-        if bad is not None:
-            return refusal(cmd, bad)
-        _announce(ctx, topic)
-        return cmd.reply(codes.SUCCESS, None, {"msgId": ",".join(r.msg_id for r in results), "queueId": queue_id,
-                                               "queueOffset": results[0].queue_offset})
+
+        def finish_batch(results):
+            if results is None:
+                return _timeout(ctx, cmd)
+            bad = next((r for r in results if not r.ok), None)
+            if bad is not None:
+                return refusal(cmd, bad)
+            _announce(ctx, topic)
+            return cmd.reply(codes.SUCCESS, None, {"msgId": ",".join(r.msg_id for r in results),
+                                                   "queueId": queue_id, "queueOffset": results[0].queue_offset})
+
+        return ctx.log.put_messages_async(batch), finish_batch
     body = inflate(cmd.body, limit) if sys_flag & COMPRESSED_FLAG else cmd.body
     props = parse_properties(text(ext, "properties", default=""))
-    r = await ctx.put(ctx.log.put_message_async(topic, queue_id, body, properties=props, born_host=peer, flag=flag))
-    if r is None:
-        return _timeout(ctx, cmd)
-    if not r.ok:
-        return refusal(cmd, r)
-    _announce(ctx, topic)
-    return cmd.reply(codes.SUCCESS, None, {"msgId": r.msg_id, "queueId": queue_id, "queueOffset": r.queue_offset})
+
+    def finish(r):
+        if r is None:
+            return _timeout(ctx, cmd)
+        if not r.ok:
+            return refusal(cmd, r)
+        _announce(ctx, topic)
+        return cmd.reply(codes.SUCCESS, None, {"msgId": r.msg_id, "queueId": queue_id, "queueOffset": r.queue_offset})
+
+    return ctx.log.put_message_async(topic, queue_id, body, properties=props, born_host=peer, flag=flag), finish
+
+
+async def handle_send(ctx, cmd, peer: str):
+    """One send request's answer (``ctx``: the server's ``RemotingContext``), awaited."""
+    future, finish = start_send(ctx, cmd, peer)
+    return finish(await ctx.put(future))
 
 
 def _announce(ctx, topic: str) -> None:
@@ -173,4 +186,4 @@ def _timeout(ctx, cmd):
 
 
 __all__ = ["CODE_FOR_STATUS", "MAX_BATCH", "V2_NAMES", "decode_batch", "handle_send", "inflate", "long_fields",
-           "refusal"]
+           "refusal", "start_send"]

@@ -2,7 +2,10 @@
 
 An asyncio loop on a thread of its own accepts connections (at most ``max_connections`` at
 once: one more is closed at once) and serves each (``connection``: every request a task of its
-own, so a held pull does not stop the requests behind it). Blocking reads of the store run on a few worker threads; puts are awaited as futures.
+own, so a held pull does not stop the requests behind it). Blocking reads of the store run on a
+few worker threads. A send needs no task: ``start_send`` checks it and hands its put to the
+commit log, and the answer is written when the put's answer reaches this loop; the node's
+runtime thread hands answers over in runs, one wake-up of this loop per run (``loop_handoff``).
 Served codes: send 10/310/320 (``send``), pull 11 (``pull``), offsets 14/15/29/30/31
 (``offsets``), consumers 34/35/38 (``groups``), routes 105 (``routes``); anything else is
 answered REQUEST_CODE_NOT_SUPPORTED (3) with a remark naming the code.
@@ -21,6 +24,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from dledger.broker.loop_handoff import Handoff
 from dledger.broker.remoting import codes
 from dledger.broker.remoting.command import MAX_FRAME_BYTES, RemotingCommand
 from dledger.broker.remoting.connection import IDLE_S, serve_connection
@@ -30,7 +34,7 @@ from dledger.broker.remoting.offsets import handle_offsets
 from dledger.broker.remoting.pull import PullHolds, handle_pull
 from dledger.broker.remoting.registration import Registrar
 from dledger.broker.remoting.routes import DEFAULT_CLUSTER, BrokerAddresses, handle_route
-from dledger.broker.remoting.send import handle_send
+from dledger.broker.remoting.send import handle_send, start_send
 from dledger.broker.topics import DEFAULT_QUEUES
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 10911
 MAX_CONNECTIONS = 1024
 PUT_TIMEOUT_S = 10.0
+SEND_CODES = frozenset({codes.SEND_MESSAGE, codes.SEND_MESSAGE_V2, codes.SEND_BATCH_MESSAGE})
 ROLE_POLL_S = 0.1
 
 
@@ -57,6 +62,8 @@ class RemotingContext:
         #: the registrations with the name servers (None: no name server given)
         self.registrar = None
         self._rr = itertools.count()
+        #: put answers handed from the node's runtime thread to this loop
+        self.handoff = Handoff()
 
     def blocking(self, fn, *args):
         """``fn(*args)`` on a worker thread, awaited."""
@@ -65,8 +72,8 @@ class RemotingContext:
     async def put(self, future):
         """A put's result, or None when it is not answered within the put timeout."""
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.put_timeout)
-        except asyncio.TimeoutError:
+            return await self.handoff.result(future, self.put_timeout)
+        except TimeoutError:
             return None
 
     def next_queue(self, _topic: str, queues: int) -> int:
@@ -214,17 +221,48 @@ class RemotingServer:
         peer_text = _peer_text(writer.get_extra_info("peername"))
         try:
             await serve_connection(reader, writer, lambda cmd: self.dispatch(cmd, conn_id, peer_text),
-                                   max_frame_bytes=self.max_frame_bytes, idle_s=self.idle_s)
+                                   max_frame_bytes=self.max_frame_bytes, idle_s=self.idle_s,
+                                   start=lambda cmd, respond: self.start_send(cmd, respond, peer_text))
         finally:
             self.connections -= 1
             self._conns.pop(asyncio.current_task(), None)
             self.ctx.groups.connection_closed(conn_id)
 
+    def start_send(self, cmd: RemotingCommand, respond, peer: str = "127.0.0.1:0") -> bool:
+        """A send served without a task: checked, its put handed to the commit log, and
+        ``respond(answer)`` called on this loop when the put is answered (or the put timeout
+        passes). False for any other request (``dispatch`` serves it)."""
+        if cmd.code not in SEND_CODES:
+            return False
+        ctx = self.ctx
+        try:
+            future, finish = start_send(ctx, cmd, peer)
+        except BadField as exc:
+            respond(cmd.reply(exc.code if exc.code is not None else codes.SYSTEM_ERROR, str(exc)))
+            return True
+        except Exception as exc:  # noqa: BLE001 - a request never takes the broker down
+            respond(self._failed(cmd, exc))
+            return True
+
+        def answered(done) -> None:
+            try:
+                respond(finish(None if done is None else done.result()))
+            except Exception as exc:  # noqa: BLE001
+                respond(self._failed(cmd, exc))
+
+        ctx.handoff.when_done(future, ctx.put_timeout, answered)
+        return True
+
+    @staticmethod
+    def _failed(cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        log.error("remoting request %d failed", cmd.code, exc_info=exc)
+        return cmd.reply(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
     async def dispatch(self, cmd: RemotingCommand, conn_id: int = 0, peer: str = "127.0.0.1:0") -> RemotingCommand:
         """The answer to one request (never raises)."""
         ctx, code = self.ctx, cmd.code
         try:
-            if code in (codes.SEND_MESSAGE, codes.SEND_MESSAGE_V2, codes.SEND_BATCH_MESSAGE):
+            if code in SEND_CODES:
                 return await handle_send(ctx, cmd, peer)
             if code == codes.PULL_MESSAGE:
                 return await handle_pull(ctx, cmd)
@@ -241,8 +279,7 @@ class RemotingServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a request never takes the broker down
-            log.exception("remoting request %d failed", code)
-            return cmd.reply(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            return self._failed(cmd, exc)
 
 
 __all__ = ["DEFAULT_PORT", "MAX_CONNECTIONS", "RemotingContext", "RemotingServer"]
