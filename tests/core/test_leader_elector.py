@@ -172,6 +172,16 @@ def test_a_follower_with_a_live_leader_refuses_higher_terms_unless_transferring(
     assert r.vote_result == R.REJECT_TERM_NOT_READY and node.term == 6
 
 
+def test_stickiness_does_not_hold_against_the_leader_itself_asking_in_a_higher_term():
+    """A leader that asks for votes in a higher term has stopped leading: the follower joins
+    the term and votes in the revote (swarm seed 1601237: replayed pushes of the leader's
+    earlier process kept the follower's lease alive, and it refused its own leader for 10 s)."""
+    node = lone(term=5, leader="n1", now=10_000)
+    r = vote(node, candidate="n1", term=6, now=10_050)
+    assert (r.vote_result, r.term) == (R.REJECT_TERM_NOT_READY, 5) and node.term == 6
+    assert vote(node, candidate="n1", term=6, now=10_051).vote_result == R.ACCEPT
+
+
 # -- heartbeats (with the commit index) -----------------------------------------------------
 def test_heartbeat_codes():
     node = lone(term=5)

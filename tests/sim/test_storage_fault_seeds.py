@@ -39,6 +39,10 @@ FIXED: dict[tuple, str] = {
                              "entry, damaged inside the checkpointed region, was never rebuilt "
                              "(no unit before it to locate the record), and every peer's copy "
                              "was refused against the damaged unit",
+    (1601237, 3, "page_cache"): "L1, no append committed after healing: n2 followed n1 in term 0 and "
+                                "refused n1's own vote requests of term 1 by leader stickiness, its "
+                                "lease kept alive for 10 s by replayed pushes of n1's earlier process; "
+                                "stickiness no longer holds against the leader a node follows",
 }
 
 #: seeds of the long sweep with a ten times longer safety phase (``--safety-ms 20000``) that once

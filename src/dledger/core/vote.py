@@ -354,7 +354,11 @@ class Voting:
                 return answer(VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
                               else VoteResult.REJECT_ALREADY_VOTED)
         else:
-            if not self_vote and not req.leadership_transfer and self._has_live_leader(now):
+            # leader stickiness, but not against the leader this node follows: a leader that
+            # asks for votes in a higher term has stopped leading (swarm seed 1601237: stale
+            # pushes of its earlier process, replayed, kept the lease alive for 10 s)
+            if not self_vote and not req.leadership_transfer and candidate != member.leader_id \
+                    and self._has_live_leader(now):
                 return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
             self._fail_reads(Code.NOT_LEADER)
             term_before = member.curr_term
