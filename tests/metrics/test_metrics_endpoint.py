@@ -2,54 +2,15 @@
 values after appends on the in-process transport and over TCP, two groups on one endpoint, the
 state machine's apply histogram, and a server attached after it started. Every wait is bounded."""
 
-import threading
-
 import pytest
 
-from dledger import DLedgerClient, DLedgerConfig, DLedgerServer
+from dledger import DLedgerClient, DLedgerServer
 from dledger.core import Role
 from dledger.metrics import MetricsPortError, serve
 from dledger.protocol import DLedgerResponseCode as Code
-from dledger.runtime.asyncio_runtime import AsyncioRuntime
-from dledger.transport.inproc import Hub
 
-from metrics.helpers import WAIT, scrape, scrape_until, value
+from metrics.helpers import HEARTBEAT_MS, IDS, WAIT, InprocCluster, scrape, scrape_until, value
 from transport.tcp_helpers import TcpGroup, free_ports
-
-PEERS = "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3"
-IDS = ("n0", "n1", "n2")
-# a 1.5 s election timeout: the suite shares two cores, and a leader starved of CPU for the
-# default 300 ms would lose its leadership between an append and the scrape that checks it
-HEARTBEAT_MS = 500
-
-
-class InprocCluster:
-    def __init__(self, groups=("g",), state_machine=None) -> None:
-        self.runtime, self.hub = AsyncioRuntime(), Hub()
-        self.elected = {g: threading.Event() for g in groups}
-        self.servers = {}
-        for g in groups:
-            for node_id in IDS:
-                s = DLedgerServer(DLedgerConfig(group=g, self_id=node_id, peers=PEERS, store_type="memory",
-                                                heart_beat_time_interval_ms=HEARTBEAT_MS),
-                                  runtime=self.runtime, hub=self.hub,
-                                  state_machine=state_machine() if state_machine else None)
-                s.add_role_change_handler(lambda ch, g=g: ch.role is Role.LEADER and self.elected[g].set())
-                self.servers[(g, node_id)] = s
-
-    def start(self) -> "InprocCluster":
-        for s in self.servers.values():
-            s.startup()
-        return self
-
-    def leader(self, group: str = "g") -> DLedgerServer:
-        assert self.elected[group].wait(WAIT), "no leader"
-        return next(s for (g, _n), s in self.servers.items() if g == group and s.is_leader)
-
-    def close(self) -> None:
-        for s in self.servers.values():
-            s.shutdown()
-        self.runtime.close()
 
 
 @pytest.fixture

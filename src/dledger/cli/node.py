@@ -10,7 +10,9 @@ anything starts, with one line naming it.
 
 ``--metrics-port PORT`` (or a top-level ``metrics_port`` key in the file) serves the metrics of
 every group on ``http://<metrics-host>:PORT/metrics`` (Prometheus text format;
-``dledger.metrics``); ``--metrics-host`` (``metrics_host``) defaults to every interface.
+``dledger.metrics``), and ``/health`` and ``/ready`` beside them (``--ready-max-lag``,
+``ready_max_lag``: how far behind its leader's commit index a ready node may be);
+``--metrics-host`` (``metrics_host``) defaults to every interface.
 
 The process runs in the foreground and logs to stderr, each line of a node naming its group,
 node id and term (``runtime.log_context``). SIGTERM or SIGINT shuts every group down cleanly
@@ -28,17 +30,19 @@ from dataclasses import fields
 from typing import Any
 
 from dledger.config import DLedgerConfig
+from dledger.metrics.health import DEFAULT_READY_MAX_LAG
 
 EXAMPLE = """example:
   dledger node --group g --id n0 --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
       --store-dir /var/lib/dledger --secret-file /etc/dledger/secret
   dledger node --config /etc/dledger/node.toml --metrics-port 9100
   curl -s http://127.0.0.1:9100/metrics | grep dledger_term
+  curl -s http://127.0.0.1:9100/ready                      # 200 ready, or 503 and the reason
 """
 
 ALIASES = {"id": "self_id", "store_dir": "store_base_dir"}
 #: top-level keys of the TOML file about the process, not a group
-PROCESS_KEYS = ("metrics_port", "metrics_host")
+PROCESS_KEYS = ("metrics_port", "metrics_host", "ready_max_lag")
 FLAG_FIELDS = {"group": "group", "id": "self_id", "peers": "peers", "store_dir": "store_base_dir",
                "durability": "durability", "secret_file": "secret_file", "bootstrap": "bootstrap"}
 
@@ -69,6 +73,9 @@ def add_metrics_flags(p) -> None:
                    help="serve Prometheus metrics of every group on this port (0: any free port)")
     p.add_argument("--metrics-host", metavar="HOST",
                    help="the address the metrics port listens on (default: every interface, 0.0.0.0)")
+    p.add_argument("--ready-max-lag", metavar="ENTRIES",
+                   help=f"/ready answers 200 only while the node's commit index is at most this many "
+                        f"entries behind its leader's (default {DEFAULT_READY_MAX_LAG})")
 
 
 def add_parser(sub) -> None:
@@ -144,28 +151,59 @@ def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
     return configs
 
 
+def _process_keys(args: argparse.Namespace) -> dict[str, Any]:
+    """The file's top-level process keys (``PROCESS_KEYS``); none without ``--config``."""
+    if args.config is None:
+        return {}
+    import tomllib
+    try:
+        with open(args.config, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}                        # load_configs has said what is wrong with the file
+    return {key: doc[key] for key in PROCESS_KEYS if key in doc}
+
+
 def metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
     """``(host, port)`` of the metrics endpoint from the flags, else the file's top-level
     ``metrics_port`` and ``metrics_host``; None when no port is given."""
     port, host = args.metrics_port, args.metrics_host
     if port is not None:
         port = _port(port, "--metrics-port", text=True)
-    if args.config is not None and (port is None or host is None):
-        import tomllib
-        try:
-            with open(args.config, "rb") as f:
-                doc = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError):
-            doc = {}                     # load_configs has said what is wrong with the file
-        if port is None and "metrics_port" in doc:
-            port = _port(doc["metrics_port"], f"{args.config}: metrics_port")
-        if host is None and "metrics_host" in doc:
-            host = doc["metrics_host"]
-            if not isinstance(host, str):
-                raise NodeConfigError(f"{args.config}: metrics_host must be a string, got {host!r}")
+    doc = _process_keys(args)
+    if port is None and "metrics_port" in doc:
+        port = _port(doc["metrics_port"], f"{args.config}: metrics_port")
+    if host is None and "metrics_host" in doc:
+        host = doc["metrics_host"]
+        if not isinstance(host, str):
+            raise NodeConfigError(f"{args.config}: metrics_host must be a string, got {host!r}")
     if port is None:
         return None
     return (host if host is not None else "0.0.0.0"), port
+
+
+def ready_max_lag(args: argparse.Namespace) -> int:
+    """``--ready-max-lag``, else the file's ``ready_max_lag``, else the default."""
+    value, where = getattr(args, "ready_max_lag", None), "--ready-max-lag"
+    if value is not None:
+        value = int(value) if value.strip().isdigit() else value
+    else:
+        value, where = _process_keys(args).get("ready_max_lag", DEFAULT_READY_MAX_LAG), f"{args.config}: ready_max_lag"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise NodeConfigError(f"{where}: not a number of entries (0 or more): {value!r}")
+    return value
+
+
+def start_metrics(args: argparse.Namespace, log: logging.Logger):
+    """The metrics endpoint the flags and file ask for (``MetricsPortError`` when its port is
+    taken: one line, exit 1), or None; its URLs are logged."""
+    address = metrics_address(args)
+    if address is None:
+        return None
+    from dledger.metrics import serve
+    endpoint = serve(address[1], host=address[0], ready_max_lag=ready_max_lag(args))
+    log.info("metrics on http://%s:%d/metrics, health on /health and /ready", address[0], endpoint.port)
+    return endpoint
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
     configure(args.log_level)
     log = logging.getLogger("dledger.node")
     configs = load_configs(args)
-    address = metrics_address(args)
+    metrics_address(args)                # a bad value is refused before anything starts
+    ready_max_lag(args)
 
     from dledger.runtime.asyncio_runtime import AsyncioRuntime
     from dledger.server import DLedgerServer
@@ -186,11 +225,7 @@ def run(args: argparse.Namespace) -> int:
         received.append(signum)
         stop.set()
 
-    endpoint = None
-    if address is not None:
-        from dledger.metrics import serve
-        endpoint = serve(address[1], host=address[0])      # MetricsPortError: one line, exit 1
-        log.info("metrics on http://%s:%d/metrics", address[0], endpoint.port)
+    endpoint = start_metrics(args, log)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     runtime = AsyncioRuntime()
     servers: list[DLedgerServer] = []
@@ -226,4 +261,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["NodeConfigError", "add_node_flags", "add_parser", "load_configs", "run"]
+__all__ = ["NodeConfigError", "add_node_flags", "add_parser", "load_configs", "metrics_address", "ready_max_lag",
+           "run", "start_metrics"]

@@ -9,8 +9,9 @@ negative one). A server not running (before ``startup()``, after ``shutdown()``)
 histograms and counters only; a halted one also reports ``dledger_halted 1``.
 
 ``MetricsEndpoint`` owns a private ``CollectorRegistry`` (nothing global: two endpoints in one
-process are independent) and prometheus-client's HTTP server thread. Every name, type and label
-is listed in docs/operations.md with the Java DLedger metric it corresponds to.
+process are independent) and the HTTP server thread that serves it on ``/metrics``, beside
+``/health`` and ``/ready`` (``metrics.http_endpoint``, ``metrics.health``). Every name, type and
+label is listed in docs/operations.md with the Java DLedger metric it corresponds to.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from dledger.core import Role
+from dledger.metrics import health
+from dledger.metrics.health import DEFAULT_READY_MAX_LAG
 from dledger.metrics.histogram import Histogram
+from dledger.metrics.http_endpoint import HttpEndpoint
 from dledger.metrics.observer import NodeMetrics
 
 LABELS = ("group", "node")
@@ -62,6 +66,10 @@ class DLedgerCollector:
         with self._lock:
             if metrics not in self._nodes:
                 self._nodes.append(metrics)
+
+    def nodes(self) -> list[NodeMetrics]:
+        with self._lock:
+            return list(self._nodes)
 
     def find(self, group: str, node_id: str) -> NodeMetrics | None:
         with self._lock:
@@ -164,27 +172,56 @@ class DLedgerCollector:
 
 
 class MetricsEndpoint:
-    """Prometheus exposition of some servers on ``http://host:port/metrics``."""
+    """Prometheus exposition of some servers on ``http://host:port/metrics``, with ``/health``
+    and ``/ready`` beside it (``metrics.http_endpoint``, ``metrics.health``)."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0", *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, port: int, host: str = "0.0.0.0", *, clock: Callable[[], float] = time.monotonic,
+                 ready_max_lag: int = DEFAULT_READY_MAX_LAG) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"metrics port must be a number from 0 to 65535, got {port!r}")
+        if isinstance(ready_max_lag, bool) or not isinstance(ready_max_lag, int) or ready_max_lag < 0:
+            raise ValueError(f"ready_max_lag must be a number of entries, 0 or more, got {ready_max_lag!r}")
         self.clock = clock
+        #: entries a node may trail its leader's commit index by and still answer ``/ready`` 200
+        self.ready_max_lag = ready_max_lag
         self.collector = DLedgerCollector()
         self.registry = CollectorRegistry()
         self.registry.register(self.collector)
+        checks = {"/health": self._health, "/ready": self._ready}
         try:
-            self._httpd, self._thread = start_http_server(port, host, registry=self.registry)
+            self._http = HttpEndpoint(host, port, self.registry, checks)
         except OSError as exc:
             raise MetricsPortError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
         self.host = host
         #: the port listened on (the one chosen by the system when ``port`` was 0)
-        self.port: int = self._httpd.server_port
+        self.port: int = self._http.port
 
     @property
     def url(self) -> str:
+        """The metrics URL (``/health`` and ``/ready`` are beside it)."""
+        return f"{self.base_url}/metrics"
+
+    @property
+    def base_url(self) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"http://{host}:{self.port}/metrics"
+        if host in ("::", "[::]"):
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def _health(self, _query) -> tuple[int, str]:
+        live, line = health.liveness(self.collector.nodes())
+        return (200 if live else 503), line
+
+    def _ready(self, query) -> tuple[int, str]:
+        groups = query.get("group")
+        group = groups[0] if groups else None
+        nodes = self.collector.nodes()
+        if group is not None and not any(m.group == group for m in nodes):
+            return 404, f"no node of group {group!r} is served here"
+        ready, line = health.readiness(nodes, self.ready_max_lag, group)
+        return (200 if ready else 503), line
 
     def add(self, server) -> NodeMetrics:
         """Expose ``server`` (started or not). A server of a group and node id already
@@ -203,9 +240,7 @@ class MetricsEndpoint:
 
     def close(self) -> None:
         """Stop listening (the servers keep their observers; they cost little)."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
 
     def __enter__(self) -> "MetricsEndpoint":
         return self
@@ -215,11 +250,11 @@ class MetricsEndpoint:
 
 
 def serve(port: int, servers: Iterable = (), host: str = "0.0.0.0", *,
-          clock: Callable[[], float] = time.monotonic) -> MetricsEndpoint:
+          clock: Callable[[], float] = time.monotonic, ready_max_lag: int = DEFAULT_READY_MAX_LAG) -> MetricsEndpoint:
     """Serve the metrics of ``servers`` (more with ``endpoint.add``) on ``host:port``;
     ``port`` 0 picks a free one (``endpoint.port``). ``MetricsPortError`` when it cannot
-    listen there, ``ValueError`` for a port out of range."""
-    endpoint = MetricsEndpoint(port, host, clock=clock)
+    listen there, ``ValueError`` for a port out of range or a negative ``ready_max_lag``."""
+    endpoint = MetricsEndpoint(port, host, clock=clock, ready_max_lag=ready_max_lag)
     for server in servers:
         endpoint.add(server)
     return endpoint

@@ -7,9 +7,10 @@ three places the server already has, on the runtime's thread, and adds nothing t
   (an append, batch append or write that ended in SUCCESS: its latency from the host's call,
   its entries and body bytes), at the answers to appends that came over the network (latency
   from the request's arrival), and at the APPEND pushes leaving for followers (stamped);
-- the transport's receiver: an append request from a client is stamped on arrival, and a
+- the transport's receiver: an append request from a client is stamped on arrival, a
   follower's SUCCESS answer to a push gives the replicate latency, entries and bytes of that
-  push, per follower;
+  push, per follower, and the commit index a leader announces in its heartbeats and pushes
+  is kept (``leader_commit``: how far behind a follower is, for ``/ready``);
 - the state machine, when one is registered: each ``on_apply`` call is timed.
 
 The cost with metrics on is per operation and per message (a ``bisect`` and a few additions),
@@ -28,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dledger.metrics.histogram import BYTE_BUCKETS, ENTRY_BUCKETS, LATENCY_BUCKETS_MS, Histogram
-from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, PushEntryRequest,
-                              PushEntryResponse, PushEntryType)
+from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, HeartBeatRequest,
+                              PushEntryRequest, PushEntryResponse, PushEntryType)
 from dledger.errors import DLedgerResponseCode
 from dledger.runtime.driver import APPEND, WRITE
 
@@ -97,6 +98,9 @@ class NodeMetrics:
         self.apply_entries = Histogram(ENTRY_BUCKETS)
         self._requests: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._pushes: dict[int, tuple[float, int, int]] = {}
+        #: ``(term, index)``: the highest commit index a leader announced to this node (in a
+        #: heartbeat or a push), in the highest term heard (``metrics.health``: readiness)
+        self.leader_commit: tuple[int, int] = (-1, -1)
 
     def clock_ms(self) -> float:
         return self.clock() * 1000.0
@@ -130,6 +134,13 @@ class NodeMetrics:
                         flow = self.replicate.get(env.src)
                         if flow is not None:
                             flow.observe(clock() * 1000.0 - sent[0], sent[1], sent[2])
+            elif kind is PushEntryRequest or kind is HeartBeatRequest:
+                announced = (msg.term, msg.commit_index)
+                try:
+                    if announced > self.leader_commit:
+                        self.leader_commit = announced
+                except TypeError:         # a malformed request: the node refuses it
+                    pass
             elif kind is AppendEntryRequest or kind is BatchAppendEntryRequest:
                 try:
                     if kind is AppendEntryRequest:
