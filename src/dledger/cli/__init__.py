@@ -1,6 +1,6 @@
 """The ``dledger`` command.
 
-Subcommands:
+``dledger --version`` prints dledger's version and Python's. Subcommands:
 - ``demo``: the main job on embedded defaults (what ``make run`` runs);
 - ``read-file <store dir>``: print the entries of a store directory (ours or Java DLedger's);
 - ``verify <store dir>``: read and check every entry, report damage with file and offset;
@@ -106,8 +106,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return audit_main(args.rest)
 
 
+def version() -> str:
+    """``dledger 0.1.0 (Python 3.11.7)``: what ``dledger --version`` prints."""
+    import platform
+
+    from dledger import __version__
+    return f"dledger {__version__} (Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dledger", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=version(),
+                        help="print the version of dledger and of Python, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="run the main job: 3 node processes, the leader SIGKILLed mid-stream",
