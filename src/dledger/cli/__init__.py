@@ -114,8 +114,17 @@ def version() -> str:
     return f"dledger {__version__} (Python {platform.python_version()})"
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (and exit code 2), as every other
+    error of the command: ``dledger get: error: argument index: invalid int value: 'x' (dledger get
+    --help shows the usage)``. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help shows the usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dledger", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="dledger", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=version(),
                         help="print the version of dledger and of Python, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_parsers(sub)
     from dledger.bench import cli as bench_cli
     bench_cli.add_parser(sub)
+    #: each subcommand's parser, by name (its errors name it)
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -195,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["audit"]:
         return _cmd_audit(argparse.Namespace(rest=argv[1:]))
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:                            # said by the subcommand, whose --help explains it
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command in ("node", "broker", "namesrv", "append", "get", "status", "transfer-leader", "bench"):
             return _guarded(args)

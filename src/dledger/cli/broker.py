@@ -24,7 +24,7 @@ import sys
 import threading
 
 from dledger.cli.node import (NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address,
-                              ready_max_lag, start_metrics)
+                              ready_max_lag, start_metrics, start_server)
 
 EXAMPLE = """example:
   dledger broker --group broker-a --id n0 \\
@@ -184,11 +184,7 @@ def run(args: argparse.Namespace) -> int:
         node = DLedgerServer(config, runtime=runtime)
         if endpoint is not None:
             endpoint.add(node)
-        try:
-            server = node.startup()
-        except OSError as exc:
-            raise RuntimeError(f"node {config.self_id} cannot start on {config.peer_map[config.self_id]}: "
-                               f"{exc.strerror or exc}") from None
+        server = start_server(node)
         commit_log = DLedgerCommitLog(server)
         if endpoint is not None:
             from dledger.broker.metrics import BrokerCollector

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -103,13 +104,26 @@ def _field_names() -> set[str]:
     return {f.name for f in fields(DLedgerConfig) if f.init}
 
 
+def _did_you_mean(key: str, choices) -> str:
+    import difflib
+    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict) or isinstance(value, list) and bool(value) and all(
+        isinstance(v, dict) for v in value)
+
+
 def _config_from(values: dict[str, Any], where: str) -> DLedgerConfig:
     known = _field_names()
     kwargs = {}
     for key, value in values.items():
         name = ALIASES.get(key, key)
+        if _is_table(value):
+            raise NodeConfigError(f"{where}: {key!r} is a table; a group's settings are plain keys")
         if name not in known:
-            raise NodeConfigError(f"{where}: unknown key {key!r}")
+            raise NodeConfigError(f"{where}: unknown key {key!r}{_did_you_mean(key, [*known, *ALIASES])}")
         kwargs[name] = value
     for required in ("group", "self_id", "peers"):
         if required not in kwargs:
@@ -137,6 +151,12 @@ def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
     groups = doc.pop("groups", None)
     for key in PROCESS_KEYS:
         doc.pop(key, None)
+    for key, value in doc.items():           # a misspelt [[groups]] is a table, not a setting
+        if _is_table(value):
+            section = f"[[{key}]]" if isinstance(value, list) else f"[{key}]"
+            hint = " (did you mean [[groups]]?)" if _did_you_mean(key, ["groups"]) else ""
+            raise NodeConfigError(f"{args.config}: {section} is not a table this file has{hint}; each group "
+                                  f"is a [[groups]] table")
     defaults = {**doc, **flags}
     if groups is None:
         return [_config_from(defaults, args.config)]
@@ -206,6 +226,23 @@ def start_metrics(args: argparse.Namespace, log: logging.Logger):
     return endpoint
 
 
+def start_server(server):
+    """``server.startup()``, with an ``OSError`` turned into one line naming what failed: the
+    store directory (a path the system refused: permission denied, not a directory) or the
+    listening address (in use, not this host's)."""
+    c = server.config
+    try:
+        return server.startup()
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if exc.filename is not None:
+            where = "" if os.path.abspath(exc.filename) == os.path.abspath(c.default_path) else f" ({exc.filename})"
+            raise RuntimeError(f"node {c.self_id} of group {c.group} cannot use its store directory "
+                               f"{c.default_path}: {why}{where}") from None
+        raise RuntimeError(f"node {c.self_id} of group {c.group} cannot start on {c.peer_map[c.self_id]}: "
+                           f"{why}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from dledger.runtime.log_context import configure
 
@@ -234,11 +271,7 @@ def run(args: argparse.Namespace) -> int:
             server = DLedgerServer(c, runtime=runtime)
             if endpoint is not None:
                 endpoint.add(server)
-            try:
-                servers.append(server.startup())
-            except OSError as exc:
-                raise RuntimeError(f"node {c.self_id} of group {c.group} cannot start on "
-                                   f"{c.peer_map[c.self_id]}: {exc.strerror or exc}") from None
+            servers.append(start_server(server))
             log.info("node %s of group %s listening on %s, store %s", c.self_id, c.group,
                      c.peer_map[c.self_id], c.default_path)
         print(f"dledger node: serving {len(servers)} group(s); SIGTERM or SIGINT stops", file=sys.stderr,
