@@ -9,20 +9,24 @@ negative one). A server not running (before ``startup()``, after ``shutdown()``)
 histograms and counters only; a halted one also reports ``dledger_halted 1``.
 
 ``MetricsEndpoint`` owns a private ``CollectorRegistry`` (nothing global: two endpoints in one
-process are independent) and the HTTP server thread that serves it on ``/metrics``, beside
-``/health`` and ``/ready`` (``metrics.http_endpoint``, ``metrics.health``). Every name, type and
-label is listed in docs/operations.md with the Java DLedger metric it corresponds to.
+process are independent) holding this collector, ``dledger_build_info`` and prometheus-client's
+process, platform and garbage-collector collectors, and the HTTP server thread that serves it
+on ``/metrics``, beside ``/health`` and ``/ready`` (``metrics.http_endpoint``,
+``metrics.health``). Every name, type and label is listed in docs/operations.md with the Java
+DLedger metric it corresponds to.
 """
 
 from __future__ import annotations
 
+import platform
 import threading
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from dledger import __version__
 from dledger.core import Role
 from dledger.metrics import health
 from dledger.metrics.health import DEFAULT_READY_MAX_LAG
@@ -98,6 +102,10 @@ class DLedgerCollector:
             "apply_entries": _histogram("dledger_apply_task_batch_entries",
                                         "Entries handed to one state machine on_apply call"),
         }
+        leader_changes = CounterMetricFamily("dledger_leader_changes",
+                                             "Times this node came to know a leader other than the one it knew "
+                                             "(none included): elections, failovers and transfers as it saw them",
+                                             labels=list(LABELS))
         entries_total = CounterMetricFamily("dledger_appended_entries",
                                             "Entries of append requests that succeeded", labels=list(LABELS))
         bytes_total = CounterMetricFamily("dledger_appended_bytes",
@@ -111,6 +119,7 @@ class DLedgerCollector:
             ("dledger_commit_lag_entries", "Entries in the node's log above its commit index"),
             ("dledger_apply_lag_entries", "Committed entries not applied yet"),
             ("dledger_halted", "1 when the node halted because its disk failed"),
+            ("dledger_has_leader", "1 while the node knows its group's leader (itself included), else 0"),
         )}
         role = GaugeMetricFamily("dledger_role", "1 for the node's current role, 0 for the others",
                                  labels=[*LABELS, "role"])
@@ -126,6 +135,7 @@ class DLedgerCollector:
             _add(fams["append_latency"], labels, a.latency, MS)
             _add(fams["append_bytes"], labels, a.nbytes)
             _add(fams["append_entries"], labels, a.entries)
+            leader_changes.add_metric(labels, m.leader_changes)
             entries_total.add_metric(labels, a.entries.total)
             bytes_total.add_metric(labels, a.nbytes.total)
             for peer, flow in sorted(m.replicate.items()):
@@ -136,6 +146,7 @@ class DLedgerCollector:
             _add(fams["apply_entries"], labels, m.apply_entries)
             self._gauges(m, labels, gauges, role, match, lag)
         yield from fams.values()
+        yield leader_changes
         yield entries_total
         yield bytes_total
         yield from gauges.values()
@@ -161,7 +172,8 @@ class DLedgerCollector:
                             ("dledger_entries", end - before), ("dledger_committed_index", committed),
                             ("dledger_applied_index", applied),
                             ("dledger_commit_lag_entries", max(0, end - committed)),
-                            ("dledger_apply_lag_entries", max(0, committed - applied))):
+                            ("dledger_apply_lag_entries", max(0, committed - applied)),
+                            ("dledger_has_leader", 0 if member.leader_id is None else 1)):
             gauges[name].add_metric(labels, value)
         for r in ROLES:
             role.add_metric(labels + [r.value.lower()], 1 if r is current else 0)
@@ -169,6 +181,16 @@ class DLedgerCollector:
             for peer, pr in sorted(dict(node.pusher.progress).items()):
                 match.add_metric(labels + [peer], pr.match)
                 lag.add_metric(labels + [peer], max(0, end - pr.match))
+
+
+class BuildInfoCollector:
+    """``dledger_build_info{version, python} 1``: what runs (as Prometheus' own build info)."""
+
+    def collect(self):
+        info = GaugeMetricFamily("dledger_build_info", "Always 1; the labels say which dledger and which Python "
+                                                       "this process runs", labels=["version", "python"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
 
 
 class MetricsEndpoint:
@@ -187,6 +209,12 @@ class MetricsEndpoint:
         self.collector = DLedgerCollector()
         self.registry = CollectorRegistry()
         self.registry.register(self.collector)
+        self.registry.register(BuildInfoCollector())
+        # the process (CPU, memory, open fds, start time), the interpreter and its collector,
+        # which prometheus-client puts in its global registry only
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         checks = {"/health": self._health, "/ready": self._ready}
         try:
             self._http = HttpEndpoint(host, port, self.registry, checks)
@@ -260,4 +288,4 @@ def serve(port: int, servers: Iterable = (), host: str = "0.0.0.0", *,
     return endpoint
 
 
-__all__ = ["DLedgerCollector", "MetricsEndpoint", "MetricsPortError", "serve"]
+__all__ = ["BuildInfoCollector", "DLedgerCollector", "MetricsEndpoint", "MetricsPortError", "serve"]
