@@ -73,7 +73,7 @@ def test_unreachable_peers_are_one_line_and_exit_1(command, capsys):
 def test_status_of_an_unreachable_group_exits_1_with_every_node_marked(capsys):
     ports = free_ports(2)
     peers = ";".join(f"n{k}-127.0.0.1:{p}" for k, p in enumerate(ports))
-    assert main(["status", "--peers", peers, "--group", "g", "--timeout", "0.3"]) == 1
+    assert main(["status", "--peers", peers, "--group", "g", "--timeout", "0.3", "--json"]) == 1
     assert capsys.readouterr().out.count('"error"') == 2
 
 

@@ -1,7 +1,9 @@
 """``dledger node``: run one process serving one group (from flags) or several (from a TOML file).
 
 The configuration of each group is a ``DLedgerConfig``. From flags: ``--group``, ``--id``,
-``--peers``, ``--store-dir``, ``--durability``, ``--secret-file``. From ``--config FILE`` (TOML,
+``--peers``, ``--store-dir``, ``--durability``, ``--secret-file``, ``--bootstrap``,
+``--tls-cert``/``--tls-key``/``--tls-ca`` (mutual TLS, as the client's flags) and
+``--store-segment-size`` (the data segment size; the index segment's in proportion). From ``--config FILE`` (TOML,
 read with the standard library): top-level keys are defaults for every group, and each
 ``[[groups]]`` table is one group; keys are ``DLedgerConfig`` field names, with the flag names
 ``id`` and ``store_dir`` accepted for ``self_id`` and ``store_base_dir``. Flags given together
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -35,7 +38,7 @@ from dledger.metrics.health import DEFAULT_READY_MAX_LAG
 
 EXAMPLE = """example:
   dledger node --group g --id n0 --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
-      --store-dir /var/lib/dledger --secret-file /etc/dledger/secret
+      --store-dir /var/lib/dledger --secret-file /etc/dledger/secret --store-segment-size 64MiB
   dledger node --config /etc/dledger/node.toml --metrics-port 9100
   curl -s http://127.0.0.1:9100/metrics | grep dledger_term
   curl -s http://127.0.0.1:9100/ready                      # 200 ready, or 503 and the reason
@@ -45,7 +48,12 @@ ALIASES = {"id": "self_id", "store_dir": "store_base_dir"}
 #: top-level keys of the TOML file about the process, not a group
 PROCESS_KEYS = ("metrics_port", "metrics_host", "ready_max_lag")
 FLAG_FIELDS = {"group": "group", "id": "self_id", "peers": "peers", "store_dir": "store_base_dir",
-               "durability": "durability", "secret_file": "secret_file", "bootstrap": "bootstrap"}
+               "durability": "durability", "secret_file": "secret_file", "bootstrap": "bootstrap",
+               "tls_cert": "tls_cert_file", "tls_key": "tls_key_file", "tls_ca": "tls_ca_file"}
+#: the default data segment over the default index segment (1 GiB over 160 MiB, Java DLedger's):
+#: ``--store-segment-size`` keeps it when the index size is not given
+INDEX_PER_DATA = (5, 32)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
 
 
 class NodeConfigError(ValueError):
@@ -65,6 +73,14 @@ def add_node_flags(p) -> None:
     p.add_argument("--bootstrap", action="store_const", const=True, default=None,
                    help="this node starts a brand-new cluster (its new, empty store may vote at once "
                         "even with a member missing); never for a node whose disk was replaced")
+    p.add_argument("--tls-cert", help="this node's certificate (PEM): mutual TLS, with --tls-key and --tls-ca")
+    p.add_argument("--tls-key", help="its private key")
+    p.add_argument("--tls-ca", help="the cluster CA that signs every member's (and client's) certificate")
+    p.add_argument("--store-segment-size", metavar="SIZE",
+                   help="data segment size, allocated in full when a segment is created: bytes, or with "
+                        "KiB, MiB or GiB (default 1GiB; e.g. 64MiB for a first try); the index segment "
+                        "gets 5/32 of it unless mapped_file_size_for_entry_index is set. A store keeps "
+                        "the size it was created with")
 
 
 def add_metrics_flags(p) -> None:
@@ -135,11 +151,43 @@ def _config_from(values: dict[str, Any], where: str) -> DLedgerConfig:
         raise NodeConfigError(f"{where}: {exc}") from None
 
 
+def parse_size(text: str, where: str) -> int:
+    """``"64MiB"``, ``"64M"``, ``"4096"`` -> bytes (binary units); ``NodeConfigError`` naming
+    ``where`` otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    unit = m and _SIZE_UNITS.get(m.group(2).lower())
+    if not unit:
+        raise NodeConfigError(f"{where}: {text!r} is not a size (bytes, or a number with KiB, MiB or GiB)")
+    return int(m.group(1)) * unit
+
+
+def _segment_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """``--store-segment-size``: the data segment size, and the index segment's in Java
+    DLedger's proportion (a multiple of 32 bytes), used where no index size is given."""
+    text = getattr(args, "store_segment_size", None)
+    if text is None:
+        return {}
+    data = parse_size(text, "--store-segment-size")
+    index = max(32 * 1024, data * INDEX_PER_DATA[0] // INDEX_PER_DATA[1] // 32 * 32)
+    return {"mapped_file_size_for_entry_data": data, "mapped_file_size_for_entry_index": index}
+
+
+def _with_segments(values: dict[str, Any], segments: dict[str, int]) -> dict[str, Any]:
+    """``values`` with ``--store-segment-size``'s data size, and its index size unless one is set."""
+    if not segments:
+        return values
+    index = "mapped_file_size_for_entry_index"
+    return {**values, "mapped_file_size_for_entry_data": segments["mapped_file_size_for_entry_data"],
+            index: values.get(index, segments[index])}
+
+
 def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
     """The groups to run: from ``--config`` (with flags as defaults' overrides) or from flags."""
-    flags = {key: getattr(args, key) for key in FLAG_FIELDS if getattr(args, key, None) is not None}
+    flags = {FLAG_FIELDS[key] if key.startswith("tls_") else key: getattr(args, key)
+             for key in FLAG_FIELDS if getattr(args, key, None) is not None}
+    segments = _segment_sizes(args)
     if args.config is None:
-        return [_config_from(flags, "flags")]
+        return [_config_from(_with_segments(flags, segments), "flags")]
     import tomllib
     try:
         with open(args.config, "rb") as f:
@@ -159,10 +207,11 @@ def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
                                   f"is a [[groups]] table")
     defaults = {**doc, **flags}
     if groups is None:
-        return [_config_from(defaults, args.config)]
+        return [_config_from(_with_segments(defaults, segments), args.config)]
     if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
         raise NodeConfigError(f"{args.config}: groups must be a non-empty array of tables ([[groups]])")
-    configs = [_config_from({**defaults, **g}, f"{args.config} [[groups]] #{k + 1}") for k, g in enumerate(groups)]
+    configs = [_config_from(_with_segments({**defaults, **g}, segments), f"{args.config} [[groups]] #{k + 1}")
+               for k, g in enumerate(groups)]
     seen = set()
     for c in configs:
         if c.group in seen:

@@ -312,7 +312,9 @@ class TcpNetwork:
     async def _server_handshake(self, reader, writer, decoder) -> Peer:
         hs = ServerHandshake(self.keys, accept=self._accept_peer)
         chunk = self.options.read_chunk
-        first = await reader.readexactly(1)
+        first = await reader.read(1)
+        if not first:
+            raise EOFError("the peer closed the connection")
         decoder.feed_payloads(first)                 # kept: the first byte of the hello's length
         if first == TLS_HANDSHAKE_RECORD and self.server_ssl is None:
             self._refuse(writer, "this node does not use TLS")
