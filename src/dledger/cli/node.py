@@ -8,7 +8,8 @@ read with the standard library): top-level keys are defaults for every group, an
 ``[[groups]]`` table is one group; keys are ``DLedgerConfig`` field names, with the flag names
 ``id`` and ``store_dir`` accepted for ``self_id`` and ``store_base_dir``. Flags given together
 with ``--config`` override the file's defaults. An unknown key or a bad value is refused before
-anything starts, with one line naming it.
+anything starts, with one line naming it. Groups of the file that would share a store directory
+each get ``<store_dir>/<group>/dledger-<id>`` (``cli.store_dirs``).
 
 ``--metrics-port PORT`` (or a top-level ``metrics_port`` key in the file) serves the metrics of
 every group on ``http://<metrics-host>:PORT/metrics`` (Prometheus text format;
@@ -217,7 +218,11 @@ def load_configs(args: argparse.Namespace) -> list[DLedgerConfig]:
         if c.group in seen:
             raise NodeConfigError(f"{args.config}: group {c.group!r} appears twice")
         seen.add(c.group)
-    return configs
+    from dledger.cli.store_dirs import place
+    try:
+        return place(configs, [any(key in g for key in ("store_dir", "store_base_dir")) for g in groups], args.config)
+    except ValueError as exc:
+        raise NodeConfigError(str(exc)) from None
 
 
 def _process_keys(args: argparse.Namespace) -> dict[str, Any]:
