@@ -73,7 +73,7 @@ def test_unreachable_peers_are_one_line_and_exit_1(command, capsys):
 def test_status_of_an_unreachable_group_exits_1_with_every_node_marked(capsys):
     ports = free_ports(2)
     peers = ";".join(f"n{k}-127.0.0.1:{p}" for k, p in enumerate(ports))
-    assert main(["status", "--peers", peers, "--group", "g", "--timeout", "0.3"]) == 1
+    assert main(["status", "--peers", peers, "--group", "g", "--timeout", "0.3", "--json"]) == 1
     assert capsys.readouterr().out.count('"error"') == 2
 
 
@@ -102,10 +102,11 @@ def test_a_toml_config_gives_several_groups_with_shared_defaults(tmp_path):
     args = Namespace(config=str(path), group=None, id=None, peers=None, store_dir=None, durability=None,
                      secret_file=None)
     a, b = load_configs(args)
-    assert (a.group, a.self_id, a.store_base_dir, a.durability) == ("a", "n0", "/data", "fsync")
+    # the two groups would share /data/dledger-n0: each gets a directory of its own
+    assert (a.group, a.self_id, a.store_base_dir, a.durability) == ("a", "n0", "/data/a", "fsync")
     assert (b.group, b.durability, b.peer_map["n1"]) == ("b", "page_cache", "127.0.0.1:3")
     args.store_dir = "/flag"
-    assert {c.store_base_dir for c in load_configs(args)} == {"/flag"}
+    assert {c.store_base_dir for c in load_configs(args)} == {"/flag/a", "/flag/b"}
 
 
 def test_a_node_whose_port_is_taken_is_one_line_naming_the_address_and_exits_1(tmp_path, capsys):

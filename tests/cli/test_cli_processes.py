@@ -75,7 +75,7 @@ def test_three_node_processes_serve_the_client_commands_and_stop_cleanly_on_sigt
     # busy may be between leaders for an election timeout: ask again, within a deadline)
     deadline = time.monotonic() + 20
     while True:
-        r = dledger("status", *client, env=env)
+        r = dledger("status", "--json", *client, env=env)
         assert r.returncode == 0, r.stderr
         status = json.loads(r.stdout)
         leaders = {s["leader_id"] for s in status.values()}
@@ -90,7 +90,7 @@ def test_three_node_processes_serve_the_client_commands_and_stop_cleanly_on_sigt
     target = next(n for n in status if n not in leaders)
     r = dledger("transfer-leader", *client, "--to", target, env=env)
     assert r.returncode == 0 and r.stdout.decode().startswith(f"{target} leads"), r.stderr
-    assert json.loads(dledger("status", *client, env=env).stdout)[target]["leader_id"] == target
+    assert json.loads(dledger("status", "--json", *client, env=env).stdout)[target]["leader_id"] == target
     r = dledger("append", *client, "after-transfer", env=env)
     assert r.returncode == 0, r.stderr
     # The new leader may first append a no-op (its commit index can lag its log end when it

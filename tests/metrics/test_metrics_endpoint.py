@@ -2,54 +2,17 @@
 values after appends on the in-process transport and over TCP, two groups on one endpoint, the
 state machine's apply histogram, and a server attached after it started. Every wait is bounded."""
 
-import threading
+import sys
 
 import pytest
 
-from dledger import DLedgerClient, DLedgerConfig, DLedgerServer
+from dledger import DLedgerClient, DLedgerServer
 from dledger.core import Role
 from dledger.metrics import MetricsPortError, serve
 from dledger.protocol import DLedgerResponseCode as Code
-from dledger.runtime.asyncio_runtime import AsyncioRuntime
-from dledger.transport.inproc import Hub
 
-from metrics.helpers import WAIT, scrape, scrape_until, value
+from metrics.helpers import HEARTBEAT_MS, IDS, WAIT, InprocCluster, scrape, scrape_until, value
 from transport.tcp_helpers import TcpGroup, free_ports
-
-PEERS = "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3"
-IDS = ("n0", "n1", "n2")
-# a 1.5 s election timeout: the suite shares two cores, and a leader starved of CPU for the
-# default 300 ms would lose its leadership between an append and the scrape that checks it
-HEARTBEAT_MS = 500
-
-
-class InprocCluster:
-    def __init__(self, groups=("g",), state_machine=None) -> None:
-        self.runtime, self.hub = AsyncioRuntime(), Hub()
-        self.elected = {g: threading.Event() for g in groups}
-        self.servers = {}
-        for g in groups:
-            for node_id in IDS:
-                s = DLedgerServer(DLedgerConfig(group=g, self_id=node_id, peers=PEERS, store_type="memory",
-                                                heart_beat_time_interval_ms=HEARTBEAT_MS),
-                                  runtime=self.runtime, hub=self.hub,
-                                  state_machine=state_machine() if state_machine else None)
-                s.add_role_change_handler(lambda ch, g=g: ch.role is Role.LEADER and self.elected[g].set())
-                self.servers[(g, node_id)] = s
-
-    def start(self) -> "InprocCluster":
-        for s in self.servers.values():
-            s.startup()
-        return self
-
-    def leader(self, group: str = "g") -> DLedgerServer:
-        assert self.elected[group].wait(WAIT), "no leader"
-        return next(s for (g, _n), s in self.servers.items() if g == group and s.is_leader)
-
-    def close(self) -> None:
-        for s in self.servers.values():
-            s.shutdown()
-        self.runtime.close()
 
 
 @pytest.fixture
@@ -244,3 +207,44 @@ def test_each_endpoint_has_its_own_registry():
             assert not any(k[0] == "dledger_term" for k in scrape(other.url))
     finally:
         c.close()
+
+
+def test_leader_changes_count_each_new_leader_a_node_comes_to_know():
+    from dledger.core import RoleChange, RoleEvent
+    from dledger.metrics import NodeMetrics
+
+    m = NodeMetrics("g", "n0")
+    changes = [(Role.CANDIDATE, None, 0), (Role.FOLLOWER, "n1", 1), (Role.CANDIDATE, None, 1),
+               (Role.FOLLOWER, "n1", 2), (Role.CANDIDATE, None, 2), (Role.LEADER, "n0", 3),
+               (Role.FOLLOWER, "n2", 4)]
+    for term, (role, leader, expected) in enumerate(changes):
+        m.on_role_change(RoleChange(term, role, leader, RoleEvent.START))
+        assert m.leader_changes == expected, (role, leader)
+
+
+def test_has_leader_leader_changes_build_info_and_the_process_collectors_are_scraped(cluster):
+    import platform
+
+    from dledger import __version__
+
+    c, endpoint = cluster
+    lead = c.leader()
+    s = scrape_until(endpoint.url, lambda s: all(
+        s.get(("dledger_has_leader", frozenset({"group": "g", "node": n}.items()))) == 1 for n in IDS))
+    before = {n: value(s, "dledger_leader_changes_total", group="g", node=n) for n in IDS}
+    assert all(value(s, "dledger_has_leader", group="g", node=n) == 1 for n in IDS)
+    assert all(count >= 1 for count in before.values()), before
+    assert value(s, "dledger_build_info", version=__version__, python=platform.python_version()) == 1
+    assert value(s, "process_resident_memory_bytes") > 0 and value(s, "process_open_fds") > 0
+    assert value(s, "process_cpu_seconds_total") > 0 and value(s, "process_start_time_seconds") > 0
+    assert value(s, "python_gc_collections_total", generation="0") >= 0
+    assert ("python_info", frozenset({"implementation": platform.python_implementation(),
+                                      "major": str(sys.version_info.major), "minor": str(sys.version_info.minor),
+                                      "patchlevel": str(sys.version_info.micro),
+                                      "version": platform.python_version()}.items())) in s
+    target = next(n for n in IDS if n != lead.config.self_id)
+    assert lead.transfer_leadership(target).result(WAIT).code == Code.SUCCESS
+    s = scrape_until(endpoint.url, lambda s: all(
+        value(s, "dledger_leader_changes_total", group="g", node=n) > before[n] for n in IDS))
+    assert all(value(s, "dledger_leader_changes_total", group="g", node=n) > before[n] for n in IDS), s
+    assert value(s, "dledger_role", group="g", node=target, role="leader") == 1

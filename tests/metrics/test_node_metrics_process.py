@@ -1,5 +1,6 @@
 """``dledger node --metrics-port`` as a real process: the endpoint answers with the node's metrics
-(polled, every wait bounded), its log lines name group, node and term, SIGTERM still exits 0;
+(polled, every wait bounded) and ``/ready`` and ``/health`` beside them, its log lines name
+group, node and term, SIGTERM still exits 0;
 a metrics port in use, out of range or not a number is one error line and a non-zero exit."""
 
 import os
@@ -9,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -68,11 +71,20 @@ def test_a_node_process_serves_its_metrics_and_logs_with_its_context(tmp_path, v
         assert value(s, "dledger_appended_bytes_total", group="g", node="n0") == 5
         assert value(s, "dledger_append_entry_latency_seconds_count", group="g", node="n0") == 2
         assert value(s, "dledger_term", group="g", node="n0") == 0
+        base = f"http://127.0.0.1:{metrics_port}"
+        with urllib.request.urlopen(f"{base}/ready", timeout=5) as resp:
+            assert resp.status == 200 and resp.read() == b"ready: g/n0 LEADER in term 0, 0 behind\n"
+        with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
+            assert resp.status == 200 and resp.read() == b"live\n"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/", timeout=5)
+        assert missing.value.code == 404
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(TIMEOUT) == 0
         err = proc.stderr.read().decode()
         assert "Traceback" not in err
-        assert f"INFO dledger.node metrics on http://127.0.0.1:{metrics_port}/metrics" in err
+        assert f"INFO dledger.node metrics on http://127.0.0.1:{metrics_port}/metrics, health on /health and " \
+               f"/ready" in err
         assert "INFO dledger.core.rejoin [g/n0 term 0] n0: recovered" in err, err
     finally:
         if proc.poll() is None:
@@ -112,3 +124,12 @@ def test_a_bad_metrics_port_in_the_file_is_one_line_naming_the_key(tmp_path, set
     err = r.stderr.decode()
     assert r.returncode == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{cfg}: metrics_port" in err
+
+
+@pytest.mark.parametrize("args, words", [(["--ready-max-lag", "-5"], "--ready-max-lag: not a number of entries"),
+                                         (["--ready-max-lag", "many"], "--ready-max-lag: not a number of entries")])
+def test_a_bad_ready_max_lag_is_one_line_and_exit_2(tmp_path, args, words):
+    r = dledger("node", "--group", "g", "--id", "n0", "--peers", f"n0-127.0.0.1:{free_ports(1)[0]}",
+                "--store-dir", str(tmp_path), "--metrics-port", "0", *args)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1 and words in err, err

@@ -1,6 +1,6 @@
 """The ``dledger`` command.
 
-Subcommands:
+``dledger --version`` prints dledger's version and Python's. Subcommands:
 - ``demo``: the main job on embedded defaults (what ``make run`` runs);
 - ``read-file <store dir>``: print the entries of a store directory (ours or Java DLedger's);
 - ``verify <store dir>``: read and check every entry, report damage with file and offset;
@@ -11,13 +11,16 @@ Subcommands:
 - ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli/client.py``);
 - ``bench``: committed entries/s and commit latency of a 3-process cluster (``bench.cli``).
 Errors of ``node``, ``broker``, ``namesrv`` and the client commands are one line on stderr and a non-zero exit code:
-2 for a bad flag or configuration, 1 for a group that cannot be reached or a node that cannot
-start, 3 for an append whose outcome is unknown.
+2 for a bad flag or configuration (argparse's own errors too), 1 for a group that cannot be
+reached or a node that cannot start, 3 for an append whose outcome is unknown. Ctrl-C prints
+one line and exits with 130 (``append``, ``audit``, ``demo`` and the rest; ``node``, ``broker``
+and ``namesrv`` stop cleanly on SIGINT and exit with 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -32,6 +35,10 @@ def _open_for(command: str, path: str):
     except (StoreLayoutError, OSError) as exc:
         print(f"dledger {command}: error: {exc}", file=sys.stderr)
         raise _Exit(2) from None
+
+
+#: the exit code after Ctrl-C (SIGINT), as a shell reports it: 128 + 2
+EXIT_INTERRUPTED = 130
 
 
 class _Exit(Exception):
@@ -101,13 +108,32 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from dledger.spark.audit_cli import main as audit_main   # no pyspark import until it runs
+    from dledger.cli.audit import run                 # no pyspark import until it runs
 
-    return audit_main(args.rest)
+    return run(args.rest)
+
+
+def version() -> str:
+    """``dledger 0.1.0 (Python 3.11.7)``: what ``dledger --version`` prints."""
+    import platform
+
+    from dledger import __version__
+    return f"dledger {__version__} (Python {platform.python_version()})"
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (and exit code 2), as every other
+    error of the command: ``dledger get: error: argument index: invalid int value: 'x' (dledger get
+    --help shows the usage)``. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help shows the usage)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dledger", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="dledger", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=version(),
+                        help="print the version of dledger and of Python, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="run the main job: 3 node processes, the leader SIGKILLed mid-stream",
@@ -159,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_parsers(sub)
     from dledger.bench import cli as bench_cli
     bench_cli.add_parser(sub)
+    #: each subcommand's parser, by name (its errors name it)
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -176,6 +204,8 @@ def _guarded(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:         # a bad --peers, secret or body
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise                                       # main() ends quietly
     except (DLedgerError, OSError, RuntimeError) as exc:   # unreachable group, port in use, locked store
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
@@ -183,12 +213,23 @@ def _guarded(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["audit"]:
-        return _cmd_audit(argparse.Namespace(rest=argv[1:]))
-    args = build_parser().parse_args(argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else None
     try:
+        if command == "audit":
+            return _cmd_audit(argparse.Namespace(rest=argv[1:]))
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:                        # said by the subcommand, whose --help explains it
+            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command in ("node", "broker", "namesrv", "append", "get", "status", "transfer-leader", "bench"):
             return _guarded(args)
         return args.func(args)
-    except KeyboardInterrupt:  # pragma: no cover
-        return 130
+    except BrokenPipeError:
+        # the reader of the output went away (``dledger status --json | head``): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, no traceback (``append`` says itself what was acknowledged; the
+        # node commands stop cleanly on SIGINT and never get here)
+        print(f"dledger{f' {command}' if command else ''}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -23,7 +23,8 @@ import signal
 import sys
 import threading
 
-from dledger.cli.node import NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address
+from dledger.cli.node import (NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address,
+                              ready_max_lag, start_metrics, start_server)
 
 EXAMPLE = """example:
   dledger broker --group broker-a --id n0 \\
@@ -160,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     config = configs[0]
     host, port, brokers = broker_address(args, config)
     remoting_flags = remoting_settings(args, config)
-    address = metrics_address(args)
+    metrics_address(args)                # a bad value is refused before anything starts
+    ready_max_lag(args)
 
     from dledger.broker import DLedgerCommitLog
     from dledger.broker.server import BrokerServer
@@ -178,18 +180,11 @@ def run(args: argparse.Namespace) -> int:
     runtime = AsyncioRuntime()
     server = commit_log = broker = endpoint = grpc = remoting = None
     try:
-        if address is not None:
-            from dledger.metrics import serve
-            endpoint = serve(address[1], host=address[0])      # MetricsPortError: one line, exit 1
-            log.info("metrics on http://%s:%d/metrics", address[0], endpoint.port)
+        endpoint = start_metrics(args, log)
         node = DLedgerServer(config, runtime=runtime)
         if endpoint is not None:
             endpoint.add(node)
-        try:
-            server = node.startup()
-        except OSError as exc:
-            raise RuntimeError(f"node {config.self_id} cannot start on {config.peer_map[config.self_id]}: "
-                               f"{exc.strerror or exc}") from None
+        server = start_server(node)
         commit_log = DLedgerCommitLog(server)
         if endpoint is not None:
             from dledger.broker.metrics import BrokerCollector

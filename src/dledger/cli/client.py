@@ -5,13 +5,18 @@ Each takes ``--peers`` and ``--group`` like ``dledger node`` (one reachable addr
 the others are learnt from it), ``--secret-file`` (else ``$DLEDGER_SECRET``), ``--timeout``, and
 ``--tls-cert``/``--tls-key``/``--tls-ca`` for a cluster with mutual TLS.
 Exit codes: 0 done; 1 the group could not be reached or refused (one line on stderr);
-2 bad flags; 3 an append whose outcome is unknown (it may be committed; it was not resent).
+2 bad flags; 3 an append whose outcome is unknown (it may be committed; it was not resent);
+130 interrupted (Ctrl-C): ``append`` says how many entries were acknowledged before.
+``append`` without bodies appends each line of stdin as soon as it is read. ``status`` prints a
+table on a terminal and JSON (one object per node) when its output is a pipe or a file, or with
+``--json`` / ``-w json``; ``-w table`` asks for the table anywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from dledger.client import AppendOutcomeUnknown, DLedgerClient
@@ -19,6 +24,8 @@ from dledger.protocol import ReadMode
 
 PEERS_EXAMPLE = "'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913'"
 EXIT_UNKNOWN = 3
+#: Ctrl-C, as for every command (``dledger.cli.EXIT_INTERRUPTED``)
+EXIT_INTERRUPTED = 130
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -41,8 +48,10 @@ def _parser(sub, name: str, help_: str, example: str) -> argparse.ArgumentParser
 def add_parsers(sub) -> None:
     p = _parser(sub, "append", "append entries; prints 'index term pos' per entry",
                 f"dledger append --peers {PEERS_EXAMPLE} --group g hello world\n"
-                f"  seq 3 | dledger append --peers {PEERS_EXAMPLE} --group g")
-    p.add_argument("bodies", nargs="*", help="bodies to append (none: one per line of stdin)")
+                f"  seq 3 | dledger append --peers {PEERS_EXAMPLE} --group g\n"
+                f"  tail -f app.log | dledger append --peers {PEERS_EXAMPLE} --group g   # each line as it comes")
+    p.add_argument("bodies", nargs="*", help="bodies to append (none: one per line of stdin, each appended as "
+                                             "soon as it is read; Ctrl-C stops, keeping what was acknowledged)")
     p.set_defaults(func=cmd_append)
 
     p = _parser(sub, "get", "print the body of the committed entry at INDEX",
@@ -56,8 +65,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--node", help="ask only this member (with --read-mode unsafe: read its own log)")
     p.set_defaults(func=cmd_get)
 
-    p = _parser(sub, "status", "print every node's metadata as JSON (unreachable nodes with an error)",
-                f"dledger status --peers {PEERS_EXAMPLE} --group g")
+    p = _parser(sub, "status", "print every node's role, term, leader and indexes (unreachable nodes with "
+                               "the error)",
+                f"dledger status --peers {PEERS_EXAMPLE} --group g              # a table\n"
+                f"  dledger status --peers {PEERS_EXAMPLE} --group g --json       # JSON (-w json)")
+    p.add_argument("-w", "--write-out", choices=("table", "json"), default=None,
+                   help="table, or json: one object per node (default: a table on a terminal, JSON when the "
+                        "output is a pipe or a file)")
+    p.add_argument("--json", dest="write_out", action="store_const", const="json", help="the same as -w json")
     p.set_defaults(func=cmd_status)
 
     p = _parser(sub, "transfer-leader", "ask the leader to hand leadership to another member",
@@ -85,18 +100,53 @@ def _client(args: argparse.Namespace) -> DLedgerClient:
                          tls=tls_files if all(tls_files) else None)
 
 
+def _stdin_bodies():
+    """One body per line of stdin, each as soon as its line is read (so ``tail -f`` works)."""
+    for line in sys.stdin.buffer:
+        yield line.rstrip(b"\r\n")
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
 def cmd_append(args: argparse.Namespace) -> int:
-    bodies = [b.encode() for b in args.bodies] if args.bodies else \
-        [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
-    with _client(args) as c:
-        for k, body in enumerate(bodies):
-            try:
-                r = c.append(body)
-            except AppendOutcomeUnknown as exc:
-                print(f"dledger append: entry {k + 1} of {len(bodies)}: outcome unknown, it may be committed "
-                      f"(not resent): {exc}", file=sys.stderr)
-                return EXIT_UNKNOWN
-            print(f"{r.index} {r.term} {r.pos}", flush=True)
+    bodies = (b.encode() for b in args.bodies) if args.bodies else _stdin_bodies()
+    done, sending = 0, False
+    # Ctrl-C interrupts a wait (for a line of stdin, for an append's answer), never the printing
+    # of an acknowledged entry and its count: those two always agree
+    state = {"may_raise": True, "pending": False}
+
+    def on_sigint(_signum, _frame) -> None:
+        if state["may_raise"]:
+            raise KeyboardInterrupt
+        state["pending"] = True
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with _client(args) as c:
+            for body in bodies:
+                sending = True
+                try:
+                    r = c.append(body)
+                except AppendOutcomeUnknown as exc:
+                    print(f"dledger append: entry {done + 1}: outcome unknown, it may be committed (not "
+                          f"resent): {exc}; {_entries(done)} appended before it", file=sys.stderr)
+                    return EXIT_UNKNOWN
+                state["may_raise"] = False
+                sending = False
+                print(f"{r.index} {r.term} {r.pos}", flush=True)
+                done += 1
+                state["may_raise"] = True
+                if state["pending"]:
+                    raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pending = "; the entry being appended may or may not be committed" if sending else ""
+        print(f"dledger append: interrupted: {_entries(done)} appended and acknowledged (printed above)"
+              f"{pending}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return 0
 
 
@@ -108,21 +158,51 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the columns of ``dledger status``'s table: (title, key in a node's metadata)
+STATUS_COLUMNS = (("NODE", "node_id"), ("ADDRESS", "address"), ("ROLE", "role"), ("TERM", "term"),
+                  ("LEADER", "leader_id"), ("LOG END", "ledger_end_index"), ("COMMITTED", "committed_index"))
+
+
+def status_table(status: dict[str, dict]) -> str:
+    """Every node's answer as a table, one row per node; an unreachable node's row says why."""
+    rows = [[title for title, _key in STATUS_COLUMNS]]
+    errors = []
+    for node_id, s in status.items():
+        if "error" in s:
+            rows.append([node_id, s.get("address", ""), *["-"] * (len(STATUS_COLUMNS) - 2)])
+            errors.append(f"{node_id}: {s['error']}")
+            continue
+        rows.append(["-" if s.get(key) is None else str(s[key]) for _title, key in STATUS_COLUMNS])
+    widths = [max(len(row[k]) for row in rows) for k in range(len(STATUS_COLUMNS))]
+    numeric = {"TERM", "LOG END", "COMMITTED"}
+    lines = ["  ".join(cell.rjust(w) if STATUS_COLUMNS[k][0] in numeric else cell.ljust(w)
+                       for k, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    return "\n".join(lines + errors)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with _client(args) as c:
         status = c.status()
-    print(json.dumps(status, indent=2, sort_keys=True))
+    how = args.write_out or ("table" if sys.stdout.isatty() else "json")
+    if how == "json":
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(status_table(status))
     return 0 if any("error" not in s for s in status.values()) else 1
 
 
 def cmd_transfer(args: argparse.Namespace) -> int:
     with _client(args) as c:
+        leader = c.metadata()
+        if leader["leader_id"] == args.to:
+            print(f"{args.to} already leads (term {leader['term']}); nothing to do")
+            return 0
         r = c.transfer_leadership(args.to)
     if r.code != 200:
         print(f"dledger transfer-leader: refused with code {r.code}", file=sys.stderr)
         return 1
-    print(f"{args.to} leads (term {r.term})")
+    print(f"{args.to} leads (term {r.term})" if r.term >= 0 else f"{args.to} leads")
     return 0
 
 
-__all__ = ["add_parsers", "cmd_append", "cmd_get", "cmd_status", "cmd_transfer"]
+__all__ = ["add_parsers", "cmd_append", "cmd_get", "cmd_status", "cmd_transfer", "status_table"]

@@ -19,6 +19,9 @@ added). Every call has ``timeout_s`` seconds:
 - appends made while four requests are already in flight wait and then travel together as one
   batch append (``client.coalesce``; ``coalesce=False`` sends each alone); each caller still
   gets its own entry's index and position, and the rules above hold for each of them.
+A body larger than any node stores (``MAX_BODY``: 4 MiB less the 48-byte entry header) raises
+``EntryTooLargeError`` before anything is sent; a node whose smaller data segments refuse a
+body says so (``AppendRefusedError`` naming the body's size).
 The secret: ``secret`` (bytes or str; a list of keys for rotation), else ``secret_file`` (one
 key a line), else the ``DLEDGER_SECRET`` environment variable, else none, as for the nodes.
 ``tls=(cert_file, key_file, ca_file)`` connects with mutual TLS (a certificate the cluster CA
@@ -37,8 +40,8 @@ from dledger.client.coalesce import AppendCoalescer
 from dledger.client.connection import AnswerLost, NodeConnection, NotSent
 from dledger.client.errors import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError
 from dledger.config import parse_peers
-from dledger.entry import DLedgerEntry, decode
-from dledger.errors import DLedgerError
+from dledger.entry import BODY_OFFSET, MAX_RECORD_SIZE, DLedgerEntry, decode
+from dledger.errors import DLedgerError, EntryTooLargeError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, GetEntriesRequest, LeadershipTransferRequest,
                               LeadershipTransferResponse, MetadataRequest, ReadMode)
@@ -49,6 +52,17 @@ BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5
 NOT_TAKEN = (Code.NOT_LEADER, Code.LEADER_TRANSFERRING, Code.LEADER_PENDING_FULL)
 #: answers after which the append may still commit
 UNCLEAR = (Code.EXPIRED_TERM, Code.WAIT_QUORUM_ACK_TIMEOUT)
+#: the largest body any node stores (a record is at most ``MAX_RECORD_SIZE`` with its header);
+#: a node whose data segments are smaller than that takes less: its segment size less 56 bytes
+MAX_BODY = MAX_RECORD_SIZE - BODY_OFFSET
+
+
+def _check_sizes(bodies: Sequence[bytes]) -> None:
+    """Refuse, before anything is sent, a body no node could store."""
+    big = max(map(len, bodies), default=0)
+    if big > MAX_BODY:
+        raise EntryTooLargeError(f"a body of {big:,} bytes is over the largest entry a node stores "
+                                 f"({MAX_BODY:,} bytes); nothing was sent")
 
 
 def _keys(secret, secret_file: str | None) -> tuple[bytes, ...]:
@@ -186,14 +200,20 @@ class AsyncDLedgerClient:
             return target, resp
 
     # -- appends -----------------------------------------------------------------------------
-    def _check_append(self, target: str, resp: AppendEntryResponse) -> AppendEntryResponse:
+    def _check_append(self, target: str, resp: AppendEntryResponse, bodies: Sequence[bytes] = ()
+                      ) -> AppendEntryResponse:
         if resp.code == Code.SUCCESS:
             return resp
         name = Code(resp.code).name if resp.code in Code._value2member_map_ else str(resp.code)
         if resp.code in UNCLEAR or resp.code not in Code._value2member_map_:
             raise AppendOutcomeUnknown(f"{target} answered {name}: the append may still commit",
                                        node_id=target, response=resp)
-        raise AppendRefusedError(f"{target} refused the append: {name}", resp)
+        why = ""
+        if resp.code == Code.UNEXPECTED_ARGUMENT and bodies:
+            # the one reason a leader refuses a well-formed append so: a body over its entry limit
+            why = (f": a body of {max(map(len, bodies)):,} bytes is over its entry size limit (its data "
+                   f"segment size less 56 bytes, {MAX_BODY:,} at most)")
+        raise AppendRefusedError(f"{target} refused the append: {name}{why}", resp)
 
     async def append(self, body: bytes) -> AppendEntryResponse:
         """Append one entry; the leader's SUCCESS answer (``index``, ``term``, ``pos``).
@@ -201,6 +221,7 @@ class AsyncDLedgerClient:
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"body must be bytes, got {type(body).__name__}")
         body = bytes(body)
+        _check_sizes((body,))
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         if self._coalescer is None or not self._coalescer.groupable(body):
             return (await self._send_appends([body], deadline))[0]
@@ -214,12 +235,12 @@ class AsyncDLedgerClient:
             target, resp = await self._leader_call(
                 lambda t: AppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t, body=body),
                 resend_after_loss=False, deadline=deadline)
-            return [self._check_append(target, resp)]
+            return [self._check_append(target, resp, bodies)]
         target, resp = await self._leader_call(
             lambda t: BatchAppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t,
                                               batch_msgs=bodies),
             resend_after_loss=False, deadline=deadline)
-        resp = self._check_append(target, resp)
+        resp = self._check_append(target, resp, bodies)
         n, positions = len(bodies), resp.positions
         first = resp.index - n + 1
         return [replace(resp, index=first + k, pos=positions[k] if len(positions) == n else -1, positions=[])
@@ -231,11 +252,12 @@ class AsyncDLedgerClient:
         bodies = [bytes(b) for b in bodies]
         if not bodies:
             raise ValueError("batch_append needs at least one body")
+        _check_sizes(bodies)
         target, resp = await self._leader_call(
             lambda t: BatchAppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t,
                                               batch_msgs=bodies),
             resend_after_loss=False)
-        return self._check_append(target, resp)
+        return self._check_append(target, resp, bodies)
 
     # -- reads and admin ---------------------------------------------------------------------
     async def get(self, index: int, mode: ReadMode | int | str = ReadMode.READ_INDEX_READ,

@@ -3,7 +3,10 @@
 ``NodeConnection.request(msg, timeout)`` sends one request envelope and waits for its answer.
 It tells the two ways of failing apart, because the client's resend rule depends on it:
 - ``NotSent``: the connection could not be opened (refused, unreachable, handshake refused), so
-  the request never left this process: it certainly was not taken;
+  the request never left this process: it certainly was not taken. Its message says why: the
+  reason a node gave for refusing the connection (a group it does not serve, a plain
+  connection to a TLS node, ...), a node that answered a TLS client in plain text, the
+  operating system's error;
 - ``AnswerLost``: the request was written, but the connection broke or no answer came in time:
   the node may have taken it.
 
@@ -23,7 +26,7 @@ import ssl
 from typing import Any, Sequence
 
 from dledger.protocol import Envelope, FrameError
-from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer
+from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, HandshakeRefused, Peer
 from dledger.transport.frames import KEEPALIVE, FrameDecoder, encode_frame, frame_payload
 from dledger.transport.tcp import split_host_port
 from dledger.transport.tcp_connection import read_payload
@@ -71,7 +74,16 @@ class NodeConnection:
                 return
             try:
                 await asyncio.wait_for(self._connect(), max(timeout, 0.001))
-            except (OSError, EOFError, HandshakeError, FrameError, asyncio.TimeoutError, ssl.SSLError) as exc:
+            except HandshakeRefused as exc:        # the node said why
+                raise NotSent(f"{self.node_id} at {self.host}:{self.port} refused the connection: "
+                              f"{exc.reason}") from None
+            except ssl.SSLError as exc:
+                if exc.reason == "WRONG_VERSION_NUMBER":    # the node answered in plain text
+                    raise NotSent(f"{self.node_id} at {self.host}:{self.port} does not use TLS: connect "
+                                  f"without a client certificate") from None
+                raise NotSent(f"cannot reach {self.node_id} at {self.host}:{self.port}: TLS: "
+                              f"{exc.reason or exc}") from None
+            except (OSError, EOFError, HandshakeError, FrameError, asyncio.TimeoutError) as exc:
                 raise NotSent(f"cannot reach {self.node_id} at {self.host}:{self.port}: "
                               f"{exc or type(exc).__name__}") from None
 

@@ -10,7 +10,8 @@ each node's metadata answer), and stop them all with SIGTERM, returning their ex
 Every wait on a child is bounded. ``close()`` (also on ``with`` exit, whatever the error,
 Ctrl-C included) SIGKILLs any node still running and reaps it, so no child outlives the demo.
 On Linux each node also asks the kernel for a SIGTERM when the demo's process dies (the parent
-death signal), which covers a demo killed with SIGKILL. The demo watches the nodes through
+death signal), which covers a demo killed with SIGKILL. Each node runs in a session of its own,
+so a Ctrl-C in the terminal reaches the demo only, which then stops the nodes. The demo watches the nodes through
 their metadata answers (leader, term, log end), on connections of its own.
 """
 
@@ -108,7 +109,9 @@ class NodeProcesses:
              "--store-dir", self.out_dir, "--secret-file", self.secret_file, "--config", self.config_file,
              "--log-level", "INFO"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            # a session of its own: a Ctrl-C in the terminal interrupts the demo, which stops
+            # the nodes itself, rather than the nodes too (which it would report as failures)
+            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
     def start_all(self) -> None:
         for node_id in IDS:

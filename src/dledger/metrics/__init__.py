@@ -2,14 +2,15 @@
 
     from dledger.metrics import serve
     endpoint = serve(9100, [server_a, server_b], host="127.0.0.1")   # http://127.0.0.1:9100/metrics
-    ...
+    ...                                                               # and /health, /ready
     endpoint.close()
 
 Every group of the process is on the one endpoint, labelled ``group`` and ``node`` (and
 ``peer`` where a follower is meant). Histograms are measured where the server already sees
 appends complete and pushes answered (``observer``); gauges are read from the servers at scrape
-time (``collector``). Names, types, labels and their Java DLedger counterparts:
-docs/operations.md.
+time (``collector``); ``/health`` and ``/ready`` answer from the same servers (``health``,
+served with the metrics by ``http_endpoint``). Names, types, labels and their Java DLedger
+counterparts, and what the health paths answer: docs/operations.md.
 """
 
 from dledger.metrics.collector import DLedgerCollector, MetricsEndpoint, MetricsPortError, serve

@@ -9,21 +9,29 @@ negative one). A server not running (before ``startup()``, after ``shutdown()``)
 histograms and counters only; a halted one also reports ``dledger_halted 1``.
 
 ``MetricsEndpoint`` owns a private ``CollectorRegistry`` (nothing global: two endpoints in one
-process are independent) and prometheus-client's HTTP server thread. Every name, type and label
-is listed in docs/operations.md with the Java DLedger metric it corresponds to.
+process are independent) holding this collector, ``dledger_build_info`` and prometheus-client's
+process, platform and garbage-collector collectors, and the HTTP server thread that serves it
+on ``/metrics``, beside ``/health`` and ``/ready`` (``metrics.http_endpoint``,
+``metrics.health``). Every name, type and label is listed in docs/operations.md with the Java
+DLedger metric it corresponds to.
 """
 
 from __future__ import annotations
 
+import platform
 import threading
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from dledger import __version__
 from dledger.core import Role
+from dledger.metrics import health
+from dledger.metrics.health import DEFAULT_READY_MAX_LAG
 from dledger.metrics.histogram import Histogram
+from dledger.metrics.http_endpoint import HttpEndpoint
 from dledger.metrics.observer import NodeMetrics
 
 LABELS = ("group", "node")
@@ -63,6 +71,10 @@ class DLedgerCollector:
             if metrics not in self._nodes:
                 self._nodes.append(metrics)
 
+    def nodes(self) -> list[NodeMetrics]:
+        with self._lock:
+            return list(self._nodes)
+
     def find(self, group: str, node_id: str) -> NodeMetrics | None:
         with self._lock:
             return next((m for m in self._nodes if m.group == group and m.node_id == node_id), None)
@@ -90,6 +102,10 @@ class DLedgerCollector:
             "apply_entries": _histogram("dledger_apply_task_batch_entries",
                                         "Entries handed to one state machine on_apply call"),
         }
+        leader_changes = CounterMetricFamily("dledger_leader_changes",
+                                             "Times this node came to know a leader other than the one it knew "
+                                             "(none included): elections, failovers and transfers as it saw them",
+                                             labels=list(LABELS))
         entries_total = CounterMetricFamily("dledger_appended_entries",
                                             "Entries of append requests that succeeded", labels=list(LABELS))
         bytes_total = CounterMetricFamily("dledger_appended_bytes",
@@ -103,6 +119,7 @@ class DLedgerCollector:
             ("dledger_commit_lag_entries", "Entries in the node's log above its commit index"),
             ("dledger_apply_lag_entries", "Committed entries not applied yet"),
             ("dledger_halted", "1 when the node halted because its disk failed"),
+            ("dledger_has_leader", "1 while the node knows its group's leader (itself included), else 0"),
         )}
         role = GaugeMetricFamily("dledger_role", "1 for the node's current role, 0 for the others",
                                  labels=[*LABELS, "role"])
@@ -118,6 +135,7 @@ class DLedgerCollector:
             _add(fams["append_latency"], labels, a.latency, MS)
             _add(fams["append_bytes"], labels, a.nbytes)
             _add(fams["append_entries"], labels, a.entries)
+            leader_changes.add_metric(labels, m.leader_changes)
             entries_total.add_metric(labels, a.entries.total)
             bytes_total.add_metric(labels, a.nbytes.total)
             for peer, flow in sorted(m.replicate.items()):
@@ -128,6 +146,7 @@ class DLedgerCollector:
             _add(fams["apply_entries"], labels, m.apply_entries)
             self._gauges(m, labels, gauges, role, match, lag)
         yield from fams.values()
+        yield leader_changes
         yield entries_total
         yield bytes_total
         yield from gauges.values()
@@ -153,7 +172,8 @@ class DLedgerCollector:
                             ("dledger_entries", end - before), ("dledger_committed_index", committed),
                             ("dledger_applied_index", applied),
                             ("dledger_commit_lag_entries", max(0, end - committed)),
-                            ("dledger_apply_lag_entries", max(0, committed - applied))):
+                            ("dledger_apply_lag_entries", max(0, committed - applied)),
+                            ("dledger_has_leader", 0 if member.leader_id is None else 1)):
             gauges[name].add_metric(labels, value)
         for r in ROLES:
             role.add_metric(labels + [r.value.lower()], 1 if r is current else 0)
@@ -163,28 +183,73 @@ class DLedgerCollector:
                 lag.add_metric(labels + [peer], max(0, end - pr.match))
 
 
-class MetricsEndpoint:
-    """Prometheus exposition of some servers on ``http://host:port/metrics``."""
+class BuildInfoCollector:
+    """``dledger_build_info{version, python} 1``: what runs (as Prometheus' own build info)."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0", *, clock: Callable[[], float] = time.monotonic) -> None:
+    def collect(self):
+        info = GaugeMetricFamily("dledger_build_info", "Always 1; the labels say which dledger and which Python "
+                                                       "this process runs", labels=["version", "python"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
+
+
+class MetricsEndpoint:
+    """Prometheus exposition of some servers on ``http://host:port/metrics``, with ``/health``
+    and ``/ready`` beside it (``metrics.http_endpoint``, ``metrics.health``)."""
+
+    def __init__(self, port: int, host: str = "0.0.0.0", *, clock: Callable[[], float] = time.monotonic,
+                 ready_max_lag: int = DEFAULT_READY_MAX_LAG) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"metrics port must be a number from 0 to 65535, got {port!r}")
+        if isinstance(ready_max_lag, bool) or not isinstance(ready_max_lag, int) or ready_max_lag < 0:
+            raise ValueError(f"ready_max_lag must be a number of entries, 0 or more, got {ready_max_lag!r}")
         self.clock = clock
+        #: entries a node may trail its leader's commit index by and still answer ``/ready`` 200
+        self.ready_max_lag = ready_max_lag
         self.collector = DLedgerCollector()
         self.registry = CollectorRegistry()
         self.registry.register(self.collector)
+        self.registry.register(BuildInfoCollector())
+        # the process (CPU, memory, open fds, start time), the interpreter and its collector,
+        # which prometheus-client puts in its global registry only
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        checks = {"/health": self._health, "/ready": self._ready}
         try:
-            self._httpd, self._thread = start_http_server(port, host, registry=self.registry)
+            self._http = HttpEndpoint(host, port, self.registry, checks)
         except OSError as exc:
             raise MetricsPortError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
         self.host = host
         #: the port listened on (the one chosen by the system when ``port`` was 0)
-        self.port: int = self._httpd.server_port
+        self.port: int = self._http.port
 
     @property
     def url(self) -> str:
+        """The metrics URL (``/health`` and ``/ready`` are beside it)."""
+        return f"{self.base_url}/metrics"
+
+    @property
+    def base_url(self) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"http://{host}:{self.port}/metrics"
+        if host in ("::", "[::]"):
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def _health(self, _query) -> tuple[int, str]:
+        live, line = health.liveness(self.collector.nodes())
+        return (200 if live else 503), line
+
+    def _ready(self, query) -> tuple[int, str]:
+        groups = query.get("group")
+        group = groups[0] if groups else None
+        nodes = self.collector.nodes()
+        if group is not None and not any(m.group == group for m in nodes):
+            return 404, f"no node of group {group!r} is served here"
+        ready, line = health.readiness(nodes, self.ready_max_lag, group)
+        return (200 if ready else 503), line
 
     def add(self, server) -> NodeMetrics:
         """Expose ``server`` (started or not). A server of a group and node id already
@@ -203,9 +268,7 @@ class MetricsEndpoint:
 
     def close(self) -> None:
         """Stop listening (the servers keep their observers; they cost little)."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._http.close()
 
     def __enter__(self) -> "MetricsEndpoint":
         return self
@@ -215,14 +278,14 @@ class MetricsEndpoint:
 
 
 def serve(port: int, servers: Iterable = (), host: str = "0.0.0.0", *,
-          clock: Callable[[], float] = time.monotonic) -> MetricsEndpoint:
+          clock: Callable[[], float] = time.monotonic, ready_max_lag: int = DEFAULT_READY_MAX_LAG) -> MetricsEndpoint:
     """Serve the metrics of ``servers`` (more with ``endpoint.add``) on ``host:port``;
     ``port`` 0 picks a free one (``endpoint.port``). ``MetricsPortError`` when it cannot
-    listen there, ``ValueError`` for a port out of range."""
-    endpoint = MetricsEndpoint(port, host, clock=clock)
+    listen there, ``ValueError`` for a port out of range or a negative ``ready_max_lag``."""
+    endpoint = MetricsEndpoint(port, host, clock=clock, ready_max_lag=ready_max_lag)
     for server in servers:
         endpoint.add(server)
     return endpoint
 
 
-__all__ = ["DLedgerCollector", "MetricsEndpoint", "MetricsPortError", "serve"]
+__all__ = ["BuildInfoCollector", "DLedgerCollector", "MetricsEndpoint", "MetricsPortError", "serve"]

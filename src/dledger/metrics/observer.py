@@ -1,16 +1,19 @@
 """NodeMetrics: what one server measures while it runs (the histograms of docs/operations.md).
 
 Attached with ``DLedgerServer.attach_metrics`` (``dledger.metrics.serve`` does it), it hooks
-three places the server already has, on the runtime's thread, and adds nothing to the core:
+four places the server already has, on the runtime's thread, and adds nothing to the core:
 
 - the driver's ready listeners: once per ``Ready`` it looks at the completed host operations
   (an append, batch append or write that ended in SUCCESS: its latency from the host's call,
   its entries and body bytes), at the answers to appends that came over the network (latency
   from the request's arrival), and at the APPEND pushes leaving for followers (stamped);
-- the transport's receiver: an append request from a client is stamped on arrival, and a
+- the transport's receiver: an append request from a client is stamped on arrival, a
   follower's SUCCESS answer to a push gives the replicate latency, entries and bytes of that
-  push, per follower;
-- the state machine, when one is registered: each ``on_apply`` call is timed.
+  push, per follower, and the commit index a leader announces in its heartbeats and pushes
+  is kept (``leader_commit``: how far behind a follower is, for ``/ready``);
+- the state machine, when one is registered: each ``on_apply`` call is timed;
+- the driver's role-change handlers: a change that names a leader other than the one the node
+  knew counts as a leader change (``leader_changes``).
 
 The cost with metrics on is per operation and per message (a ``bisect`` and a few additions),
 never per entry of a batch; with metrics off the server pays a ``None`` check when it stamps
@@ -28,8 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dledger.metrics.histogram import BYTE_BUCKETS, ENTRY_BUCKETS, LATENCY_BUCKETS_MS, Histogram
-from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, PushEntryRequest,
-                              PushEntryResponse, PushEntryType)
+from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest, HeartBeatRequest,
+                              PushEntryRequest, PushEntryResponse, PushEntryType)
 from dledger.errors import DLedgerResponseCode
 from dledger.runtime.driver import APPEND, WRITE
 
@@ -97,6 +100,12 @@ class NodeMetrics:
         self.apply_entries = Histogram(ENTRY_BUCKETS)
         self._requests: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._pushes: dict[int, tuple[float, int, int]] = {}
+        #: ``(term, index)``: the highest commit index a leader announced to this node (in a
+        #: heartbeat or a push), in the highest term heard (``metrics.health``: readiness)
+        self.leader_commit: tuple[int, int] = (-1, -1)
+        #: times this node came to know a leader other than the one it knew (none included)
+        self.leader_changes = 0
+        self._known_leader: str | None = None
 
     def clock_ms(self) -> float:
         return self.clock() * 1000.0
@@ -110,12 +119,23 @@ class NodeMetrics:
             self.replicate.setdefault(peer, _Flow())
         if self.on_ready not in driver.ready_listeners:
             driver.ready_listeners.append(self.on_ready)
+        if self.on_role_change not in driver.role_change_handlers:
+            driver.role_change_handlers.append(self.on_role_change)
         driver.transport.set_receiver(self.receiver(driver.on_envelope))
         caller = server.node.caller
         if caller.state_machine is not None and not isinstance(caller.state_machine, TimedStateMachine):
             caller.state_machine = TimedStateMachine(caller.state_machine, self)
 
     # -- the hooks --------------------------------------------------------------------------
+    def on_role_change(self, change) -> None:
+        """A role change (a driver role-change handler): a leader other than the one this node
+        knew, itself included, counts as a leader change (as etcd's leader changes seen); a
+        change that names no leader (a candidate) forgets the one it knew."""
+        leader = change.leader_id
+        if leader is not None and leader != self._known_leader:
+            self.leader_changes += 1
+        self._known_leader = leader
+
     def receiver(self, deliver: Callable[[Any], None]) -> Callable[[Any], None]:
         """A transport receiver that notes client appends and push answers, then delivers."""
         clock, requests, pushes = self.clock, self._requests, self._pushes
@@ -130,6 +150,13 @@ class NodeMetrics:
                         flow = self.replicate.get(env.src)
                         if flow is not None:
                             flow.observe(clock() * 1000.0 - sent[0], sent[1], sent[2])
+            elif kind is PushEntryRequest or kind is HeartBeatRequest:
+                announced = (msg.term, msg.commit_index)
+                try:
+                    if announced > self.leader_commit:
+                        self.leader_commit = announced
+                except TypeError:         # a malformed request: the node refuses it
+                    pass
             elif kind is AppendEntryRequest or kind is BatchAppendEntryRequest:
                 try:
                     if kind is AppendEntryRequest:

@@ -18,6 +18,13 @@ impostor either.
 
 Without a secret the handshake still names group and ids (the listener routes on them) and
 both MACs are empty; a side with a secret refuses a peer without one, and the other way round.
+
+A listener that refuses a connection before the challenge (a group or node it does not serve,
+a sender that is not a member, a plain connection to a TLS listener, too many connections)
+says why in place of the challenge: a ``REFUSED`` frame (``refusal(reason)``) holding one line
+of text, then it closes. The connecting side raises ``HandshakeRefused`` with that reason. The
+reason only repeats what the connecting side sent or could learn by trying; a wrong MAC is
+never explained beyond "did not prove the shared secret".
 Several secrets may be given (key rotation): the first signs, any of them verifies.
 
 Nothing here is pickle: handshake frames are msgpack lists whose every item is type-checked.
@@ -39,13 +46,41 @@ LABEL = "dledger-handshake-v1"
 NONCE_BYTES = 32
 MIN_SECRET_BYTES = 16
 SECRET_ENV = "DLEDGER_SECRET"
-_HELLO, _CHALLENGE, _PROOF = "hello", "challenge", "proof"
+_HELLO, _CHALLENGE, _PROOF, _REFUSED = "hello", "challenge", "proof", "refused"
+#: the longest reason a refusal carries
+MAX_REASON = 200
 PEER, CLIENT = "peer", "client"
 KINDS = (PEER, CLIENT)
 
 
 class HandshakeError(Exception):
     """The peer failed the handshake (bad frame, unknown group or id, wrong MAC)."""
+
+
+class HandshakeRefused(HandshakeError):
+    """The listener refused the connection and said why (``reason``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"refused the connection: {reason}")
+        self.reason = reason
+
+
+def refusal(reason: str) -> bytes:
+    """The frame payload a listener sends in place of the challenge to say why it refuses a
+    connection (it closes the connection after it)."""
+    return msgpack.packb([_REFUSED, reason[:MAX_REASON]], use_bin_type=True)
+
+
+def _refusal_reason(payload: bytes) -> str | None:
+    """The reason of a ``refusal`` frame; None for any other frame."""
+    try:
+        obj = msgpack.unpackb(payload, raw=False, max_str_len=1024, max_bin_len=64, max_array_len=8,
+                              max_map_len=0, max_ext_len=0)
+    except Exception:
+        return None
+    if isinstance(obj, list) and len(obj) == 2 and obj[0] == _REFUSED and isinstance(obj[1], str):
+        return obj[1][:MAX_REASON]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +131,8 @@ def _nonce(source: Callable[[int], bytes]) -> bytes:
 
 class ClientHandshake:
     """The connecting side. ``hello()`` -> send; ``on_challenge(payload)`` -> the proof to
-    send (``HandshakeError`` when the server did not prove the secret)."""
+    send (``HandshakeError`` when the server did not prove the secret, ``HandshakeRefused``
+    when it refused the connection instead of answering)."""
 
     def __init__(self, peer: Peer, keys: Sequence[bytes] = (), *,
                  nonce: Callable[[int], bytes] = _secrets.token_bytes) -> None:
@@ -111,6 +147,9 @@ class ClientHandshake:
         return msgpack.packb([_HELLO, LABEL, p.group, p.src, p.dst, self.nonce, p.kind], use_bin_type=True)
 
     def on_challenge(self, payload: bytes) -> bytes:
+        reason = _refusal_reason(payload)
+        if reason is not None:
+            raise HandshakeRefused(reason)
         server_nonce, mac = _unpack(payload, _CHALLENGE, (bytes, bytes))
         if len(server_nonce) != NONCE_BYTES:
             raise HandshakeError("bad server nonce")
@@ -166,13 +205,21 @@ class ServerHandshake:
 
 
 # -- the secret -------------------------------------------------------------------------------
+class SecretFileError(ValueError):
+    """The secret file cannot be read (the message names it and says why)."""
+
+
 def load_secret(secret_file: str | None = None, environ: Mapping[str, str] = os.environ) -> tuple[bytes, ...]:
     """The shared keys: one a line from ``secret_file`` (the first signs, all verify), else
     ``DLEDGER_SECRET`` from ``environ``, else none (no authentication). Never a command-line
-    value. Each key must be at least 16 bytes."""
+    value. Each key must be at least 16 bytes (``ValueError``); a file that cannot be read
+    raises ``SecretFileError`` (a ``ValueError``) naming it."""
     if secret_file is not None:
-        with open(secret_file, "rb") as f:
-            keys = tuple(line.strip() for line in f.read().splitlines() if line.strip())
+        try:
+            with open(secret_file, "rb") as f:
+                keys = tuple(line.strip() for line in f.read().splitlines() if line.strip())
+        except OSError as exc:
+            raise SecretFileError(f"cannot read the secret file {secret_file}: {exc.strerror or exc}") from None
         if not keys:
             raise ValueError(f"secret file {secret_file} holds no key")
         where = f"secret file {secret_file}"
@@ -212,5 +259,6 @@ def client_tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLCo
     return ctx
 
 
-__all__ = ["CLIENT", "ClientHandshake", "HandshakeError", "KINDS", "LABEL", "PEER", "Peer", "SECRET_ENV", "ServerHandshake",
-           "client_tls_context", "load_secret", "server_tls_context"]
+__all__ = ["CLIENT", "ClientHandshake", "HandshakeError", "HandshakeRefused", "KINDS", "LABEL", "PEER", "Peer",
+           "SECRET_ENV", "SecretFileError", "ServerHandshake", "client_tls_context", "load_secret", "refusal",
+           "server_tls_context"]

@@ -21,7 +21,13 @@ Connections (each one carries one direction of one link, so routing never looks 
   queue (``tcp_connection.SendQueue``, oldest dropped first), and a failed attempt drops what
   waited for it (a peer that comes back gets fresh messages, not a stale backlog);
 - the listener keeps at most ``max_connections`` inbound connections (more are closed at
-  accept), and an unfinished handshake is closed after ``handshake_timeout_ms``.
+  accept), and an unfinished handshake is closed after ``handshake_timeout_ms``;
+- a connection the listener refuses before its challenge (a group, node or sender it does not
+  serve, too many connections) is told why in a refusal frame (``transport.auth``) before it
+  closes, so the other side can say it. A TLS listener tells TLS connections from plain ones
+  by their first byte (``tcp_accept``) and refuses a plain one saying that it accepts TLS
+  only. A plain listener answers a TLS ClientHello (whose first byte no frame can start with)
+  with a refusal too, which the TLS client reads as a protocol error: not TLS.
 An envelope addressed to the node itself is delivered on the loop without a socket.
 
 Client connections (``kind`` ``client`` in the handshake, authenticated with the same secret)
@@ -50,8 +56,9 @@ from typing import Sequence
 from dledger.protocol import (AppendEntryRequest, BatchAppendEntryRequest, Envelope, FrameError,
                               GetEntriesRequest, LeadershipTransferRequest, MetadataRequest, UnsupportedVersion)
 from dledger.transport import EndpointInUseError, Receiver
-from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake
+from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake, refusal
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
+from dledger.transport.tcp_accept import TLS_HANDSHAKE_RECORD, TlsOrPlainAcceptor
 from dledger.transport.tcp_connection import (Connection, ProtocolViolation, SendQueue, TcpOptions,
                                               read_payload)
 
@@ -105,6 +112,7 @@ class TcpNetwork:
         self.inbound: set[Connection] = set()
         self._pending: set[asyncio.StreamWriter] = set()      # accepted, handshake not done
         self._server: asyncio.AbstractServer | None = None
+        self._acceptor: TlsOrPlainAcceptor | None = None        # a TLS listener's accept loop
         self._sock: socket.socket | None = None
         self._serve_task: asyncio.Task | None = None
         self.closed = False
@@ -149,13 +157,24 @@ class TcpNetwork:
         self.port = sock.getsockname()[1]
 
         async def serve() -> None:
-            self._server = await asyncio.start_server(self._on_accept, sock=sock, ssl=self.server_ssl,
-                                                      ssl_handshake_timeout=self._handshake_s if self.server_ssl else None)
+            if self.closed:
+                return
+            if self.server_ssl is None:
+                self._server = await asyncio.start_server(self._on_accept, sock=sock)
+            else:
+                self._acceptor = TlsOrPlainAcceptor(
+                    sock, self.loop, self.server_ssl, self._on_accept, handshake_s=self._handshake_s,
+                    has_room=self._has_room, stats=self.stats, name=f"{self.host}:{self.port}")
+                self._acceptor.start()
 
         self._serve_task = self.loop.create_task(serve()) if self._in_loop() else None
         if self._serve_task is None:
             fut = asyncio.run_coroutine_threadsafe(serve(), self.loop)
             fut.result(timeout=10)
+
+    def _has_room(self) -> bool:
+        waiting = len(self._acceptor.waiting) if self._acceptor is not None else 0
+        return len(self.inbound) + len(self._pending) + waiting < self.options.max_connections
 
     def _in_loop(self) -> bool:
         try:
@@ -206,6 +225,8 @@ class TcpNetwork:
             self._server.close()
         elif self._serve_task is not None:
             self._serve_task.cancel()
+        if self._acceptor is not None:
+            self._acceptor.close()
         if self._sock is not None:
             self._sock.close()
         for conn in list(self.inbound):
@@ -238,6 +259,8 @@ class TcpNetwork:
         o = self.options
         if self.closed or len(self.inbound) + len(self._pending) >= o.max_connections:
             self.stats["refused_cap"] += 1
+            if not self.closed:
+                self._refuse(writer, f"this node has too many connections ({o.max_connections})")
             writer.close()
             return
         self.stats["accepted"] += 1
@@ -288,10 +311,36 @@ class TcpNetwork:
 
     async def _server_handshake(self, reader, writer, decoder) -> Peer:
         hs = ServerHandshake(self.keys, accept=self._accept_peer)
-        hello = await read_payload(reader, decoder, self.options.read_chunk)
-        writer.write(frame_payload(hs.on_hello(hello)))
+        chunk = self.options.read_chunk
+        first = await reader.read(1)
+        if not first:
+            raise EOFError("the peer closed the connection")
+        decoder.feed_payloads(first)                 # kept: the first byte of the hello's length
+        if first == TLS_HANDSHAKE_RECORD and self.server_ssl is None:
+            self._refuse(writer, "this node does not use TLS")
+            raise HandshakeError("a TLS handshake: this listener does not use TLS")
+        hello = await read_payload(reader, decoder, chunk)
+        if self.server_ssl is not None and writer.get_extra_info("ssl_object") is None:
+            self._refuse(writer, "this node accepts TLS connections only: connect over TLS with a certificate "
+                                 "its cluster's CA signed")
+            raise HandshakeError("a plain connection: this listener accepts TLS only")
+        try:
+            challenge = hs.on_hello(hello)
+        except HandshakeError as exc:
+            self._refuse(writer, str(exc))
+            raise
+        writer.write(frame_payload(challenge))
         await writer.drain()
-        return hs.on_proof(await read_payload(reader, decoder, self.options.read_chunk))
+        return hs.on_proof(await read_payload(reader, decoder, chunk))
+
+    @staticmethod
+    def _refuse(writer: asyncio.StreamWriter, reason: str) -> None:
+        """Tell the connecting side why it is refused (written before the connection closes;
+        a peer that is already gone is not told)."""
+        try:
+            writer.write(frame_payload(refusal(reason)))
+        except (ConnectionError, OSError, RuntimeError):
+            pass
 
     def _unsupported(self, conn: Connection, peer: Peer, exc: UnsupportedVersion) -> None:
         """Answer a request of another wire version UNSUPPORTED: a client on its own
