@@ -22,7 +22,7 @@ def test_a_pull_is_answered_with_the_record_and_confirms_no_leadership():
     follower = next(i for i in w.ids if i != lead)
     req = PullEntriesRequest(group=node.member_state.group, local_id=lead, remote_id=follower,
                              term=node.term, node_id=lead, begin_index=0)
-    node.send(follower, req, lambda now, src, resp: answers.append(resp))
+    node.send(follower, req, lambda now, src, resp, higher=None: answers.append(resp))
     w._collect(node)
     w.deliver()
     assert len(answers) == 1 and answers[0].entries == [w.stores[follower].get_raw(0)]
@@ -42,7 +42,7 @@ def test_a_pull_answer_carries_the_next_record_too_the_askers_proof_by_log_match
         answers = []
         req = PullEntriesRequest(group=node.member_state.group, local_id=lead, remote_id=follower,
                                  term=node.term, node_id=lead, begin_index=begin)
-        node.send(follower, req, lambda now, src, resp: answers.append(resp))
+        node.send(follower, req, lambda now, src, resp, higher=None: answers.append(resp))
         w._collect(node)
         w.deliver()
         assert [bytes(e) for e in answers[0].entries] == [bytes(r) for r in want]

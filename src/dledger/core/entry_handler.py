@@ -2,8 +2,10 @@
 
 Rules:
 - pushes are accepted only from the leader this node follows, in its term (a follower
-  learns its leader from heartbeats, as in DLedger); others get NOT_FOLLOWER,
-  EXPIRED_TERM or INCONSISTENT_LEADER and change nothing;
+  learns its leader from heartbeats, as in DLedger); the term gate (``core.term_gate``)
+  answers another term EXPIRED_TERM or NOT_FOLLOWER, the node's step function a leader or
+  candidate NOT_FOLLOWER, and the handler a push of another leader INCONSISTENT_LEADER:
+  none of them changes anything;
 - an APPEND whose first index is beyond ``ledger_end + 1`` waits for its predecessor (a
   duplicate waiting copy is answered REPEATED_PUSH); waiting pushes older than
   ``max_push_timeout_ms`` are answered INCONSISTENT_STATE so the leader compares again;
@@ -134,18 +136,18 @@ class EntryHandler:
             self.matched_term, self.matched_index = -1, -1
 
     # -- entry point ----------------------------------------------------------------------
+    def answer(self, req: PushEntryRequest, code: int) -> PushEntryResponse:
+        """The answer to ``req`` with ``code`` (EXPIRED_TERM carries this node's term)."""
+        return self._answer(req, code)
+
     def handle_push(self, now: int, src: str, rid: int, req: PushEntryRequest) -> PushEntryResponse | None:
-        member = self.member_state
-        if req.term < member.curr_term:
-            return self._answer(req, Code.EXPIRED_TERM)
-        if member.role is not Role.FOLLOWER or req.term != member.curr_term:
-            return self._answer(req, Code.NOT_FOLLOWER)
-        if req.leader_id != member.leader_id:
+        """A push of the leader of this node's term, to a follower (``core.step``): the term
+        gate and the role's step function judged its term and this node's role."""
+        if req.leader_id != self.member_state.leader_id:
             return self._answer(req, Code.INCONSISTENT_LEADER)
         if not self._may_follow():
             return self._answer(req, Code.TERM_NOT_READY)     # relearning its term (core.rejoin)
-        if self.matched_term != req.term:
-            self.matched_term, self.matched_index = req.term, -1
+        self._verified(req.term, -1)            # (verified in this leader's term: nothing yet)
         self._heard_leader(now)                 # a push proves the leader alive too
         t = req.type
         if t == PushEntryType.APPEND:

@@ -322,7 +322,8 @@ class EntryPusher:
         seq = pr.control_sent(now)
         term = self.term
         self._send(pr.peer, req,
-                   lambda now_, src, resp: self._on_control_response(now_, pr, seq, term, compared, resp))
+                   lambda now_, src, resp, higher=None: self._on_control_response(now_, pr, seq, term, compared, resp,
+                                                                                  higher))
 
     def _dispatch_append(self, now: int, pr: FollowerProgress) -> None:
         cfg, store = self.cfg, self.store
@@ -347,8 +348,8 @@ class EntryPusher:
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)
             pr.append_sent(first, count, now, self.member_state.committed_index)
-            self._send(pr.peer, req, lambda now_, src, resp, f=first, c=count, e=pr.epoch:
-                       self._on_append_response(now_, pr, term, f, c, resp, e))
+            self._send(pr.peer, req, lambda now_, src, resp, higher=None, f=first, c=count, e=pr.epoch:
+                       self._on_append_response(now_, pr, term, f, c, resp, e, higher))
         committed = self.member_state.committed_index
         if not pr.inflights and pr.next > end and not pr.commit_outstanding \
                 and (pr.commit_sent < committed or now - pr.last_push_ms >= cfg.max_push_timeout_ms):
@@ -367,8 +368,8 @@ class EntryPusher:
             else:
                 at = -1
             self._send(pr.peer, self._request(pr, PushEntryType.COMMIT, pre_log_index=at, pre_log_term=at_term),
-                       lambda now_, src, resp, m=pr.match, e=pr.epoch: self._on_commit_response(now_, pr, term, m,
-                                                                                               resp, e))
+                       lambda now_, src, resp, higher=None, m=pr.match, e=pr.epoch:
+                       self._on_commit_response(now_, pr, term, m, resp, e, higher))
 
     def _read_range(self, first: int) -> _Range:
         """The records to push from ``first`` (cached). When the store refuses the range (a
@@ -391,12 +392,14 @@ class EntryPusher:
         rng = self._ranges[first] = _Range(raw, count, last_term, pre_term)
         return rng
 
-    def _current(self, now: int, pr: FollowerProgress, term: int, resp) -> bool:
+    def _current(self, now: int, pr: FollowerProgress, term: int, higher: int | None) -> bool:
+        """Whether an answer to a push of leadership ``term`` to ``pr`` is still this leader's
+        to act on; one saying this leader is behind (``higher``, ``core.term_gate``) deposes it."""
         member = self.member_state
         if member.role is not Role.LEADER or member.curr_term != term or self.progress.get(pr.peer) is not pr:
             return False
-        if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > member.curr_term:
-            self._step_down(now, resp.term, RoleEvent.HIGHER_TERM_SEEN)
+        if higher is not None:
+            self._step_down(now, higher, RoleEvent.HIGHER_TERM_SEEN)
             return False
         return True
 
@@ -467,9 +470,9 @@ class EntryPusher:
         return True
 
     def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp,
-                            epoch: int) -> None:
+                            epoch: int, higher: int | None = None) -> None:
         pr.commit_answered()
-        if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch):
+        if resp is None or not self._current(now, pr, term, higher) or not self._sound(now, pr, resp, epoch):
             return
         if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= pr.match \
                 and pr.state is DispatchState.APPEND:
@@ -479,8 +482,8 @@ class EntryPusher:
             pr.lost_log(resp.end_index, self.store.ledger_end_index)
 
     def _on_control_response(self, now: int, pr: FollowerProgress, seq: int, term: int, compared: int,
-                             resp) -> None:
-        if not self._current(now, pr, term, resp):
+                             resp, higher: int | None = None) -> None:
+        if not self._current(now, pr, term, higher):
             return
         if resp is not None and resp.recovering and pr.recovery_starts(resp.incarnation):
             self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation)
@@ -508,8 +511,8 @@ class EntryPusher:
                 pr.pause_until(now + self._retry_delay(resp.code))
 
     def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
-                            resp, epoch: int) -> None:
-        if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch) \
+                            resp, epoch: int, higher: int | None = None) -> None:
+        if resp is None or not self._current(now, pr, term, higher) or not self._sound(now, pr, resp, epoch) \
                 or pr.state is not DispatchState.APPEND:
             return
         code = resp.code

@@ -15,7 +15,8 @@ The leader:
   confirmation, except in a term the member state fenced (``MemberState.lease_fenced``: a
   leadership transfer started, or the term is led again after a restart).
 
-A follower records when it last heard its leader (a heartbeat or a push); after
+A follower records when it last heard its leader (a heartbeat of its term from its leader,
+``leader_heard``, or a push); after
 ``max_heart_beat_leak`` intervals of silence it stands for election. ``has_live_leader`` is
 leader stickiness: a follower that heard its leader within the election timeout, a leader
 confirmed within it and a node that started less than one election timeout ago all refuse
@@ -27,10 +28,16 @@ votes for no one cannot help elect another leader), and the leader tells the pus
 (``peer_recovering``, which keeps the incarnation for the pushes to echo); while it
 relearns its term it answers TERM_NOT_READY (``may_follow``), which confirms nothing.
 
+A heartbeat request is judged here on who sent it and on whether this node may answer a
+leader (``admit``); its term is judged by the term gate (``core.term_gate``: a lower term
+gets EXPIRED_TERM, a higher one makes this node join it as candidate) and its role by the
+node's step functions (``core.step``: a candidate follows the leader, a follower answers its
+own leader only). An answer saying this leader is behind ends the round at once with a step
+down to that term.
+
 Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
-``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term, event)``,
-``follow(term, leader_id)``, ``catch_up_term(now, term, event)``), ``commit_hint(term, index)`` and
-recovery (``may_follow()``, ``recovering()``, ``incarnation()``,
+``fail_reads(code)``), for leaving a leadership (``step_down(now, term, event)``),
+``commit_hint(term, index)`` and recovery (``may_follow()``, ``recovering()``, ``incarnation()``,
 ``peer_recovering(now, peer, following, incarnation)``).
 """
 
@@ -59,7 +66,8 @@ class HeartbeatRound:
     responded: set = field(default_factory=set)
     succ: int = 1
     not_ready: int = 0
-    max_term: int = -1
+    #: the highest term an answer said this leader is behind on (``term_gate.higher_term``)
+    higher_term: int | None = None
     inconsistent_leader: bool = False
     quorum_reached: bool = False
     finished: bool = False
@@ -69,7 +77,6 @@ class Heartbeats:
     def __init__(self, member_state: MemberState, config, *, now_ms: int,
                  send: Callable[[str, Any, Callable], int], confirmed: Callable[[int], None],
                  fail_reads: Callable[[int], None], step_down: Callable[[int, int, RoleEvent], None],
-                 follow: Callable[[int, str], None], catch_up_term: Callable[[int, int, RoleEvent], None],
                  commit_hint: Callable[[int, int], None], may_follow: Callable[[], bool] = lambda: True,
                  recovering: Callable[[], bool] = lambda: False, incarnation: Callable[[], int] = lambda: 0,
                  peer_recovering: Callable[[int, str, bool, int], None] = lambda *a: None) -> None:
@@ -80,8 +87,6 @@ class Heartbeats:
         self._confirmed = confirmed
         self._fail_reads = fail_reads
         self._step_down = step_down
-        self._follow = follow
-        self._catch_up_term = catch_up_term
         self._commit_hint = commit_hint
         self._may_follow = may_follow
         self._recovering = recovering
@@ -184,10 +189,12 @@ class Heartbeats:
         for peer in member.remote_peer_ids:
             req = HeartBeatRequest(group=member.group, local_id=member.self_id, remote_id=peer,
                                    leader_id=member.self_id, term=rnd.term, commit_index=member.committed_index)
-            self._send(peer, req, lambda now_, src, resp, rnd=rnd: self._on_response(now_, src, resp, rnd))
+            self._send(peer, req, lambda now_, src, resp, higher=None, rnd=rnd:
+                       self._on_response(now_, src, resp, rnd, higher))
         self._progress(now, rnd)
 
-    def _on_response(self, now: int, peer: str, resp: HeartBeatResponse | None, rnd: HeartbeatRound) -> None:
+    def _on_response(self, now: int, peer: str, resp: HeartBeatResponse | None, rnd: HeartbeatRound,
+                     higher: int | None = None) -> None:
         member = self.member_state
         if rnd.finished or peer in rnd.responded or member.role is not Role.LEADER or member.curr_term != rnd.term:
             return
@@ -199,13 +206,14 @@ class Heartbeats:
         if code == Code.SUCCESS:
             rnd.succ += 1
         elif code == Code.EXPIRED_TERM:
-            rnd.max_term = max(rnd.max_term, resp.term)
+            if higher is not None and (rnd.higher_term is None or higher > rnd.higher_term):
+                rnd.higher_term = higher
         elif code == Code.INCONSISTENT_LEADER:
             rnd.inconsistent_leader = True
         elif code == Code.TERM_NOT_READY:
             rnd.not_ready += 1
         self._progress(now, rnd)
-        if len(rnd.responded) >= rnd.peers or rnd.max_term > rnd.term:
+        if len(rnd.responded) >= rnd.peers or rnd.higher_term is not None:
             self._finish_round(now, rnd)
 
     def _progress(self, now: int, rnd: HeartbeatRound) -> None:
@@ -218,9 +226,9 @@ class Heartbeats:
         rnd.finished = True
         if not self.cfg.enable_leader_elector:
             return                              # roles are forced: nobody steps down
-        if rnd.max_term > rnd.term:
+        if rnd.higher_term is not None:
             self._fail_reads(Code.NOT_LEADER)
-            self._step_down(now, rnd.max_term, RoleEvent.HIGHER_TERM_SEEN)
+            self._step_down(now, rnd.higher_term, RoleEvent.HIGHER_TERM_SEEN)
         elif rnd.quorum_reached:
             return
         elif self.member_state.majority.is_quorum(rnd.succ + rnd.not_ready):
@@ -230,30 +238,27 @@ class Heartbeats:
                             else RoleEvent.QUORUM_LOST)
 
     # -- the follower -------------------------------------------------------------------------
-    def handle(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
+    def answer(self, req: HeartBeatRequest, code: int, term: int = -1) -> HeartBeatResponse:
         member = self.member_state
+        recovering = self._recovering()
+        return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                 leader_id=member.leader_id, code=code, term=term, recovering=recovering,
+                                 incarnation=self._incarnation() if recovering else 0)
 
-        def answer(code: int, term: int = -1) -> HeartBeatResponse:
-            recovering = self._recovering()
-            return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                     leader_id=member.leader_id, code=code, term=term, recovering=recovering,
-                                     incarnation=self._incarnation() if recovering else 0)
-
+    def admit(self, req: HeartBeatRequest) -> HeartBeatResponse | None:
+        """Who sent the heartbeat, and whether this node may answer a leader at all, are judged
+        before its term (``core.term_gate``): the answer when either refuses, else None."""
+        member = self.member_state
         if not member.is_peer_member(req.leader_id):
-            return answer(Code.UNKNOWN_MEMBER, member.curr_term)
+            return self.answer(req, Code.UNKNOWN_MEMBER, member.curr_term)
         if req.leader_id == member.self_id:
-            return answer(Code.UNEXPECTED_MEMBER, member.curr_term)
+            return self.answer(req, Code.UNEXPECTED_MEMBER, member.curr_term)
         if not self._may_follow():
-            return answer(Code.TERM_NOT_READY)          # relearning its term: no answer counts yet
-        if req.term < member.curr_term:
-            return answer(Code.EXPIRED_TERM, member.curr_term)
-        if req.term == member.curr_term:
-            if member.leader_id is None:
-                self._follow(req.term, req.leader_id)
-            elif member.leader_id != req.leader_id:
-                return answer(Code.INCONSISTENT_LEADER)
-            self.last_leader_heartbeat_ms = now
-            self._commit_hint(req.term, req.commit_index)
-            return answer(Code.SUCCESS)
-        self._catch_up_term(now, req.term, RoleEvent.HIGHER_TERM_SEEN)
-        return answer(Code.TERM_NOT_READY)
+            return self.answer(req, Code.TERM_NOT_READY)          # relearning its term: no answer counts yet
+        return None
+
+    def leader_heard(self, now: int, req: HeartBeatRequest) -> None:
+        """The leader this node follows sent ``req`` (of this node's term): it is alive, and its
+        commit index is a hint."""
+        self.last_leader_heartbeat_ms = now
+        self._commit_hint(req.term, req.commit_index)

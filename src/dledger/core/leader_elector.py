@@ -33,14 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 from dledger.core.heartbeat import Heartbeats
-from dledger.core.leadership_transfer import LeadershipTransfer, Reply
+from dledger.core.leadership_transfer import LeadershipTransfer
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.read_index import ReadIndex
 from dledger.core.rejoin import Rejoin
 from dledger.core.vote import ParseResult, VoteTally, Voting, parse_vote_tally
 from dledger.errors import DLedgerError
-from dledger.protocol import (DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse,
-                              LeadershipTransferRequest, VoteRequest, VoteResponse)
+from dledger.protocol import DLedgerResponseCode as Code
 
 __all__ = ["LeaderElector", "ParseResult", "VoteTally", "parse_vote_tally"]
 
@@ -58,11 +57,9 @@ class LeaderElector:
         self.recovery = recovery
         self.reads = ReadIndex(complete_read)
         self.voting = Voting(member_state, config, rng, now_ms=now_ms, send=send, become_leader=self.become_leader,
-                             has_live_leader=lambda now: self.heartbeats.has_live_leader(now),
-                             fail_reads=self.reads.fail, recovery=recovery, round_trip_ms=round_trip_ms)
+                             recovery=recovery, round_trip_ms=round_trip_ms)
         self.heartbeats = Heartbeats(member_state, config, now_ms=now_ms, send=send, confirmed=self.reads.confirmed,
                                      fail_reads=self.reads.fail, step_down=self.voting.become_candidate,
-                                     follow=self.voting.follow, catch_up_term=self.voting.catch_up_term,
                                      commit_hint=commit_hint, may_follow=recovery.may_follow,
                                      recovering=lambda: recovery.recovering,
                                      incarnation=lambda: recovery.incarnation, peer_recovering=peer_recovering)
@@ -176,16 +173,6 @@ class LeaderElector:
     # =====================================================================================
     # requests
     # =====================================================================================
-    def handle_vote(self, now: int, req: VoteRequest) -> VoteResponse:
-        return self.voting.handle_vote(now, req)
-
-    def handle_heartbeat(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
-        return self.heartbeats.handle(now, req)
-
-    def handle_leadership_transfer(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
-        """Returns a response now, or None when ``reply`` will be called later."""
-        return self.transfer.handle(now, req, reply)
-
     def register_read(self, now: int, token: Any, read_index: int) -> None:
         """Complete ``token`` at ``read_index`` once a quorum confirms this leader after ``now``."""
         self.reads.add(now, token, read_index)

@@ -1,14 +1,16 @@
 """LeadershipTransfer: handing leadership to a chosen member, and the preferred leader.
 
 The old leader (asked by a client, or by itself for a preferred leader):
-- refuses when the transferee is unknown, when the request names another term, when this
-  node does not lead, when the transferee is ``max_leadership_transfer_wait_index`` or more
+- refuses when the transferee is unknown (``admit``), when the request names another term
+  (the term gate, ``core.term_gate``), when this node does not lead (the node's step
+  functions), when the transferee is ``max_leadership_transfer_wait_index`` or more
   entries behind, and when a transfer is already running; otherwise marks ``transferee`` (new appends fail with LEADER_TRANSFERRING) and
   forwards the request to the transferee, answering the client with the transferee's answer.
 
 The transferee:
 - waits (up to ``leadership_transfer_wait_timeout``) until its log reaches the index the old
-  leader named, then becomes a candidate of the next term at once, "taking leadership": short
+  leader named (``wait_to_take``), then, if its term is still the one the request named,
+  becomes a candidate of the next term at once, "taking leadership": short
   vote delays, its requests marked ``leadership_transfer`` (they pass leader stickiness), and
   other candidates with no longer a log refused with REJECT_TAKING_LEADERSHIP. Unlike Java
   DLedger, this applies to any transferee, not only to ids listed as preferred;
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from dledger.core import term_gate
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.protocol import DLedgerResponseCode as Code, LeadershipTransferRequest, LeadershipTransferResponse
 
@@ -63,34 +66,32 @@ class LeadershipTransfer:
         self.next_preferred_check_ms = now_ms + config.preferred_leader_check_interval_ms
 
     # -- the old leader -----------------------------------------------------------------------
-    def handle(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
-        """Returns a response now, or None when ``reply`` will be called later."""
+    def answer(self, req: LeadershipTransferRequest, code: int) -> LeadershipTransferResponse:
         member = self.member_state
+        return LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                          leader_id=member.leader_id, term=member.curr_term, code=code)
 
-        def answer(code: int) -> LeadershipTransferResponse:
-            return LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                              leader_id=member.leader_id, term=member.curr_term, code=code)
-
-        if req.transferee_id == member.self_id:
-            if req.transfer_id != member.leader_id:
-                return answer(Code.INCONSISTENT_LEADER)
-            self.transfer_wait = TransferWait(req, reply, now + self.cfg.leadership_transfer_wait_timeout)
-            self.maintain(now)
-            return None
+    def admit(self, req: LeadershipTransferRequest) -> LeadershipTransferResponse | None:
+        """A transfer to another member is judged on who it names before its term
+        (``core.term_gate``): the answer when that refuses it, else None."""
+        member = self.member_state
         if req.transfer_id != member.self_id:
-            return answer(Code.UNEXPECTED_ARGUMENT)
+            return self.answer(req, Code.UNEXPECTED_ARGUMENT)
+        if not member.is_peer_member(req.transferee_id):
+            return self.answer(req, Code.UNKNOWN_MEMBER)
+        return None
+
+    def start(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
+        """This leader, asked in its term to hand leadership to ``req.transferee_id``: refuses,
+        or marks the transferee and forwards the request to it. Returns a response now, or None
+        when ``reply`` will be called later."""
+        member = self.member_state
         transferee = req.transferee_id
-        if not member.is_peer_member(transferee):
-            return answer(Code.UNKNOWN_MEMBER)
-        if member.curr_term != req.term:
-            return answer(Code.INCONSISTENT_TERM)
-        if member.role is not Role.LEADER:
-            return answer(Code.NOT_LEADER)
         lag = member.ledger_end_index - self._match_index(transferee)
         if lag >= self.cfg.max_leadership_transfer_wait_index:
-            return answer(Code.FALL_BEHIND_TOO_MUCH)
+            return self.answer(req, Code.FALL_BEHIND_TOO_MUCH)
         if member.transferee is not None:
-            return answer(Code.LEADER_TRANSFERRING)
+            return self.answer(req, Code.LEADER_TRANSFERRING)
         member.transferee = transferee
         member.fence_lease()
         term = member.curr_term
@@ -99,12 +100,12 @@ class LeadershipTransfer:
                                         take_leadership_ledger_index=member.ledger_end_index,
                                         transfer_id=member.self_id, transferee_id=transferee)
 
-        def on_reply(now_: int, src: str, resp) -> None:
+        def on_reply(now_: int, src: str, resp, higher=None) -> None:
             code = Code.NETWORK_ERROR if resp is None else resp.code
             if code != Code.SUCCESS or (member.curr_term == term and member.transferee is not None):
                 member.transferee = None
             if reply is not None:
-                reply(answer(code))
+                reply(self.answer(req, code))
 
         self._send(transferee, fwd, on_reply)
         return None
@@ -133,9 +134,19 @@ class LeadershipTransfer:
         if best is not None and best_lag < self.cfg.max_leadership_transfer_wait_index:
             req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
                                             term=member.curr_term, transfer_id=member.self_id, transferee_id=best)
-            self.handle(now, req, None)
+            self.start(now, req, None)
 
     # -- the transferee -----------------------------------------------------------------------
+    def wait_to_take(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
+        """This node is the transferee ``req`` names: it waits until its log reaches the index
+        the old leader named (its term is judged then: it may still move meanwhile). Returns a
+        response now, or None when ``reply`` will be called later."""
+        if req.transfer_id != self.member_state.leader_id:
+            return self.answer(req, Code.INCONSISTENT_LEADER)
+        self.transfer_wait = TransferWait(req, reply, now + self.cfg.leadership_transfer_wait_timeout)
+        self.maintain(now)
+        return None
+
     def maintain(self, now: int) -> None:
         """The transferee's wait: take leadership once caught up, or give up at the deadline."""
         if self.transfer_wait is None:
@@ -150,7 +161,7 @@ class LeadershipTransfer:
                                                  leader_id=member.leader_id, term=member.curr_term, code=code))
 
         if member.ledger_end_index >= req.take_leadership_ledger_index:
-            if member.curr_term != req.term:
+            if not term_gate.same(req.term, member.curr_term):
                 done(Code.INCONSISTENT_TERM)
                 return
             self.transfer_wait = None

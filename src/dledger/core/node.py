@@ -48,21 +48,18 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from dledger.core.damaged_tail import DamagedTail
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
+from dledger.core.intents import FailReads, Follow, JoinTerm
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.rejoin import Rejoin
 from dledger.core.peer_repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
+from dledger.core.step import RESPONSE_OF, Stepping, _Get, _Remote
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
-from dledger.errors import DLedgerError, PeerProtocolError
-from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
-                              DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
-                              HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
-                              LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
-                              MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
-                              PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
-                              check_in_range)
+from dledger.errors import DLedgerError
+from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesResponse,
+                              LeadershipTransferRequest, LeadershipTransferResponse, ReadMode)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -73,15 +70,6 @@ log = logging.getLogger(__name__)
 #: needs (a pass is repeated only for a role change made during the one before, and an entry
 #: point makes a few at most)
 MAX_SETTLE_PASSES = 64
-
-RESPONSE_OF = {
-    VoteRequest: VoteResponse, HeartBeatRequest: HeartBeatResponse, PushEntryRequest: PushEntryResponse,
-    AppendEntryRequest: AppendEntryResponse, BatchAppendEntryRequest: AppendEntryResponse,
-    GetEntriesRequest: GetEntriesResponse, MetadataRequest: MetadataResponse,
-    PullEntriesRequest: PullEntriesResponse, LeadershipTransferRequest: LeadershipTransferResponse,
-    InstallSnapshotRequest: InstallSnapshotResponse,
-}
-
 
 @dataclass(slots=True)
 class Completion:
@@ -116,26 +104,7 @@ class _Rpc(NamedTuple):
     peer: str
 
 
-class _Remote:
-    """A token standing for a client request that came over the network."""
-
-    __slots__ = ("src", "rid", "req")
-
-    def __init__(self, src: str, rid: int, req: Any) -> None:
-        self.src, self.rid, self.req = src, rid, req
-
-
-class _Get:
-    """A token standing for a get waiting for its read: when the read completes, ``token``
-    (a host's, or a ``_Remote``) is completed with the ``GetEntriesResponse`` for ``index``."""
-
-    __slots__ = ("token", "index")
-
-    def __init__(self, token: Any, index: int) -> None:
-        self.token, self.index = token, index
-
-
-class Node:
+class Node(Stepping):
     def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0) -> None:
         if not config.peer_map:
             config.validate()
@@ -227,48 +196,8 @@ class Node:
         self._after(now)
 
     def receive(self, now_ms: int, env: Envelope) -> None:
-        now = self._clock(now_ms)
-        try:
-            # a term or index no peer may send: refused before anything changes
-            check_in_range(env.msg, self.member_state.curr_term)
-            if env.is_response:
-                self._handle_response(now, env)
-            else:
-                self._serve(now, env)
-        except PeerProtocolError as exc:
-            # the peer's fault: a request is answered UNEXPECTED_ARGUMENT, a response is
-            # ignored (its request times out); builtin exceptions are bugs and propagate
-            log.warning("%s: refused %s from %s: %s", self.member_state.self_id, type(env.msg).__name__,
-                        env.src, exc)
-            if not env.is_response and type(env.msg) in RESPONSE_OF:
-                resp = self._error(env.msg, exc.code)
-                resp.term = self.member_state.curr_term          # never echo the bad value
-                self.reply(env.src, env.request_id, resp)
-        self._after(now)
-
-    def _handle_response(self, now: int, env: Envelope) -> None:
-        rpc = self._rpcs.get(env.request_id)
-        if rpc is None or type(env.msg) is not rpc.response_type or env.src != rpc.peer:
-            return
-        del self._rpcs[env.request_id]
-        self.round_trips.record(now - rpc.sent_ms)
-        member = self.member_state
-        if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
-                and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
-            self.elector.note_contact(now, env.src, rpc.sent_ms)
-        try:
-            rpc.on_response(now, env.src, env.msg)
-        except DLedgerError as exc:
-            log.error("%s: handling %s from %s failed: %s", member.self_id, type(env.msg).__name__, env.src, exc)
-
-    def _serve(self, now: int, env: Envelope) -> None:
-        try:
-            resp = self._handle_request(now, env)
-        except DLedgerError as exc:          # a store problem while serving a peer
-            log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
-            resp = self._error(env.msg, exc.code)
-        if resp is not None:
-            self.reply(env.src, env.request_id, resp)
+        """Handle one envelope addressed to this node: ``step`` (``core.step``)."""
+        self.step(now_ms, env)
 
     def propose(self, now_ms: int, token: Any, bodies: list, magic: int = MAGIC_NORMAL) -> None:
         """Append ``bodies`` as one batch; the completion carries index/pos of the last one."""
@@ -323,7 +252,12 @@ class Node:
             return
         req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
                                         term=member.curr_term, transfer_id=member.self_id, transferee_id=transferee_id)
-        resp = self.elector.handle_leadership_transfer(now, req, lambda r: self.complete(token, r))
+        transfer = self.elector.transfer
+        # the node's own request, of its own term: the term gate passes it
+        resp = transfer.admit(req)
+        if resp is None:
+            resp = transfer.start(now, req, lambda r: self.complete(token, r)) if member.role is Role.LEADER \
+                else transfer.answer(req, Code.NOT_LEADER)
         if resp is not None:
             self.complete(token, resp)
         self._after(now)
@@ -540,66 +474,17 @@ class Node:
             self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
         return True
 
-    def _unless_damaged(self, resp: Any) -> Any:
-        """A follower does not acknowledge a match over an entry whose local copy is damaged
-        (its index unit keeps the term, but the copy must not count toward a commit): the
-        answer becomes DISK_ERROR and the leader retries after a heartbeat interval, by when
-        the repairer has usually fixed it."""
-        if resp is not None and resp.code == Code.SUCCESS and resp.type in (PushEntryType.APPEND,
-                                                                            PushEntryType.COMPARE):
-            last = resp.index + max(resp.count, 1) - 1 if resp.type == PushEntryType.APPEND else resp.index
-            if self.repairer.damaged_up_to(last):
-                resp.code = Code.DISK_ERROR
-        return resp
-
-    @staticmethod
-    def _confirms_nothing(msg: Any) -> bool:
-        """A peer answers a repair pull whatever its term and leader: its answer says nothing
-        about this node's leadership (no lease, no read index from it)."""
-        return isinstance(msg, PullEntriesResponse)
-
-    def _error(self, req: Any, code: int) -> Any:
-        cls = RESPONSE_OF.get(type(req), AppendEntryResponse)
-        member = self.member_state
-        return cls(group=getattr(req, "group", member.group), local_id=member.self_id,
-                   remote_id=getattr(req, "local_id", ""),
-                   code=int(code), term=getattr(req, "term", -1), leader_id=member.leader_id)
-
-    def _handle_request(self, now: int, env: Envelope) -> Any:
-        req = env.msg
-        member = self.member_state
-        if type(req) not in RESPONSE_OF:
-            return None                              # a response type sent as a request: drop
-        if req.group != member.group:
-            return self._error(req, Code.UNKNOWN_GROUP)
-        if isinstance(req, (AppendEntryRequest, BatchAppendEntryRequest)):
-            bodies = [req.body] if isinstance(req, AppendEntryRequest) else list(req.batch_msgs)
-            if not all(isinstance(b, bytes) for b in bodies):
-                return self._error(req, Code.UNEXPECTED_ARGUMENT)
-            self.pusher.propose(now, [(_Remote(env.src, env.request_id, req), bodies, MAGIC_NORMAL)])
-            return None
-        if isinstance(req, MetadataRequest):
-            return MetadataResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                    leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map),
-                                    ledger_end_index=self.store.ledger_end_index, vote_for=member.curr_vote_for,
-                                    role=member.role.value, ledger_end_term=self.store.ledger_end_term,
-                                    committed_index=member.committed_index)
-        if req.remote_id != member.self_id:
-            return self._error(req, Code.UNKNOWN_MEMBER)
-        if isinstance(req, HeartBeatRequest):
-            return self.elector.handle_heartbeat(now, req)
-        if isinstance(req, VoteRequest):
-            resp = self.elector.handle_vote(now, req)
-            return resp
-        if isinstance(req, PushEntryRequest):
-            return self._unless_damaged(self.handler.handle_push(now, env.src, env.request_id, req))
-        if isinstance(req, LeadershipTransferRequest):
-            src, rid = env.src, env.request_id
-            return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))
-        if isinstance(req, PullEntriesRequest):
-            return self.repairer.handle_pull(req)
-        if isinstance(req, GetEntriesRequest):
-            # answered when its read completes (at once for UNSAFE_READ and most failures)
-            self._read(now, _Get(_Remote(env.src, env.request_id, req), req.begin_index), ReadMode(req.read_mode))
-            return None
-        return self._error(req, Code.UNSUPPORTED)
+    # -- intents (core/intents.py) ------------------------------------------------------------
+    def _apply(self, now: int, intents) -> None:
+        """Apply ``intents`` in order, each fully before the next."""
+        elector = self.elector
+        for intent in intents:
+            kind = type(intent)
+            if kind is JoinTerm:
+                elector.voting.catch_up_term(now, intent.term, intent.event)
+            elif kind is FailReads:
+                elector.reads.fail(intent.code)
+            elif kind is Follow:
+                elector.voting.follow(intent.term, intent.leader)
+            else:
+                raise AssertionError(f"{self.member_state.self_id}: no way to apply {intent!r}")

@@ -172,7 +172,7 @@ class Repairer:
         req = PullEntriesRequest(group=member.group, local_id=member.self_id, remote_id=peer,
                                  leader_id=member.leader_id, term=member.curr_term,
                                  node_id=member.self_id, begin_index=index)
-        self._send(peer, req, lambda now_, src, resp: self._on_answer(now_, index, peer, resp))
+        self._send(peer, req, lambda now_, src, resp, higher=None: self._on_answer(now_, index, peer, resp))
 
     def _on_answer(self, now: int, index: int, peer: str, resp) -> None:
         if resp is None or not isinstance(resp, PullEntriesResponse):

@@ -128,6 +128,10 @@ class Rejoin:
         """Whether this node may answer a leader (not while it relearns its term)."""
         return self.term_known or not self.recovering
 
+    def names_leader_of(self, term: int) -> bool:
+        """Whether an answer this node relearnt its term from named a leader of ``term``."""
+        return any(r.leader_id is not None and r.term == term for r, _late in self.answers.values())
+
     # =====================================================================================
     # relearning the term
     # =====================================================================================
@@ -155,7 +159,8 @@ class Rejoin:
             if known is not None and (known[1] or not settled):
                 continue
             req = MetadataRequest(group=member.group, local_id=member.self_id, remote_id=peer)
-            self._send(peer, req, lambda now_, src, resp, late=settled: self._on_answer(now_, src, resp, late))
+            self._send(peer, req, lambda now_, src, resp, higher=None, late=settled:
+                       self._on_answer(now_, src, resp, late))
         if not member.remote_peer_ids:
             self._relearnt()
 
