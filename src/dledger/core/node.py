@@ -43,12 +43,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.damaged_tail import DamagedTail
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
-from dledger.core.intents import FailReads, Follow, JoinTerm
+from dledger.core.intents import (RANK, CommitHint, Complete, Fail, FailReads, Follow, HeardLeader, JoinTerm,
+                                   PeerRecovering, ReadDone, ReadsConfirmed, Reply, Send, StandAside, StepDown,
+                                   TailCut, TakeLeadership, Won)
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.rejoin import Rejoin
@@ -59,7 +61,8 @@ from dledger.core.step import RESPONSE_OF, Stepping, _Get, _Remote
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesResponse,
-                              LeadershipTransferRequest, LeadershipTransferResponse, ReadMode)
+                              HeartBeatResponse, LeadershipTransferRequest, LeadershipTransferResponse,
+                              MetadataResponse, PullEntriesResponse, PushEntryResponse, ReadMode, VoteResponse)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -93,10 +96,11 @@ class Ready:
 
 class _Rpc(NamedTuple):
     """A request this node sent and still waits for: answers must come from ``peer`` with a
-    ``response_type``; ``sent_ms`` and ``term`` tell whether a SUCCESS confirms this
-    leadership."""
+    ``response_type`` (which names the part that owns it, ``Node._answered``); ``ctx`` is what
+    that part said to hand back with the answer; ``sent_ms`` and ``term`` tell whether a SUCCESS
+    confirms this leadership."""
 
-    on_response: Callable[[int, str | None, Any], None]
+    ctx: Any
     deadline: int
     sent_ms: int
     term: int
@@ -114,7 +118,7 @@ class Node(Stepping):
         self.now_ms = now_ms
         self.member_state = member = MemberState(config, store)
         self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
-        self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms, send=self.send)
+        self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
@@ -131,9 +135,8 @@ class Node(Stepping):
                                     heard_leader=self.elector.heartbeats.heard_leader,
                                     may_follow=recovery.may_follow, on_push_success=recovery.on_push_success,
                                     incarnation=lambda: recovery.incarnation)
-        self.tail = DamagedTail(member, store, lagging=self._lagging, cut=self._cut_damaged_tail,
-                                step_aside=self.elector.step_aside)
-        self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms, heard=self.tail.heard)
+        self.tail = DamagedTail(member, store)
+        self.repairer = Repairer(member, store, now_ms=now_ms)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -152,12 +155,12 @@ class Node(Stepping):
     # =====================================================================================
     # effects, used by the components
     # =====================================================================================
-    def send(self, peer: str, msg: Any, on_response) -> int:
+    def send(self, peer: str, msg: Any, ctx: Any = None) -> int:
         rid = self._next_rid
         self._next_rid += 1
         deadline = self.now_ms + self.config.rpc_timeout_ms
         self._rpc_order.append((deadline, rid))
-        self._rpcs[rid] = _Rpc(on_response, deadline, self.now_ms, self.member_state.curr_term,
+        self._rpcs[rid] = _Rpc(ctx, deadline, self.now_ms, self.member_state.curr_term,
                                RESPONSE_OF[type(msg)], peer)
         self._messages.append(Envelope(self.member_state.self_id, peer, rid, False, msg))
         return rid
@@ -313,7 +316,7 @@ class Node(Stepping):
         self._rpc_order.clear()
         for rpc in rpcs.values():
             try:
-                rpc.on_response(self.now_ms, None, None)
+                self._answered(self.now_ms, rpc, None, None)
             except DLedgerError:
                 pass
         self.caller.shutdown()
@@ -395,7 +398,7 @@ class Node(Stepping):
             _deadline, rid = order.popleft()
             rpc = rpcs.pop(rid, None)
             if rpc is not None:
-                rpc.on_response(now, None, None)
+                self._answered(now, rpc, None, None)
 
     def _after(self, now: int) -> None:
         """Run after every entry point until the node settles: passes of role reactions,
@@ -414,11 +417,11 @@ class Node(Stepping):
 
     def _settle_pass(self, now: int) -> None:
         self._react_to_role_changes(now)
-        self.recovery.maintain(now)
+        self._apply(now, self.recovery.maintain(now))
         self.elector.maintain(now)
         self._react_to_role_changes(now)
         if not self.stopped:
-            self.tail.pump(now)
+            self._apply(now, self.tail.pump(now, self.pusher.progress))
         self.pusher.pump(now)
         if self.member_state.committed_index > self.caller.applied_index:
             results = self.caller.on_committed(self.member_state.committed_index)
@@ -448,43 +451,74 @@ class Node(Stepping):
     def _repair(self, now: int) -> None:
         """Scrub and repair damaged entries of the store from peers (never changes roles)."""
         if not self.stopped:
-            self.repairer.pump(now)
+            self._apply(now, self.repairer.pump(now))
 
-    def _lagging(self, index: int) -> bool:
-        """Does a follower still need entry ``index`` (its water mark is below it)?"""
-        match = self.pusher.match_index
-        return any(match(p) < index for p in self.member_state.remote_peer_ids)
+    # -- intents (core/intents.py) ------------------------------------------------------------
+    def _apply(self, now: int, intents) -> None:
+        """Apply ``intents`` in order, each fully before the next: what applying one returns is
+        applied first (depth first: the order the calls would have run in). Applying an intent
+        returns only intents of a lower rank (``intents.RANK``; asserted), so this ends."""
+        for intent in intents:
+            kind = type(intent)
+            if kind is Send:
+                self.send(intent.peer, intent.msg, intent.ctx)
+            elif kind is Reply:
+                self.reply(intent.dst, intent.request_id, intent.msg)
+            elif kind is Complete:
+                self.complete(intent.token, intent.response, intent.result)
+            elif kind is Fail:
+                self.fail(intent.token, intent.code)
+            elif kind is ReadDone:
+                self.complete_read(intent.token, intent.code, intent.index)
+            else:
+                then = self._effect(now, intent)
+                if then:
+                    rank = RANK[kind]
+                    assert all(RANK[type(t)] < rank for t in then), (intent, then)
+                    self._apply(now, then)
 
-    def _cut_damaged_tail(self, now: int, index: int, why: str) -> bool:
-        """Leader: cut the log at damaged entry ``index``, proven never committed
-        (``core.damaged_tail``); the pusher starts over from the shorter log, and a no-op of
-        this term follows (a recovering follower clears only after verifying one)."""
+    def _effect(self, now: int, intent: Any):
+        """What an intent other than a leaf does, and what that returns to apply in turn."""
+        elector = self.elector
+        kind = type(intent)
+        if kind is StepDown:
+            elector.become_candidate(now, intent.term, intent.event)
+        elif kind is JoinTerm:
+            elector.voting.catch_up_term(now, intent.term, intent.event)
+        elif kind is Follow:
+            elector.voting.follow(intent.term, intent.leader)
+        elif kind is StandAside:
+            elector.step_aside(now)
+        elif kind is FailReads:
+            elector.reads.fail(intent.code)
+        elif kind is TailCut:
+            self._tail_cut(now, intent.index)
+        else:
+            raise AssertionError(f"{self.member_state.self_id}: no way to apply {intent!r}")
+        return None
+
+    def _tail_cut(self, now: int, index: int) -> None:
+        """The leader cut its log at damaged entry ``index`` (``core.damaged_tail``): the pusher
+        starts over from the shorter log, and a no-op of this term follows (a recovering
+        follower clears only after verifying one)."""
         member, store = self.member_state, self.store
-        try:
-            store.truncate(index)
-        except DLedgerError as exc:
-            log.error("%s: cannot cut the log at damaged entry %d: %s", member.self_id, index, exc)
-            return False
-        if store.ledger_end_index >= index:
-            return False
         self.pusher.log_cut(index)
         # entries appended from now on are this leadership's (linearizable reads wait for one)
         member.leader_base_index = min(member.leader_base_index, store.ledger_end_index)
         if store.ledger_end_term != member.curr_term:
             self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
-        return True
 
-    # -- intents (core/intents.py) ------------------------------------------------------------
-    def _apply(self, now: int, intents) -> None:
-        """Apply ``intents`` in order, each fully before the next."""
-        elector = self.elector
-        for intent in intents:
-            kind = type(intent)
-            if kind is JoinTerm:
-                elector.voting.catch_up_term(now, intent.term, intent.event)
-            elif kind is FailReads:
-                elector.reads.fail(intent.code)
-            elif kind is Follow:
-                elector.voting.follow(intent.term, intent.leader)
-            else:
-                raise AssertionError(f"{self.member_state.self_id}: no way to apply {intent!r}")
+    # -- answers to this node's requests, to the part that asked -----------------------------------
+    def _answered(self, now: int, rpc: _Rpc, src: str | None, resp: Any, higher: int | None = None) -> None:
+        """Hand ``resp`` (None: unanswered) to the part that owns requests of its type, with the
+        ``ctx`` it gave, and apply what it returns; ``higher``: the term gate's verdict."""
+        kind, ctx = rpc.response_type, rpc.ctx
+        if kind is PullEntriesResponse:
+            index, peer = ctx
+            if resp is not None:
+                self.tail.heard(now, index, peer, resp)      # the damaged tail judges absent answers
+            self.repairer.on_answer(now, index, peer, resp)
+        elif kind is MetadataResponse:
+            self.recovery.on_answer(now, src, resp, ctx)
+        else:
+            ctx(now, src, resp, higher)

@@ -133,7 +133,7 @@ class Stepping:
             self.elector.note_contact(now, env.src, rpc.sent_ms)
         higher = term_gate.higher_term(msg, member.curr_term)
         try:
-            rpc.on_response(now, env.src, msg, higher)
+            self._answered(now, rpc, env.src, msg, higher)
         except DLedgerError as exc:
             log.error("%s: handling %s from %s failed: %s", member.self_id, type(msg).__name__, env.src, exc)
 
