@@ -57,12 +57,12 @@ from dledger.core.rejoin import Rejoin
 from dledger.core.peer_repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
-from dledger.core.step import RESPONSE_OF, Stepping, _Get, _Remote
+from dledger.core.step import RESPONSE_OF, Stepping, _Get, _PeerReply, _Remote
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesResponse,
                               HeartBeatResponse, LeadershipTransferRequest, LeadershipTransferResponse,
-                              MetadataResponse, PullEntriesResponse, PushEntryResponse, ReadMode, VoteResponse)
+                              PullEntriesResponse, PushEntryResponse, ReadMode, VoteResponse)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -122,19 +122,10 @@ class Node(Stepping):
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
-        self.elector = LeaderElector(member, config, rng, now_ms=now_ms, send=self.send,
-                                     round_trip_ms=self.round_trips.round_ms,
-                                     complete_read=self.complete_read,
-                                     commit_hint=lambda term, index: self.handler.commit_hint(term, index),
-                                     match_index=lambda peer: self.pusher.match_index(peer), recovery=recovery,
-                                     peer_recovering=lambda now, peer, following, incarnation:
-                                     self.pusher.peer_recovering(now, peer, following, incarnation))
-        self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
-                                  step_down=self.elector.become_candidate)
-        self.handler = EntryHandler(member, store, config, reply=self.reply,
-                                    heard_leader=self.elector.heartbeats.heard_leader,
-                                    may_follow=recovery.may_follow, on_push_success=recovery.on_push_success,
-                                    incarnation=lambda: recovery.incarnation)
+        self.elector = LeaderElector(member, config, rng, now_ms=now_ms, recovery=recovery,
+                                     round_trips=self.round_trips)
+        self.pusher = EntryPusher(member, store, config)
+        self.handler = EntryHandler(member, store, config, recovery=recovery)
         self.tail = DamagedTail(member, store)
         self.repairer = Repairer(member, store, now_ms=now_ms)
         self._messages: list[Envelope] = []
@@ -169,6 +160,9 @@ class Node(Stepping):
         self._messages.append(Envelope(self.member_state.self_id, dst, rid, True, msg))
 
     def complete(self, token: Any, response: Any, result: Any = None) -> None:
+        if isinstance(token, _PeerReply):
+            self.reply(token.src, token.rid, response)
+            return
         if isinstance(token, _Get):
             token, response, result = token.token, self._get_answer(token.index, response), None
         if isinstance(token, _Remote):
@@ -194,8 +188,8 @@ class Node(Stepping):
         now = self._clock(now_ms)
         if self._rpcs:
             self._expire_rpcs(now)
-        self.handler.tick(now)
-        self.pusher.check_timeouts(now)
+        self._apply(now, self.handler.tick(now))
+        self._apply(now, self.pusher.check_timeouts(now))
         self._after(now)
 
     def receive(self, now_ms: int, env: Envelope) -> None:
@@ -208,7 +202,7 @@ class Node(Stepping):
 
     def propose_many(self, now_ms: int, items: list[tuple[Any, list, int]]) -> None:
         now = self._clock(now_ms)
-        self.pusher.propose(now, items)
+        self._apply(now, self.pusher.propose(now, items))
         self._after(now)
 
     def read(self, now_ms: int, token: Any, mode: ReadMode) -> None:
@@ -238,11 +232,11 @@ class Node(Stepping):
         elif member.transferee is not None:
             self.complete_read(token, Code.LEADER_TRANSFERRING, -1)
         elif mode is ReadMode.RAFT_LOG_READ or not self._read_safe():
-            self.pusher.propose(now, [(token, [], MAGIC_NOOP)])
+            self._apply(now, self.pusher.propose(now, [(token, [], MAGIC_NOOP)]))
         elif mode is ReadMode.LEASE_READ and self.elector.lease_valid(now):
             self.complete_read(token, Code.SUCCESS, member.committed_index)
         else:
-            self.elector.register_read(now, token, member.committed_index)
+            self._apply(now, self.elector.register_read(now, token, member.committed_index))
 
     def transfer_leadership(self, now_ms: int, token: Any, transferee_id: str) -> None:
         now = self._clock(now_ms)
@@ -255,12 +249,8 @@ class Node(Stepping):
             return
         req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
                                         term=member.curr_term, transfer_id=member.self_id, transferee_id=transferee_id)
-        transfer = self.elector.transfer
-        # the node's own request, of its own term: the term gate passes it
-        resp = transfer.admit(req)
-        if resp is None:
-            resp = transfer.start(now, req, lambda r: self.complete(token, r)) if member.role is Role.LEADER \
-                else transfer.answer(req, Code.NOT_LEADER)
+        # the node's own request, of its own term, goes the way of a peer's (core.step)
+        resp = self._step_raft(now, req, token)
         if resp is not None:
             self.complete(token, resp)
         self._after(now)
@@ -276,7 +266,7 @@ class Node(Stepping):
             member.adopt_term(term)
         if leader_id == member.self_id:
             self.store.persist_term(member.curr_term, member.self_id)
-            self.elector.become_leader(now, member.curr_term, forced=True)
+            self._apply(now, self.elector.become_leader(now, member.curr_term, forced=True))
         else:
             member.on_event(RoleEvent.FORCED_FOLLOWER, member.curr_term, leader_id)
             self.elector.heard_leader(now)
@@ -310,8 +300,8 @@ class Node(Stepping):
         """Fail everything pending (the node is shutting down): appends, reads, transfers,
         and the node's own outstanding requests (as if unanswered)."""
         self.stopped = True
-        self.pusher.fail_all(Code.INTERNAL_ERROR)
-        self.elector.fail_pending(Code.INTERNAL_ERROR)
+        self._apply(self.now_ms, self.pusher.fail_all(Code.INTERNAL_ERROR))
+        self._apply(self.now_ms, self.elector.fail_pending(Code.INTERNAL_ERROR))
         rpcs, self._rpcs = self._rpcs, {}
         self._rpc_order.clear()
         for rpc in rpcs.values():
@@ -418,14 +408,14 @@ class Node(Stepping):
     def _settle_pass(self, now: int) -> None:
         self._react_to_role_changes(now)
         self._apply(now, self.recovery.maintain(now))
-        self.elector.maintain(now)
+        self._maintain_roles(now)
         self._react_to_role_changes(now)
         if not self.stopped:
             self._apply(now, self.tail.pump(now, self.pusher.progress))
-        self.pusher.pump(now)
+        self._apply(now, self.pusher.pump(now))
         if self.member_state.committed_index > self.caller.applied_index:
             results = self.caller.on_committed(self.member_state.committed_index)
-            self.pusher.complete_applied(self.caller.applied_index, results)
+            self._apply(now, self.pusher.complete_applied(self.caller.applied_index, results))
 
     def _unsettled(self) -> str:
         member = self.member_state
@@ -441,11 +431,11 @@ class Node(Stepping):
             change = changes[self._reacted]
             self._reacted += 1
             self.pusher.on_role_change(now, change)
-            self.handler.on_role_change(change)
-            self.elector.on_role_change(change)
+            self._apply(now, self.handler.on_role_change(change))
+            self._apply(now, self.elector.on_role_change(change))
             if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
                     and self.member_state.committed_index < self.store.ledger_end_index:
-                self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
+                self._apply(now, self.pusher.propose(now, [(None, [], MAGIC_NOOP)]))
 
     # -- repair of damaged entries (core/peer_repair.py) ---------------------------------------
     def _repair(self, now: int) -> None:
@@ -478,47 +468,55 @@ class Node(Stepping):
                     self._apply(now, then)
 
     def _effect(self, now: int, intent: Any):
-        """What an intent other than a leaf does, and what that returns to apply in turn."""
+        """What an intent other than a leaf does (which part applies it), and what that returns
+        to apply in turn."""
         elector = self.elector
         kind = type(intent)
         if kind is StepDown:
             elector.become_candidate(now, intent.term, intent.event)
         elif kind is JoinTerm:
-            elector.voting.catch_up_term(now, intent.term, intent.event)
+            elector.join_term(now, intent.term, intent.event)
         elif kind is Follow:
-            elector.voting.follow(intent.term, intent.leader)
+            elector.follow(intent.term, intent.leader)
+        elif kind is Won:
+            return elector.become_leader(now, intent.term)
         elif kind is StandAside:
             elector.step_aside(now)
+        elif kind is TakeLeadership:
+            elector.take_leadership(now, intent.target, intent.token)
+        elif kind is HeardLeader:
+            elector.heard_leader(now)
+        elif kind is ReadsConfirmed:
+            return elector.reads.confirmed(intent.sent_at)
         elif kind is FailReads:
-            elector.reads.fail(intent.code)
+            return elector.reads.fail(intent.code)
+        elif kind is CommitHint:
+            self.handler.commit_hint(intent.term, intent.index)
+        elif kind is PeerRecovering:
+            return self.pusher.peer_recovering(now, intent.peer, intent.following, intent.incarnation)
         elif kind is TailCut:
-            self._tail_cut(now, intent.index)
+            return self.pusher.log_cut(now, intent.index)
         else:
             raise AssertionError(f"{self.member_state.self_id}: no way to apply {intent!r}")
         return None
-
-    def _tail_cut(self, now: int, index: int) -> None:
-        """The leader cut its log at damaged entry ``index`` (``core.damaged_tail``): the pusher
-        starts over from the shorter log, and a no-op of this term follows (a recovering
-        follower clears only after verifying one)."""
-        member, store = self.member_state, self.store
-        self.pusher.log_cut(index)
-        # entries appended from now on are this leadership's (linearizable reads wait for one)
-        member.leader_base_index = min(member.leader_base_index, store.ledger_end_index)
-        if store.ledger_end_term != member.curr_term:
-            self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
 
     # -- answers to this node's requests, to the part that asked -----------------------------------
     def _answered(self, now: int, rpc: _Rpc, src: str | None, resp: Any, higher: int | None = None) -> None:
         """Hand ``resp`` (None: unanswered) to the part that owns requests of its type, with the
         ``ctx`` it gave, and apply what it returns; ``higher``: the term gate's verdict."""
         kind, ctx = rpc.response_type, rpc.ctx
-        if kind is PullEntriesResponse:
+        if kind is PushEntryResponse:
+            self._apply(now, self.pusher.on_answer(now, resp, ctx, higher))
+        elif kind is HeartBeatResponse:
+            self._apply(now, self.elector.heartbeats.on_answer(now, src, resp, ctx, higher))
+        elif kind is VoteResponse:
+            self._apply(now, self.elector.voting.on_answer(now, src, resp, ctx, higher))
+        elif kind is LeadershipTransferResponse:
+            self._apply(now, self.elector.transfer.on_answer(resp, ctx))
+        elif kind is PullEntriesResponse:
             index, peer = ctx
             if resp is not None:
                 self.tail.heard(now, index, peer, resp)      # the damaged tail judges absent answers
             self.repairer.on_answer(now, index, peer, resp)
-        elif kind is MetadataResponse:
+        else:                                                # MetadataResponse
             self.recovery.on_answer(now, src, resp, ctx)
-        else:
-            ctx(now, src, resp, higher)

@@ -46,8 +46,8 @@ import logging
 from typing import Any
 
 from dledger.core import term_gate
-from dledger.core.intents import Follow
-from dledger.core.member_state import Role
+from dledger.core.intents import Follow, HeardLeader, StepDown
+from dledger.core.member_state import Role, RoleEvent
 from dledger.entry import MAGIC_NORMAL
 from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
@@ -76,6 +76,16 @@ class _Remote:
 
     def __init__(self, src: str, rid: int, req: Any) -> None:
         self.src, self.rid, self.req = src, rid, req
+
+
+class _PeerReply:
+    """A token standing for a peer's Raft request answered later (a leadership transfer): its
+    answer goes back as it is."""
+
+    __slots__ = ("src", "rid")
+
+    def __init__(self, src: str, rid: int) -> None:
+        self.src, self.rid = src, rid
 
 
 class _Get:
@@ -163,7 +173,7 @@ class Stepping:
             bodies = [req.body] if kind is AppendEntryRequest else list(req.batch_msgs)
             if not all(isinstance(b, bytes) for b in bodies):
                 return self._error(req, Code.UNEXPECTED_ARGUMENT)
-            self.pusher.propose(now, [(_Remote(env.src, env.request_id, req), bodies, MAGIC_NORMAL)])
+            self._apply(now, self.pusher.propose(now, [(_Remote(env.src, env.request_id, req), bodies, MAGIC_NORMAL)]))
             return None
         if kind is MetadataRequest:
             return self._metadata(req)
@@ -178,16 +188,25 @@ class Stepping:
         if kind is InstallSnapshotRequest:
             return self._error(req, Code.UNSUPPORTED)
         # -- Raft requests: who sent it, the term gate, the role ------------------------------
-        src, rid = env.src, env.request_id
+        asker = _PeerReply(env.src, env.request_id)
+        if kind is LeadershipTransferRequest and req.transferee_id == member.self_id:
+            # the transferee: it judges the term once its log has caught up
+            resp, intents = self.elector.transfer.wait_to_take(now, req, asker)
+            self._apply(now, intents)
+            return resp
+        return self._step_raft(now, req, asker)
+
+    def _step_raft(self, now: int, req: Any, asker: Any) -> Any:
+        """A Raft request (``asker``: who to answer later, if at all): admitted, gated, then
+        the step function of this node's role."""
+        member = self.member_state
         elector = self.elector
+        kind = type(req)
         if kind is HeartBeatRequest:
             refusal = elector.heartbeats.admit(req)
         elif kind is VoteRequest:
             refusal = elector.voting.admit(req)
         elif kind is LeadershipTransferRequest:
-            if req.transferee_id == member.self_id:
-                # the transferee: it judges the term once its log has caught up
-                return elector.transfer.wait_to_take(now, req, lambda r: self.reply(src, rid, r))
             refusal = elector.transfer.admit(req)
         else:
             refusal = None
@@ -200,10 +219,10 @@ class Stepping:
             return self._refusal(req, verdict)
         role = member.role
         if role is Role.LEADER:
-            return self._step_leader(now, src, rid, req)
+            return self._step_leader(now, req, asker)
         if role is Role.FOLLOWER:
-            return self._step_follower(now, src, rid, req)
-        return self._step_candidate(now, src, rid, req)
+            return self._step_follower(now, req, asker)
+        return self._step_candidate(now, req, asker)
 
     def _refusal(self, req: Any, verdict: term_gate.Verdict) -> Any:
         """The answer the term gate decided for ``req``, built by the part that owns it."""
@@ -218,7 +237,7 @@ class Stepping:
         return elector.transfer.answer(req, verdict.answer)
 
     # -- the role's step functions (a Raft request of this node's term) -------------------------
-    def _step_leader(self, now: int, src: str, rid: int, req: Any) -> Any:
+    def _step_leader(self, now: int, req: Any, asker: Any) -> Any:
         kind = type(req)
         if kind is HeartBeatRequest:
             return self.elector.heartbeats.answer(req, Code.INCONSISTENT_LEADER)    # another leader of this term
@@ -226,9 +245,11 @@ class Stepping:
             return self.elector.voting.vote(req)
         if kind is PushEntryRequest:
             return self.handler.answer(req, Code.NOT_FOLLOWER)
-        return self.elector.transfer.start(now, req, lambda r: self.reply(src, rid, r))
+        resp, intents = self.elector.transfer.start(now, req, asker, self.pusher.match_index(req.transferee_id))
+        self._apply(now, intents)
+        return resp
 
-    def _step_candidate(self, now: int, src: str, rid: int, req: Any) -> Any:
+    def _step_candidate(self, now: int, req: Any, asker: Any) -> Any:
         kind = type(req)
         if kind is HeartBeatRequest:
             # a leader of this term: follow it
@@ -240,7 +261,7 @@ class Stepping:
             return self.handler.answer(req, Code.NOT_FOLLOWER)   # (DLedger learns its leader from heartbeats)
         return self.elector.transfer.answer(req, Code.NOT_LEADER)
 
-    def _step_follower(self, now: int, src: str, rid: int, req: Any) -> Any:
+    def _step_follower(self, now: int, req: Any, asker: Any) -> Any:
         kind = type(req)
         if kind is HeartBeatRequest:
             if req.leader_id != self.member_state.leader_id:
@@ -249,13 +270,68 @@ class Stepping:
         if kind is VoteRequest:
             return self.elector.voting.vote(req)
         if kind is PushEntryRequest:
-            return self._unless_damaged(self.handler.handle_push(now, src, rid, req))
+            handler = self.handler
+            refusal = handler.admit(req)
+            if refusal is not None:
+                return refusal
+            self._apply(now, (HeardLeader(),))          # a push proves the leader alive too
+            resp, replies = handler.handle_push(now, asker.src, asker.rid, req)
+            self._apply(now, replies)                   # parked pushes it drained or superseded first
+            return self._unless_damaged(resp)
         return self.elector.transfer.answer(req, Code.NOT_LEADER)
 
     def _leader_heard(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
         heartbeats = self.elector.heartbeats
-        heartbeats.leader_heard(now, req)
+        self._apply(now, heartbeats.leader_heard(now, req))     # its commit index, for the entry handler
         return heartbeats.answer(req, Code.SUCCESS)
+
+    # =====================================================================================
+    # the passage of time: DLedger's state maintainer, one step per entry point
+    # =====================================================================================
+    def _maintain_roles(self, now: int) -> None:
+        """The transferee's wait first, then the step of this node's role (as etcd-raft's
+        ``tickElection`` / ``tickHeartbeat``). A store error (the term file could not be
+        written) answers nothing on the unsaved state and retries after a heartbeat interval."""
+        elector = self.elector
+        if now < elector.backoff_until:
+            return
+        try:
+            if elector.transfer.transfer_wait is not None:
+                self._apply(now, elector.transfer.maintain(now))
+            if not self.config.enable_leader_elector:
+                elector.voting.maintain_forced()
+                return
+            role = self.member_state.role
+            if role is Role.LEADER:
+                self._tick_leader(now)
+            elif role is Role.FOLLOWER:
+                self._tick_follower(now)
+            else:
+                self._apply(now, elector.voting.maintain(now))          # the candidate's vote rounds
+        except DLedgerError as exc:
+            elector.failed_step(now, exc)
+
+    def _tick_leader(self, now: int) -> None:
+        """Heartbeat rounds and check-quorum, then the preferred leader; a store that failed a
+        sync makes the leader step down (nothing it writes is durable any more)."""
+        elector, member = self.elector, self.member_state
+        if self.recovery.failed:
+            elector.store_failed()
+            self._apply(now, (StepDown(member.curr_term, RoleEvent.STORE_FAILED),))
+            return
+        self._apply(now, elector.heartbeats.maintain(now))
+        if member.role is Role.LEADER and self.config.preferred_leader_ids \
+                and elector.transfer.preferred_check_due(now):
+            self._apply(now, elector.transfer.check_preferred(now, self.pusher.water_marks()))
+
+    def _tick_follower(self, now: int) -> None:
+        """A follower that heard no leader for an election timeout stands for election, probing
+        at once in its current term: it moves no term, and the answers tell whether the others
+        lost the leader too (then the next round takes a new term)."""
+        elector = self.elector
+        if elector.heartbeats.leader_silent(now):
+            self._apply(now, (StepDown(self.member_state.curr_term, RoleEvent.ELECTION_TIMEOUT),))
+            elector.voting.probe_now(now)
 
     # -- helpers ------------------------------------------------------------------------------
     def _metadata(self, req: MetadataRequest) -> MetadataResponse:

@@ -25,23 +25,25 @@ applies the rules of a candidate of this node's term. Every vote is made durable
 ``store.persist_term`` (``MemberState.set_vote_for``) before the answer is built. A round
 counts the higher term an answer carries as the gate found it (``VoteTally.higher_term``).
 
-Seams: member state, config, rng, recovery, ``send``, and callables ``become_leader(now,
-term)`` and ``round_trip_ms(floor, cap)``.
+State: member state, config, rng, recovery (``core.rejoin``) and the round trips seen
+(``core.round_trip``: how long a round waits). Its decisions are intents (``core.intents``)
+returned to the node: vote requests to send (``Send``, with the round's tally, to which the
+node hands back each answer, ``on_answer``) and ``Won(term)`` when a round passes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from dledger.core import term_gate
 from dledger.core.heartbeat import election_timeout_ms
+from dledger.core.intents import NONE, Send, Won
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.quorum import Majority, VoteOutcome
 from dledger.core.rejoin import NO_MEMBER, Rejoin
+from dledger.core.round_trip import RoundTrips
 from dledger.errors import DLedgerError
 from dledger.protocol import DLedgerResponseCode as Code, VoteRequest, VoteResponse, VoteResult
 
@@ -131,17 +133,14 @@ def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
 class Voting:
     """The candidate's vote rounds and the voter's answers."""
 
-    def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
-                 send: Callable[[str, Any, Callable], int], become_leader: Callable[[int, int], None],
-                 recovery: Rejoin, round_trip_ms: Callable[[int, int], int] | None = None) -> None:
+    def __init__(self, member_state: MemberState, config, rng, *, now_ms: int, recovery: Rejoin,
+                 round_trips: RoundTrips | None = None) -> None:
         self.member_state = member_state
-        #: how long a round waits for its answers, given (floor, cap) (``core.round_trip``)
-        self._round_ms = round_trip_ms if round_trip_ms is not None else (lambda floor, _cap: floor)
+        #: the slowest recent round trips: how long a round waits for its answers
+        self.round_trips = round_trips
         self.recovery = recovery
         self.cfg = config
         self.rng = rng                          # the injected random.Random
-        self._send = send
-        self._become_leader = become_leader
         self.next_time_to_request_vote = now_ms + self.vote_delay()
         #: the next round takes a new term at once (this node learnt of a higher term)
         self.need_increase_term_immediately = False
@@ -209,28 +208,38 @@ class Voting:
             self.member_state.next_term()
             self.need_increase_term_immediately = False
 
-    def maintain(self, now: int) -> None:
+    def round_ms(self) -> int:
+        """How long a round waits for its answers: a heartbeat interval at least, one and a half
+        times the slowest recent round trip, one election timeout at most."""
+        floor = self.cfg.heart_beat_time_interval_ms
+        if self.round_trips is None:
+            return floor
+        return self.round_trips.round_ms(floor, election_timeout_ms(self.cfg))
+
+    def maintain(self, now: int) -> list | tuple:
+        """The candidate's step: end a round that is due, or start the next one when it is time.
+        Returns the intents (vote requests, ``Won``)."""
         member = self.member_state
         if self.round is not None:
             if now >= self.round_deadline:
-                self._finish_round(now)
-            return
+                return self._finish_round(now)
+            return NONE
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
-            return
+            return NONE
         if self.need_increase_term_immediately:
             member.next_term()                  # the term seen was joined already: no increment
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
             self.need_increase_term_immediately = False
             self.next_time_to_request_vote = now + self.vote_delay()
-            return
+            return NONE
         recovery = self.recovery
         if not recovery.may_stand():
             # recovering with its term unknown, or a failed store: no candidacy
             self.next_time_to_request_vote = now + self.vote_delay()
-            return
+            return NONE
         if member.curr_vote_for == NO_MEMBER and self._hearing_out_relearnt_term(now):
             self.next_time_to_request_vote = now + self.vote_delay()
-            return
+            return NONE
         if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
                 or member.known_max_term_in_group > member.curr_term:
             # (a relearnt term carries a vote for no member: campaign above it; and a node that
@@ -246,8 +255,9 @@ class Voting:
         unanimous = self.unanimous_next
         tally = VoteTally(term, unanimous=unanimous)
         self.round = tally
-        self.round_deadline = now + self._round_ms(self.cfg.heart_beat_time_interval_ms, election_timeout_ms(self.cfg))
+        self.round_deadline = now + self.round_ms()
         transfer = member.is_taking_leadership()
+        out: list = []
         for peer in member.peer_ids:
             req = VoteRequest(group=member.group, local_id=member.self_id, remote_id=peer, leader_id=member.self_id,
                               term=term, ledger_end_index=member.ledger_end_index,
@@ -258,29 +268,33 @@ class Voting:
                 resp = self.admit(req, self_vote=True) or self.vote(req, self_vote=True)
                 tally.add(peer, resp, term_gate.higher_term(resp, member.curr_term))
             else:
-                self._send(peer, req, lambda now_, src, resp, higher=None, t=tally:
-                           self._on_response(now_, src, resp, t, higher))
+                out.append(Send(peer, req, tally))
         if self.round is tally and tally.decided(member.majority):
-            self._finish_round(now)
+            out.extend(self._finish_round(now))
+        return out
 
-    def _on_response(self, now: int, voter: str, resp: VoteResponse | None, tally: VoteTally,
-                     higher: int | None = None) -> None:
+    def on_answer(self, now: int, voter: str | None, resp: VoteResponse | None, tally: VoteTally,
+                  higher: int | None) -> tuple:
+        """``voter``'s answer to a request of round ``tally`` (None: unanswered); ``higher``:
+        the term above this node's it claims (``core.term_gate``)."""
         if self.round is not tally:
-            return
+            return NONE
         if now > self.round_deadline:
             # a round counts only the answers that came within it (a process paused past its
             # deadline must not count an old vote: a voter that lost its term file relies on it)
-            self._finish_round(now)
-            return
+            return self._finish_round(now)
         tally.add(voter, resp, higher)
         if tally.decided(self.member_state.majority):
-            self._finish_round(now)
+            return self._finish_round(now)
+        return NONE
 
-    def _finish_round(self, now: int) -> None:
+    def _finish_round(self, now: int) -> tuple:
+        """End the round: ``Won`` when it passed, else the next round's time (or a higher term
+        joined)."""
         tally, self.round = self.round, None
         member = self.member_state
         if tally is None or member.role is not Role.CANDIDATE or member.curr_term != tally.term:
-            return
+            return NONE
         majority = member.majority
         result = parse_vote_tally(tally, majority)
         self.last_parse_result = result
@@ -298,11 +312,10 @@ class Voting:
             result = self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         c = self.cfg
         if result is ParseResult.PASSED:
-            self._become_leader(now, tally.term)
-            return
+            return (Won(tally.term),)
         if result is ParseResult.REVOTE_IMMEDIATELY:
             self.next_time_to_request_vote = now
-            return
+            return NONE
         delay = self.vote_delay()
         if tally.higher_term is not None:
             member.on_event(RoleEvent.HIGHER_TERM_SEEN, tally.higher_term)
@@ -314,6 +327,7 @@ class Voting:
                 or tally.unanimous and tally.bigger_ledger:
             delay += c.max_vote_interval_ms     # a more up to date member should win: let it
         self.next_time_to_request_vote = now + delay
+        return NONE
 
     def _hearing_out_relearnt_term(self, now: int) -> bool:
         """A relearnt term (``core.rejoin``: a vote for no member) whose answers named a
