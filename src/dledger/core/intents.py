@@ -11,7 +11,7 @@ Leaves leave the core through the ``Ready``:
 
 - ``Send(peer, msg, ctx)``: a request of this node; its answer, or ``None`` when it went
   unanswered for ``rpc_timeout_ms``, is handed back with ``ctx`` to the component that owns
-  requests of its type (``Node.ANSWERED_BY``);
+  requests of its type (``Node._answered``);
 - ``Reply(dst, request_id, msg)``: an answer to a peer's request, given later than the request
   (a parked push);
 - ``Complete(token, response, result)``, ``Fail(token, code)``, ``ReadDone(token, code,
@@ -20,13 +20,16 @@ Leaves leave the core through the ``Ready``:
 
 The others are applied by another component, and may return intents in turn:
 
-- roles (``core.leader_elector``): ``StepDown(term, event)`` (become, or stay, candidate
-  knowing ``term``), ``JoinTerm(term, event)`` (the same, campaigning in ``term`` at once),
-  ``Follow(leader, term)``, ``Won(term)``, ``StandAside()``, ``TakeLeadership(target, token)``;
-- facts: ``HeardLeader()`` (heartbeats), ``CommitHint(term, index)`` (the entry handler),
-  ``PeerRecovering(peer, following, incarnation)`` (the pusher), ``ReadsConfirmed(sent_at)``
-  and ``FailReads(code)`` (the reads), ``TailCut(index)`` (the pusher, after the damaged tail
-  cut the log).
+- roles (applied by ``core.leader_elector``): ``StepDown(term, event)`` (become, or stay,
+  candidate knowing ``term``), ``JoinTerm(term, event)`` (the same, campaigning in ``term`` at
+  once), ``Follow(leader, term)``, ``Won(term)``, ``StandAside()``, ``TakeLeadership(target,
+  token)``;
+- facts for another part: ``HeardLeader()`` (for the heartbeats), ``CommitHint(term, index)``
+  (for the entry handler), ``PeerRecovering(peer, following, incarnation)`` (for the pusher),
+  ``ReadsConfirmed(sent_at)`` and ``FailReads(code)`` (for the reads), ``TailCut(index)``
+  (for the pusher, after the damaged tail cut the log).
+
+Which part applies each one is written in one place, ``Node._effect``.
 
 Every intent has a rank (``RANK``): applying one returns only intents of a lower rank, which
 ``Node._apply`` asserts. So applying a list always ends: each step replaces one intent by

@@ -32,10 +32,12 @@ matched by request id, and requests unanswered after ``rpc_timeout_ms`` are give
 A member whose store is suspect recovers first (``core.rejoin``: it relearns its term from
 the others, votes and counts toward commits only once caught up from a leader).
 
-The node is also the wiring: it builds the member state and the components and hands each
-the narrow callables it needs (``send``, ``reply``, ``complete``, ``fail``,
-``complete_read``, and the few calls one component makes on another); no component holds
-the node.
+What happens to a message from a peer (the range check, the term gate, the step function of
+the node's role) is ``core.step``, a mixin of this class. The node builds the member state and
+the components, handing them state only (never a callable, never the node); they return
+intents (``core.intents``), which the node applies in one loop (``_apply``), in order, each
+fully before the next; answers to its own requests go to the part that owns their type
+(``_answered``).
 """
 
 from __future__ import annotations

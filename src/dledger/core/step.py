@@ -36,8 +36,16 @@ leadership transfers). A ``DLedgerError`` while serving (a store problem) is ans
 code; a ``PeerProtocolError`` as the peer's fault; any other exception is a bug and reaches
 the host.
 
+Time moves the same way (``_maintain_roles``, after every entry point): DLedger's state
+maintainer runs one step, the transferee's wait first, then the step of the node's role
+(``_tick_leader``: heartbeat rounds, check-quorum, the preferred leader; ``_tick_follower``:
+stand for election after an election timeout; a candidate's vote rounds), as etcd-raft's
+``tickHeartbeat`` / ``tickElection``.
+
 This is a mixin of ``Node`` (as the store's reader and writer are mixins of its façade): the
-step functions read the node's parts and apply intents through ``Node._apply``.
+step functions call the node's parts and apply what they return (``core.intents``) through
+``Node._apply`` at once, each where the part used to call back, so effects happen in the order
+they always did.
 """
 
 from __future__ import annotations
