@@ -4,8 +4,9 @@ The old leader (asked by a client, or by itself for a preferred leader):
 - refuses when the transferee is unknown (``admit``), when the request names another term
   (the term gate, ``core.term_gate``), when this node does not lead (the node's step
   functions), when the transferee is ``max_leadership_transfer_wait_index`` or more
-  entries behind, and when a transfer is already running; otherwise marks ``transferee`` (new appends fail with LEADER_TRANSFERRING) and
-  forwards the request to the transferee, answering the client with the transferee's answer.
+  entries behind, and when a transfer is already running; otherwise marks ``transferee``
+  (new appends fail with LEADER_TRANSFERRING) and forwards the request to the transferee,
+  answering the client with the transferee's answer.
 
 The transferee:
 - waits (up to ``leadership_transfer_wait_timeout``) until its log reaches the index the old

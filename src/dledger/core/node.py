@@ -42,7 +42,6 @@ fully before the next; answers to its own requests go to the part that owns thei
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -69,12 +68,11 @@ from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, 
 if TYPE_CHECKING:
     from dledger.store import LogStore
 
-log = logging.getLogger(__name__)
-
 #: passes of ``Node._after`` before it declares the node unsettled: far more than any input
 #: needs (a pass is repeated only for a role change made during the one before, and an entry
 #: point makes a few at most)
 MAX_SETTLE_PASSES = 64
+
 
 @dataclass(slots=True)
 class Completion:

@@ -66,6 +66,7 @@ from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppe
                               PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse,
                               check_in_range)
 
+#: the node's logger: what ``Node.step`` logs keeps the name operators know (docs/operations.md)
 log = logging.getLogger("dledger.core.node")
 
 RESPONSE_OF = {
