@@ -137,7 +137,7 @@ def test_a_peer_protocol_error_inside_a_handler_is_answered_unexpected_argument_
     def refuses(*_a, **_kw):
         raise PeerProtocolError("votes for nobody")
 
-    node.elector.handle_vote = refuses
+    node.elector.voting.admit = refuses
     node.receive(1, Envelope("n2", "n0", 5, False, VoteRequest(group="g", local_id="n2", remote_id="n0",
                                                                leader_id="n2", term=7)))
     answers = [m.msg for m in node.take_ready().messages if m.request_id == 5]

@@ -211,7 +211,7 @@ def test_request_for_another_member_or_group_is_refused():
     (dict(valid=1, accepted=1), ParseResult.WAIT_TO_REVOTE),                 # no quorum of answers
     (dict(valid=3, accepted=1, bigger_ledger=2), ParseResult.WAIT_TO_REVOTE),
     (dict(valid=3, accepted=2, already_has_leader=True), ParseResult.WAIT_TO_REVOTE),
-    (dict(valid=3, accepted=1, known_max_term=9), ParseResult.WAIT_TO_VOTE_NEXT),
+    (dict(valid=3, accepted=1, higher_term=9), ParseResult.WAIT_TO_VOTE_NEXT),
     (dict(valid=3, accepted=1), ParseResult.WAIT_TO_VOTE_NEXT),
 ])
 def test_parse_vote_tally(counts, expected):

@@ -8,6 +8,13 @@ from core.wiring import Wired
 from dledger.protocol import PullEntriesRequest, PullEntriesResponse
 
 
+def hears(node, answers: list) -> None:
+    """Record the answers to ``node``'s repair pulls (the node hands them to its repairer)."""
+    on_answer = node.repairer.on_answer
+    node.repairer.on_answer = lambda now, index, peer, resp: (answers.append(resp),
+                                                              on_answer(now, index, peer, resp))
+
+
 def test_a_pull_is_answered_with_the_record_and_confirms_no_leadership():
     w = Wired(3)
     assert w.run_until(lambda: w.leader() is not None)
@@ -22,7 +29,8 @@ def test_a_pull_is_answered_with_the_record_and_confirms_no_leadership():
     follower = next(i for i in w.ids if i != lead)
     req = PullEntriesRequest(group=node.member_state.group, local_id=lead, remote_id=follower,
                              term=node.term, node_id=lead, begin_index=0)
-    node.send(follower, req, lambda now, src, resp: answers.append(resp))
+    hears(node, answers)
+    node.send(follower, req, (0, follower))     # the answer goes to the repairer, with the index asked
     w._collect(node)
     w.deliver()
     assert len(answers) == 1 and answers[0].entries == [w.stores[follower].get_raw(0)]
@@ -38,11 +46,13 @@ def test_a_pull_answer_carries_the_next_record_too_the_askers_proof_by_log_match
     node = w.nodes[lead]
     follower = next(i for i in w.ids if i != lead)
     raw = w.stores[follower].get_raw
+    answers = []
+    hears(node, answers)
     for begin, want in ((1, [raw(1), raw(2)]), (2, [raw(2)])):    # nothing after the last one
-        answers = []
+        answers.clear()
         req = PullEntriesRequest(group=node.member_state.group, local_id=lead, remote_id=follower,
                                  term=node.term, node_id=lead, begin_index=begin)
-        node.send(follower, req, lambda now, src, resp: answers.append(resp))
+        node.send(follower, req, (begin, follower))
         w._collect(node)
         w.deliver()
         assert [bytes(e) for e in answers[0].entries] == [bytes(r) for r in want]

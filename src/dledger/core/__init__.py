@@ -1,7 +1,9 @@
 """The sans-IO Raft core: MemberState, LeaderElector (votes, heartbeats, read index,
 leadership transfer), EntryPusher (with one FollowerProgress per follower), EntryHandler,
-StateMachineCaller, wired together by ``Node``; quorum math in ``quorum.Majority``, state
-tables in ``transitions`` (docs/architecture.md has the module map).
+StateMachineCaller, built by ``Node``; a peer's message goes through ``Node.step``
+(``step``: the term gate of ``term_gate``, then the step function of the node's role); the
+components return intents (``intents``) that the node applies; quorum math in
+``quorum.Majority``, state tables in ``transitions`` (docs/architecture.md has the module map).
 
 Rules for every module here: no ``time``, ``asyncio``, ``socket``, ``threading`` and no
 module-level ``random``. Time comes in as ``now_ms`` arguments, randomness from the

@@ -25,30 +25,34 @@ would commit nothing again. This component decides, by protocol, between two way
      forever.)
 
   Entries after an uncommitted one are uncommitted too, and none of them was acknowledged to
-  a client: the leader truncates its log at ``i`` (``cut(now, i, why)``, in the node: the
-  pusher fails its pending appends from ``i`` and compares again, a no-op of the current term
+  a client: the leader truncates its log at ``i`` and says so (``TailCut(i)``: the pusher
+  fails its pending appends from ``i`` and compares again, a no-op of the current term
   follows) and goes on from the shorter log. An entry at or below the commit index is never
   cut, whatever the answers.
 - **stepping aside**: otherwise, once a follower has waited ``STEP_ASIDE_MS`` at the lowest
   damaged entry while the commit index stood still, the leader steps down and stands again
-  only after the others had a chance (``step_aside(now)``, in the elector): a member with an
-  intact copy may lead, and the answers of the next leadership are asked afresh.
+  only after the others had a chance (``StandAside()``, applied by the elector): a member with
+  an intact copy may lead, and the answers of the next leadership are asked afresh.
 
 Answers count only within one leadership (they are dropped when the role or term changes);
 each peer's latest answer for an index is the one kept.
 
-Seams: the member state, the store, and three callables: ``lagging(index)`` (does a follower
-still need entry ``index``), ``cut(now, index, why)`` and ``step_aside(now)``.
+State: the member state and the store. ``pump(now, progress)`` is handed the pusher's
+``FollowerProgress`` per follower (does a follower still need the entry?) and returns its
+intents (``core.intents``); ``heard`` is handed the answers to the repairer's pulls.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from dledger.core.follower_progress import FollowerProgress
+from dledger.core.intents import NONE, StandAside, TailCut
 from dledger.core.member_state import MemberState, Role
 from dledger.core.quorum import Majority
+from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -77,13 +81,9 @@ def never_committed(majority: Majority, self_id: str, absent: dict[str, bool]) -
 
 
 class DamagedTail:
-    def __init__(self, member_state: MemberState, store: "LogStore", *, lagging: Callable[[int], bool],
-                 cut: Callable[[int, int, str], bool], step_aside: Callable[[int], None]) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore") -> None:
         self.member_state = member_state
         self.store = store
-        self._lagging = lagging
-        self._cut = cut
-        self._step_aside = step_aside
         #: the leadership the answers belong to (term), and per damaged index: peer -> whether
         #: it was recovering when it answered that its log ends before the index
         self._term = -1
@@ -117,23 +117,26 @@ class DamagedTail:
             return None
         return max(self._waiting[2] + STEP_ASIDE_MS, self._look_at)
 
-    def pump(self, now: int) -> None:
+    def pump(self, now: int, progress: Mapping[str, FollowerProgress]) -> tuple:
+        """One look at the damaged entries (leader only); ``progress``: the pusher's view of
+        each follower. Returns ``TailCut`` after cutting the log, ``StandAside`` when the
+        leader must step aside, else nothing."""
         member = self.member_state
         if member.role is not Role.LEADER:
             if self._absent or self._waiting is not None:
                 self._reset()
             self._term = -1
-            return
+            return NONE
         if self._term != member.curr_term:
             self._reset()
             self._term = member.curr_term
         if now < self._look_at:
-            return
+            return NONE
         self._look_at = now + LOOK_STEP_MS
         damaged = self.store.damaged()
         if not damaged:
             self._reset()
-            return
+            return NONE
         for index in [i for i in self._absent if i not in damaged]:
             del self._absent[index]
         committed = member.committed_index
@@ -143,20 +146,40 @@ class DamagedTail:
             if why is not None:
                 log.warning("%s: entry %d is damaged here and was never committed (%s): the log is cut "
                             "there", member.self_id, above, why)
-                if self._cut(now, above, why):
+                if self._cut(above):
                     self.cuts += 1
                     self._reset()
-                    return
+                    return (TailCut(above),)
         first = next(iter(damaged))
-        if not self._lagging(first):
+        if not self._lagging(first, progress):
             self._waiting = None
-            return
+            return NONE
         if self._waiting is None or self._waiting[:2] != (first, committed):
             self._waiting = (first, committed, now)
-            return
+            return NONE
         if now - self._waiting[2] >= STEP_ASIDE_MS:
             log.warning("%s: a follower has waited %d ms for damaged entry %d, which no peer gave a "
                         "copy of and which is not proven uncommitted: stepping aside", member.self_id,
                         now - self._waiting[2], first)
             self._reset()
-            self._step_aside(now)
+            return (StandAside(),)
+        return NONE
+
+    def _lagging(self, index: int, progress: Mapping[str, FollowerProgress]) -> bool:
+        """Does a follower still need entry ``index`` (its water mark is below it)?"""
+        for peer in self.member_state.remote_peer_ids:
+            pr = progress.get(peer)
+            if (pr.match if pr is not None else -1) < index:
+                return True
+        return False
+
+    def _cut(self, index: int) -> bool:
+        """Cut the log at damaged entry ``index``, proven never committed; whether it now ends
+        before it."""
+        member, store = self.member_state, self.store
+        try:
+            store.truncate(index)
+        except DLedgerError as exc:
+            log.error("%s: cannot cut the log at damaged entry %d: %s", member.self_id, index, exc)
+            return False
+        return store.ledger_end_index < index

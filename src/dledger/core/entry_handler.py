@@ -2,8 +2,10 @@
 
 Rules:
 - pushes are accepted only from the leader this node follows, in its term (a follower
-  learns its leader from heartbeats, as in DLedger); others get NOT_FOLLOWER,
-  EXPIRED_TERM or INCONSISTENT_LEADER and change nothing;
+  learns its leader from heartbeats, as in DLedger); the term gate (``core.term_gate``)
+  answers another term EXPIRED_TERM or NOT_FOLLOWER, the node's step function a leader or
+  candidate NOT_FOLLOWER, and the handler a push of another leader INCONSISTENT_LEADER:
+  none of them changes anything;
 - an APPEND whose first index is beyond ``ledger_end + 1`` waits for its predecessor (a
   duplicate waiting copy is answered REPEATED_PUSH); waiting pushes older than
   ``max_push_timeout_ms`` are answered INCONSISTENT_STATE so the leader compares again;
@@ -33,31 +35,33 @@ Rules:
   an entry it has not checked against the leader;
 - a push whose bytes do not hold the records it names raises ``PeerProtocolError`` (the node
   answers it UNEXPECTED_ARGUMENT; a parked one is answered so here, not its drainer);
-- an accepted push proves the leader alive, as a heartbeat does (``heard_leader``);
+- an admitted push (``admit``: from the leader this node follows, and this node may answer a
+  leader) proves the leader alive, as a heartbeat does (the node's step function tells the
+  heartbeats, ``HeardLeader``);
 - a recovering follower (``core.rejoin``) marks every answer ``recovering`` (with its
   ``incarnation``); before each SUCCESS it asks recovery whether it has now caught up
   (``on_push_success``, told the incarnation the push names; it may clear the flag durably
   first).
 
-Seams: the handler is handed the member state, the store, the config and callables:
-``reply(dst, request_id, msg)`` for answers it sends later (parked pushes),
-``heard_leader(now)``, and recovery's ``may_follow()``, ``on_push_success(term,
-commit_index, matched_term, matched_index, incarnation)`` and ``incarnation()`` (the one to
-send while recovering).
+State: the member state, the store, the config and recovery (``core.rejoin``: whether this
+node may answer a leader, ``on_push_success`` before each SUCCESS while recovering, and the
+incarnation to send). Answers given later than their push (parked pushes drained, flushed or
+timed out) are returned as ``Reply`` intents (``core.intents``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from dledger.core.intents import NONE, Reply
 from dledger.core.member_state import MemberState, Role
 from dledger.entry import MAGIC_SIZE
 from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryResponse, PushEntryType
 
 if TYPE_CHECKING:
+    from dledger.core.rejoin import Rejoin
     from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
@@ -75,19 +79,11 @@ class WaitingPush(NamedTuple):
 
 
 class EntryHandler:
-    def __init__(self, member_state: MemberState, store: "LogStore", config, *,
-                 reply: Callable[[str, int, Any], None], heard_leader: Callable[[int], None],
-                 may_follow: Callable[[], bool] = lambda: True,
-                 on_push_success: Callable[[int, int, int, int, int], None] = lambda *a: None,
-                 incarnation: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", config, *, recovery: "Rejoin") -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
-        self._reply = reply
-        self._heard_leader = heard_leader
-        self._may_follow = may_follow
-        self._on_push_success = on_push_success
-        self._incarnation = incarnation
+        self.recovery = recovery
         #: parked APPENDs by first index
         self.waiting: dict[int, WaitingPush] = {}
         self.matched_term = -1
@@ -102,14 +98,14 @@ class EntryHandler:
         store = self.store
         if code == Code.SUCCESS and store.suspect is not None:
             # recovering: caught up far enough? (clears the flag durably before this answer)
-            self._on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index,
-                                  req.incarnation)
+            self.recovery.on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index,
+                                          req.incarnation)
         recovering = store.suspect is not None
         return PushEntryResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
                                  leader_id=member.leader_id, code=code,
                                  term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
                                  type=req.type, end_index=store.ledger_end_index, recovering=recovering,
-                                 incarnation=self._incarnation() if recovering else 0, **kw)
+                                 incarnation=self.recovery.incarnation if recovering else 0, **kw)
 
     def _verified(self, term: int, index: int) -> None:
         if self.matched_term != term:
@@ -122,46 +118,51 @@ class EntryHandler:
         if self.matched_term == term and commit_index >= 0:
             self.member_state.follower_update_committed_index(min(commit_index, self.matched_index))
 
-    def flush_waiting(self, code: int) -> None:
+    def flush_waiting(self, code: int) -> list[Reply]:
+        """Answer every parked push with ``code``."""
         waiting, self.waiting = self.waiting, {}
-        for w in waiting.values():
-            self._reply(w.src, w.request_id, self._answer(w.req, code))
+        return [Reply(w.src, w.request_id, self._answer(w.req, code)) for w in waiting.values()]
 
-    def on_role_change(self, change) -> None:
-        if change.role is not Role.FOLLOWER:
-            self.flush_waiting(Code.NOT_FOLLOWER)
+    def on_role_change(self, change) -> list[Reply] | tuple:
+        replies = self.flush_waiting(Code.NOT_FOLLOWER) if change.role is not Role.FOLLOWER else NONE
         if self.matched_term != change.term:
             self.matched_term, self.matched_index = -1, -1
+        return replies
 
     # -- entry point ----------------------------------------------------------------------
-    def handle_push(self, now: int, src: str, rid: int, req: PushEntryRequest) -> PushEntryResponse | None:
-        member = self.member_state
-        if req.term < member.curr_term:
-            return self._answer(req, Code.EXPIRED_TERM)
-        if member.role is not Role.FOLLOWER or req.term != member.curr_term:
-            return self._answer(req, Code.NOT_FOLLOWER)
-        if req.leader_id != member.leader_id:
+    def answer(self, req: PushEntryRequest, code: int) -> PushEntryResponse:
+        """The answer to ``req`` with ``code`` (EXPIRED_TERM carries this node's term)."""
+        return self._answer(req, code)
+
+    def admit(self, req: PushEntryRequest) -> PushEntryResponse | None:
+        """A push of this node's term, to a follower (the term gate and the role's step
+        function judged those, ``core.step``): the answer when it is not from the leader this
+        node follows or this node may not answer a leader yet, else None."""
+        if req.leader_id != self.member_state.leader_id:
             return self._answer(req, Code.INCONSISTENT_LEADER)
-        if not self._may_follow():
+        if not self.recovery.may_follow():
             return self._answer(req, Code.TERM_NOT_READY)     # relearning its term (core.rejoin)
-        if self.matched_term != req.term:
-            self.matched_term, self.matched_index = req.term, -1
-        self._heard_leader(now)                 # a push proves the leader alive too
+        return None
+
+    def handle_push(self, now: int, src: str, rid: int, req: PushEntryRequest) \
+            -> tuple[PushEntryResponse | None, list[Reply] | tuple]:
+        """An admitted push: its answer (None: parked, answered later) and the answers to parked
+        pushes it drained or superseded, which go first."""
+        self._verified(req.term, -1)            # (verified in this leader's term: nothing yet)
         t = req.type
         if t == PushEntryType.APPEND:
             if req.count <= 0 or not req.entries:
-                return self._answer(req, Code.UNEXPECTED_ARGUMENT)
+                return self._answer(req, Code.UNEXPECTED_ARGUMENT), NONE
             first = req.first_entry_index
             if first > self.store.ledger_end_index + 1:
                 if first in self.waiting:
-                    return self._answer(req, Code.REPEATED_PUSH)
+                    return self._answer(req, Code.REPEATED_PUSH), NONE
                 if len(self.waiting) >= MAX_WAITING:
-                    return self._answer(req, Code.PUSH_REQUEST_IS_FULL)
+                    return self._answer(req, Code.PUSH_REQUEST_IS_FULL), NONE
                 self.waiting[first] = WaitingPush(src, rid, req, now)
-                return None
+                return None, NONE
             resp = self._append(req)
-            self._drain()
-            return resp
+            return resp, self._drain()
         if t == PushEntryType.COMMIT:
             p = req.pre_log_index
             if p >= 0 and req.pre_log_term >= 0 and p <= self.store.ledger_end_index:
@@ -171,33 +172,36 @@ class EntryHandler:
                 except DLedgerError:
                     pass
             self.commit_hint(req.term, req.commit_index)
-            return self._answer(req, Code.SUCCESS)
+            return self._answer(req, Code.SUCCESS), NONE
         if t in (PushEntryType.COMPARE, PushEntryType.TRUNCATE):
-            if self.waiting:
-                self.flush_waiting(Code.INCONSISTENT_STATE)
-            return self._compare(req) if t == PushEntryType.COMPARE else self._truncate(req)
-        return self._answer(req, Code.UNEXPECTED_ARGUMENT)
+            replies = self.flush_waiting(Code.INCONSISTENT_STATE) if self.waiting else NONE
+            return self._compare(req) if t == PushEntryType.COMPARE else self._truncate(req), replies
+        return self._answer(req, Code.UNEXPECTED_ARGUMENT), NONE
 
-    def tick(self, now: int) -> None:
+    def tick(self, now: int) -> list[Reply] | tuple:
+        """Drain what can be, and answer the parked pushes that waited too long."""
         if not self.waiting:
-            return
-        self._drain()
+            return NONE
+        replies = self._drain()
         limit = now - self.cfg.max_push_timeout_ms
         for first in [k for k, w in self.waiting.items() if w.since_ms <= limit]:
             w = self.waiting.pop(first)
-            self._reply(w.src, w.request_id, self._answer(w.req, Code.INCONSISTENT_STATE))
+            replies.append(Reply(w.src, w.request_id, self._answer(w.req, Code.INCONSISTENT_STATE)))
+        return replies
 
     def next_deadline(self) -> int | None:
         if not self.waiting:
             return None
         return min(w.since_ms for w in self.waiting.values()) + self.cfg.max_push_timeout_ms
 
-    def _drain(self) -> None:
+    def _drain(self) -> list[Reply]:
+        """Append the parked pushes whose predecessor has arrived; returns their answers."""
+        replies: list[Reply] = []
         while self.waiting:
             end = self.store.ledger_end_index
             ready = [k for k in self.waiting if k <= end + 1]
             if not ready:
-                return
+                break
             for k in sorted(ready):
                 w = self.waiting.pop(k)
                 try:
@@ -205,7 +209,8 @@ class EntryHandler:
                 except PeerProtocolError as exc:     # that parked push's fault, not the caller's
                     log.warning("%s: refused %s", self.member_state.self_id, exc)
                     resp = self._answer(w.req, Code.UNEXPECTED_ARGUMENT)
-                self._reply(w.src, w.request_id, resp)
+                replies.append(Reply(w.src, w.request_id, resp))
+        return replies
 
     # -- APPEND ---------------------------------------------------------------------------
     def _append(self, req: PushEntryRequest) -> PushEntryResponse:

@@ -34,24 +34,27 @@ follower answers SUCCESS (it follows) and this leader's log holds no entry of it
 no-op is appended, since the follower clears its flag only after verifying one (a new
 cluster's empty log never needs it: its new members clear by themselves).
 
-Seams: the pusher is handed the member state, the store, the config and four callables:
-``send(peer, msg, on_response)``, ``complete(token, response, result)``,
-``fail(token, code)`` and ``step_down(now, term, event)`` (a follower reported a higher term: ``HIGHER_TERM_SEEN``).
+State: the member state, the store and the config. Every public method returns its intents
+(``core.intents``): the pushes to send (``Send``, with a context the node hands back with the
+answer to ``on_answer``), appends completed or failed (``Complete``, ``Fail``), and
+``StepDown`` when an answer to a push of this leadership says it is behind (the term gate
+names the higher term, ``core.term_gate``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.follower_progress import DispatchState, FollowerProgress
+from dledger.core.intents import Complete, Fail, Send, StepDown
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
-from dledger.protocol import AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest, PushEntryType
+from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest,
+                              PushEntryResponse, PushEntryType)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -70,6 +73,37 @@ class _Range(NamedTuple):
     pre_term: int
 
 
+class _ControlSent(NamedTuple):
+    """A COMPARE (at ``compared``) or TRUNCATE (``compared`` -1) sent to ``pr`` in leadership
+    ``term``; its answer counts only while ``seq`` is the progress's ``control_seq``."""
+
+    pr: FollowerProgress
+    seq: int
+    term: int
+    compared: int
+
+
+class _AppendSent(NamedTuple):
+    """An APPEND of ``count`` entries from ``first`` sent to ``pr`` in leadership ``term``, in
+    the follower's recovery ``epoch``."""
+
+    pr: FollowerProgress
+    term: int
+    first: int
+    count: int
+    epoch: int
+
+
+class _CommitSent(NamedTuple):
+    """An idle COMMIT push sent to ``pr`` in leadership ``term`` when its water mark was
+    ``match``, in the follower's recovery ``epoch``."""
+
+    pr: FollowerProgress
+    term: int
+    match: int
+    epoch: int
+
+
 @dataclass(slots=True)
 class Pending:
     token: Any
@@ -80,16 +114,10 @@ class Pending:
 
 
 class EntryPusher:
-    def __init__(self, member_state: MemberState, store: "LogStore", config, *,
-                 send: Callable[[str, Any, Callable], int], complete: Callable[..., None],
-                 fail: Callable[[Any, int], None], step_down: Callable[[int, int, RoleEvent], None]) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", config) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
-        self._send = send
-        self._complete = complete
-        self._fail = fail
-        self._step_down = step_down
         self.term = -1
         self.progress: dict[str, FollowerProgress] = {}
         # the last ranges read for pushes, shared by the dispatchers: a leader's log only grows
@@ -111,18 +139,30 @@ class EntryPusher:
             self.progress = {}
             self.term = -1
 
-    def log_cut(self, index: int) -> None:
+    def log_cut(self, now: int, index: int) -> list:
         """This leader cut its own log at ``index`` (a damaged entry proven never committed,
         ``core.damaged_tail``): its pending appends from ``index`` on are gone and fail (with
-        DISK_ERROR), the ranges read for pushes are forgotten, and every follower is compared
-        again from the new end."""
-        table = self.pending.get(self.member_state.curr_term)
+        DISK_ERROR), the ranges read for pushes are forgotten, every follower is compared
+        again from the new end, and a no-op of this term follows (a recovering follower clears
+        only after verifying one)."""
+        member, store = self.member_state, self.store
+        out: list = []
+        table = self.pending.get(member.curr_term)
         while table and table[-1].last_index >= index:
-            self._fail(table.pop().token, Code.DISK_ERROR)
+            out.append(Fail(table.pop().token, Code.DISK_ERROR))
         self._ranges = {}
-        end = self.store.ledger_end_index
+        end = store.ledger_end_index
         window = self.cfg.max_push_in_flight
-        self.progress = {p: FollowerProgress(p, end + 1, window) for p in self.member_state.remote_peer_ids}
+        self.progress = {p: FollowerProgress(p, end + 1, window) for p in member.remote_peer_ids}
+        # entries appended from now on are this leadership's (linearizable reads wait for one)
+        member.leader_base_index = min(member.leader_base_index, end)
+        if store.ledger_end_term != member.curr_term:
+            self._propose(now, [(None, [], MAGIC_NOOP)], out)
+        return out
+
+    def water_marks(self) -> dict[str, int]:
+        """Every member's water mark (``match_index``)."""
+        return {peer: self.match_index(peer) for peer in self.member_state.peer_ids}
 
     def match_index(self, peer: str) -> int:
         if peer == self.member_state.self_id:
@@ -137,23 +177,29 @@ class EntryPusher:
         p = self.pending.get(self.member_state.curr_term)
         return len(p) if p else 0
 
-    def propose(self, now: int, items: list[tuple[Any, list, int]]) -> None:
-        """Append ``items`` of ``(token, bodies, magic)`` as one store batch per magic run."""
-        member, fail = self.member_state, self._fail
+    def propose(self, now: int, items: list[tuple[Any, list, int]]) -> list[Fail]:
+        """Append ``items`` of ``(token, bodies, magic)`` as one store batch per magic run;
+        returns the ones that failed at once."""
+        out: list = []
+        self._propose(now, items, out)
+        return out
+
+    def _propose(self, now: int, items: list[tuple[Any, list, int]], out: list) -> None:
+        member = self.member_state
         accepted: list[tuple[Any, list, int]] = []
         limit = self.store.max_entry_size - BODY_OFFSET
         room = self.cfg.max_pending_requests_num - self.pending_count()
         for token, bodies, magic in items:
             if member.role is not Role.LEADER:
-                fail(token, Code.NOT_LEADER)
+                out.append(Fail(token, Code.NOT_LEADER))
             elif member.transferee is not None:
-                fail(token, Code.LEADER_TRANSFERRING)
+                out.append(Fail(token, Code.LEADER_TRANSFERRING))
             elif magic == MAGIC_NORMAL and not bodies:
-                fail(token, Code.REQUEST_WITH_EMPTY_BODYS)
+                out.append(Fail(token, Code.REQUEST_WITH_EMPTY_BODYS))
             elif room <= 0:
-                fail(token, Code.LEADER_PENDING_FULL)
+                out.append(Fail(token, Code.LEADER_PENDING_FULL))
             elif len(bodies) == 1 and len(bodies[0]) > limit or len(bodies) > 1 and max(map(len, bodies)) > limit:
-                fail(token, Code.UNEXPECTED_ARGUMENT)
+                out.append(Fail(token, Code.UNEXPECTED_ARGUMENT))
             else:
                 room -= 1
                 accepted.append((token, bodies, magic))
@@ -170,7 +216,7 @@ class EntryPusher:
             except DLedgerError as exc:
                 log.warning("%s: append failed: %s", member.self_id, exc)
                 for token, _b, _m in accepted[i:j]:
-                    fail(token, exc.code)
+                    out.append(Fail(token, exc.code))
                 i = j
                 continue
             term = member.curr_term
@@ -190,44 +236,52 @@ class EntryPusher:
     # =====================================================================================
     # the crank
     # =====================================================================================
-    def pump(self, now: int) -> None:
+    def pump(self, now: int) -> list:
+        """Fail the appends of other terms; as leader, advance the commit index and dispatch to
+        every follower that is due. Returns the intents."""
+        out: list = []
         if len(self.pending) > 1 or (self.pending and self.member_state.curr_term not in self.pending):
-            self._expire_other_terms()
+            self._expire_other_terms(out)
         if self.member_state.role is not Role.LEADER:
-            return
+            return out
         self._advance_commit()
         for pr in self.progress.values():
             if now >= pr.retry_at:
-                self._dispatch(now, pr)
+                self._dispatch(now, pr, out)
+        return out
 
-    def _expire_other_terms(self) -> None:
+    def _expire_other_terms(self, out: list) -> None:
         term = self.member_state.curr_term
         for t in [t for t in self.pending if t != term]:
             for p in self.pending.pop(t):
-                self._fail(p.token, Code.EXPIRED_TERM)
+                out.append(Fail(p.token, Code.EXPIRED_TERM))
 
-    def check_timeouts(self, now: int) -> None:
+    def check_timeouts(self, now: int) -> list[Fail]:
+        out: list = []
         table = self.pending.get(self.member_state.curr_term)
         while table and table[0].deadline <= now:
-            self._fail(table.popleft().token, Code.WAIT_QUORUM_ACK_TIMEOUT)
+            out.append(Fail(table.popleft().token, Code.WAIT_QUORUM_ACK_TIMEOUT))
+        return out
 
-    def complete_applied(self, applied_index: int, results: dict) -> None:
+    def complete_applied(self, applied_index: int, results: dict) -> list[Complete]:
         """Complete pending appends of the current term up to ``applied_index``."""
         member = self.member_state
         if member.role is not Role.LEADER:
-            return
+            return []
         term = member.curr_term
         table = self.pending.get(term)
         if not table:
-            return
-        group, self_id, complete = member.group, member.self_id, self._complete
+            return []
+        out: list = []
+        group, self_id = member.group, member.self_id
         while table and table[0].last_index <= applied_index:
             p = table.popleft()
             key = p.last_index
-            complete(p.token, AppendEntryResponse(
+            out.append(Complete(p.token, AppendEntryResponse(
                 group=group, local_id=self_id, code=Code.SUCCESS, term=term, leader_id=self_id, index=key,
                 pos=p.positions[-1] if p.positions else -1, positions=p.positions),
-                results.get(key) if results else None)
+                results.get(key) if results else None))
+        return out
 
     def _advance_commit(self) -> None:
         member = self.member_state
@@ -277,11 +331,11 @@ class EntryPusher:
                                 commit_index=member.committed_index,
                                 incarnation=pr.incarnation if pr.recovering else 0, **kw)
 
-    def _dispatch(self, now: int, pr: FollowerProgress) -> None:
+    def _dispatch(self, now: int, pr: FollowerProgress, out: list) -> None:
         store = self.store
         state = pr.state
         if state is DispatchState.APPEND:
-            self._dispatch_append(now, pr)
+            self._dispatch_append(now, pr, out)
             return
         if pr.control_sent_ms >= 0:
             if now - pr.control_sent_ms < self.cfg.max_push_timeout_ms:
@@ -320,11 +374,9 @@ class EntryPusher:
             req = self._request(pr, PushEntryType.TRUNCATE, pre_log_index=cut, pre_log_term=cut_term)
             compared = -1
         seq = pr.control_sent(now)
-        term = self.term
-        self._send(pr.peer, req,
-                   lambda now_, src, resp: self._on_control_response(now_, pr, seq, term, compared, resp))
+        out.append(Send(pr.peer, req, _ControlSent(pr, seq, self.term, compared)))
 
-    def _dispatch_append(self, now: int, pr: FollowerProgress) -> None:
+    def _dispatch_append(self, now: int, pr: FollowerProgress, out: list) -> None:
         cfg, store = self.cfg, self.store
         if pr.inflights and now - pr.inflights.oldest().sent_ms >= cfg.max_push_timeout_ms:
             pr.push_timed_out()                 # resend from the match index
@@ -347,8 +399,7 @@ class EntryPusher:
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)
             pr.append_sent(first, count, now, self.member_state.committed_index)
-            self._send(pr.peer, req, lambda now_, src, resp, f=first, c=count, e=pr.epoch:
-                       self._on_append_response(now_, pr, term, f, c, resp, e))
+            out.append(Send(pr.peer, req, _AppendSent(pr, term, first, count, pr.epoch)))
         committed = self.member_state.committed_index
         if not pr.inflights and pr.next > end and not pr.commit_outstanding \
                 and (pr.commit_sent < committed or now - pr.last_push_ms >= cfg.max_push_timeout_ms):
@@ -366,9 +417,8 @@ class EntryPusher:
                     at = -1
             else:
                 at = -1
-            self._send(pr.peer, self._request(pr, PushEntryType.COMMIT, pre_log_index=at, pre_log_term=at_term),
-                       lambda now_, src, resp, m=pr.match, e=pr.epoch: self._on_commit_response(now_, pr, term, m,
-                                                                                               resp, e))
+            out.append(Send(pr.peer, self._request(pr, PushEntryType.COMMIT, pre_log_index=at, pre_log_term=at_term),
+                            _CommitSent(pr, term, pr.match, pr.epoch)))
 
     def _read_range(self, first: int) -> _Range:
         """The records to push from ``first`` (cached). When the store refuses the range (a
@@ -391,12 +441,14 @@ class EntryPusher:
         rng = self._ranges[first] = _Range(raw, count, last_term, pre_term)
         return rng
 
-    def _current(self, now: int, pr: FollowerProgress, term: int, resp) -> bool:
+    def _current(self, pr: FollowerProgress, term: int, higher: int | None, out: list) -> bool:
+        """Whether an answer to a push of leadership ``term`` to ``pr`` is still this leader's
+        to act on; one saying this leader is behind (``higher``, ``core.term_gate``) deposes it."""
         member = self.member_state
         if member.role is not Role.LEADER or member.curr_term != term or self.progress.get(pr.peer) is not pr:
             return False
-        if resp is not None and resp.code == Code.EXPIRED_TERM and resp.term > member.curr_term:
-            self._step_down(now, resp.term, RoleEvent.HIGHER_TERM_SEEN)
+        if higher is not None:
+            out.append(StepDown(higher, RoleEvent.HIGHER_TERM_SEEN))
             return False
         return True
 
@@ -436,10 +488,16 @@ class EntryPusher:
         return max(lo + 1, resp.x_index) if held else resp.x_index
 
     # -- a recovering follower (core.rejoin) ---------------------------------------------
-    def peer_recovering(self, now: int, peer: str, following: bool, incarnation: int = 0) -> bool:
-        """``peer`` (``incarnation``) answered ``recovering`` (a heartbeat or a push;
-        ``following``: with SUCCESS, not while it still relearns its term). True when this
-        started its recovery (again)."""
+    def peer_recovering(self, now: int, peer: str, following: bool, incarnation: int = 0) -> list:
+        """``peer`` (``incarnation``) answered a heartbeat saying ``recovering`` (``following``:
+        with SUCCESS, not while it still relearns its term). Returns the intents."""
+        out: list = []
+        self._peer_recovering(now, peer, following, incarnation, out)
+        return out
+
+    def _peer_recovering(self, now: int, peer: str, following: bool, incarnation: int, out: list) -> bool:
+        """``peer`` answered ``recovering`` (a heartbeat or a push). True when this started its
+        recovery (again)."""
         pr = self.progress.get(peer)
         if pr is None or self.member_state.role is not Role.LEADER:
             return False
@@ -450,15 +508,15 @@ class EntryPusher:
             pr.start_recovery(self.store.ledger_end_index, incarnation)
         if following and self.store.ledger_end_term != self.term:
             # the follower clears its flag only after verifying an entry of this term
-            self.propose(now, [(None, [], MAGIC_NOOP)])
+            self._propose(now, [(None, [], MAGIC_NOOP)], out)
         return started
 
-    def _sound(self, now: int, pr: FollowerProgress, resp, epoch: int) -> bool:
+    def _sound(self, now: int, pr: FollowerProgress, resp, epoch: int, out: list) -> bool:
         """Whether to act on this answer: a recovering follower starts its recovery here;
         answers to pushes sent before it began are ignored; the first answer without the flag
         ends it (its water mark counts again)."""
         if resp.recovering:
-            if self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation):
+            if self._peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation, out):
                 return False
         if epoch != pr.epoch:
             return False
@@ -466,31 +524,47 @@ class EntryPusher:
             pr.recovery_ends()
         return True
 
-    def _on_commit_response(self, now: int, pr: FollowerProgress, term: int, match_at_send: int, resp,
-                            epoch: int) -> None:
+    # -- answers ------------------------------------------------------------------------------
+    def on_answer(self, now: int, resp: PushEntryResponse | None, ctx: Any, higher: int | None) -> list:
+        """The answer to a push (None: unanswered), with the context it was sent with;
+        ``higher``: the term above this node's the answer claims (``core.term_gate``)."""
+        out: list = []
+        kind = type(ctx)
+        if kind is _AppendSent:
+            self._on_append_response(now, ctx, resp, higher, out)
+        elif kind is _ControlSent:
+            self._on_control_response(now, ctx, resp, higher, out)
+        else:
+            self._on_commit_response(now, ctx, resp, higher, out)
+        return out
+
+    def _on_commit_response(self, now: int, sent: _CommitSent, resp, higher: int | None, out: list) -> None:
+        pr = sent.pr
         pr.commit_answered()
-        if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch):
+        if resp is None or not self._current(pr, sent.term, higher, out) \
+                or not self._sound(now, pr, resp, sent.epoch, out):
             return
-        if resp.code == Code.SUCCESS and resp.end_index < match_at_send <= pr.match \
+        if resp.code == Code.SUCCESS and resp.end_index < sent.match <= pr.match \
                 and pr.state is DispatchState.APPEND:
             # the follower holds less than it acknowledged: its store was lost or replaced
             log.warning("%s: %s now ends at %d below its water mark %d; comparing again",
                         self.member_state.self_id, pr.peer, resp.end_index, pr.match)
             pr.lost_log(resp.end_index, self.store.ledger_end_index)
 
-    def _on_control_response(self, now: int, pr: FollowerProgress, seq: int, term: int, compared: int,
-                             resp) -> None:
-        if not self._current(now, pr, term, resp):
+    def _on_control_response(self, now: int, sent: _ControlSent, resp, higher: int | None, out: list) -> None:
+        pr = sent.pr
+        if not self._current(pr, sent.term, higher, out):
             return
         if resp is not None and resp.recovering and pr.recovery_starts(resp.incarnation):
-            self.peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation)
+            self._peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation, out)
             return
-        if seq != pr.control_seq:
+        if sent.seq != pr.control_seq:
             return
         pr.control_answered()
         end = self.store.ledger_end_index
-        if resp is None or not self._sound(now, pr, resp, pr.epoch):
+        if resp is None or not self._sound(now, pr, resp, pr.epoch, out):
             return
+        compared = sent.compared
         if pr.state is DispatchState.COMPARE:
             if resp.code == Code.SUCCESS:
                 pr.on_compare_match(compared)
@@ -507,14 +581,14 @@ class EntryPusher:
                 pr.truncate_refused(end)
                 pr.pause_until(now + self._retry_delay(resp.code))
 
-    def _on_append_response(self, now: int, pr: FollowerProgress, term: int, first: int, count: int,
-                            resp, epoch: int) -> None:
-        if resp is None or not self._current(now, pr, term, resp) or not self._sound(now, pr, resp, epoch) \
-                or pr.state is not DispatchState.APPEND:
+    def _on_append_response(self, now: int, sent: _AppendSent, resp, higher: int | None, out: list) -> None:
+        pr = sent.pr
+        if resp is None or not self._current(pr, sent.term, higher, out) \
+                or not self._sound(now, pr, resp, sent.epoch, out) or pr.state is not DispatchState.APPEND:
             return
         code = resp.code
         if code == Code.SUCCESS:
-            pr.on_append_ack(first, count)
+            pr.on_append_ack(sent.first, sent.count)
         elif code == Code.INCONSISTENT_STATE:
             pr.append_inconsistent(self.store.ledger_end_index)
         elif code == Code.REPEATED_PUSH:
@@ -523,8 +597,7 @@ class EntryPusher:
             pr.push_refused()                     # resend from the match index
             pr.pause_until(now + self._retry_delay(code))
 
-    def fail_all(self, code: int) -> None:
-        for table in self.pending.values():
-            for p in table:
-                self._fail(p.token, code)
+    def fail_all(self, code: int) -> list[Fail]:
+        out = [Fail(p.token, code) for table in self.pending.values() for p in table]
         self.pending.clear()
+        return out

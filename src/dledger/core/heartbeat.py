@@ -15,7 +15,8 @@ The leader:
   confirmation, except in a term the member state fenced (``MemberState.lease_fenced``: a
   leadership transfer started, or the term is led again after a restart).
 
-A follower records when it last heard its leader (a heartbeat or a push); after
+A follower records when it last heard its leader (a heartbeat of its term from its leader,
+``leader_heard``, or a push); after
 ``max_heart_beat_leak`` intervals of silence it stands for election. ``has_live_leader`` is
 leader stickiness: a follower that heard its leader within the election timeout, a leader
 confirmed within it and a node that started less than one election timeout ago all refuse
@@ -27,19 +28,26 @@ votes for no one cannot help elect another leader), and the leader tells the pus
 (``peer_recovering``, which keeps the incarnation for the pushes to echo); while it
 relearns its term it answers TERM_NOT_READY (``may_follow``), which confirms nothing.
 
-Seams: member state, config, ``send``, and callables for the reads (``confirmed(sent_at)``,
-``fail_reads(code)``), for leaving or joining a leadership (``step_down(now, term, event)``,
-``follow(term, leader_id)``, ``catch_up_term(now, term, event)``), ``commit_hint(term, index)`` and
-recovery (``may_follow()``, ``recovering()``, ``incarnation()``,
-``peer_recovering(now, peer, following, incarnation)``).
+A heartbeat request is judged here on who sent it and on whether this node may answer a
+leader (``admit``); its term is judged by the term gate (``core.term_gate``: a lower term
+gets EXPIRED_TERM, a higher one makes this node join it as candidate) and its role by the
+node's step functions (``core.step``: a candidate follows the leader, a follower answers its
+own leader only). An answer saying this leader is behind ends the round at once with a step
+down to that term.
+
+State: member state, config and recovery (``core.rejoin``: whether this node may answer a
+leader, whether it is recovering and its incarnation). Its decisions are intents
+(``core.intents``) returned to the node: heartbeats to send (``Send``), reads a round
+confirmed (``ReadsConfirmed``) or failed (``FailReads``), a step down (``StepDown``), a
+follower that recovers (``PeerRecovering``, for the pusher) and a leader's commit index
+(``CommitHint``, for the entry handler).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from dledger.core.intents import NONE, CommitHint, FailReads, PeerRecovering, ReadsConfirmed, Send, StepDown
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.protocol import DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse
 
@@ -59,34 +67,20 @@ class HeartbeatRound:
     responded: set = field(default_factory=set)
     succ: int = 1
     not_ready: int = 0
-    max_term: int = -1
+    #: the highest term an answer said this leader is behind on (``term_gate.higher_term``)
+    higher_term: int | None = None
     inconsistent_leader: bool = False
     quorum_reached: bool = False
     finished: bool = False
 
 
 class Heartbeats:
-    def __init__(self, member_state: MemberState, config, *, now_ms: int,
-                 send: Callable[[str, Any, Callable], int], confirmed: Callable[[int], None],
-                 fail_reads: Callable[[int], None], step_down: Callable[[int, int, RoleEvent], None],
-                 follow: Callable[[int, str], None], catch_up_term: Callable[[int, int, RoleEvent], None],
-                 commit_hint: Callable[[int, int], None], may_follow: Callable[[], bool] = lambda: True,
-                 recovering: Callable[[], bool] = lambda: False, incarnation: Callable[[], int] = lambda: 0,
-                 peer_recovering: Callable[[int, str, bool, int], None] = lambda *a: None) -> None:
+    def __init__(self, member_state: MemberState, config, *, now_ms: int, recovery) -> None:
         self.member_state = member_state
         self.cfg = config
         self.election_timeout_ms = election_timeout_ms(config)
-        self._send = send
-        self._confirmed = confirmed
-        self._fail_reads = fail_reads
-        self._step_down = step_down
-        self._follow = follow
-        self._catch_up_term = catch_up_term
-        self._commit_hint = commit_hint
-        self._may_follow = may_follow
-        self._recovering = recovering
-        self._incarnation = incarnation
-        self._peer_recovering = peer_recovering
+        #: the member's recovery (``core.rejoin.Rejoin``), consulted, never changed here
+        self.recovery = recovery
         self.started_ms = now_ms
         #: follower: when the leader was last heard (heartbeat or push)
         self.last_leader_heartbeat_ms = now_ms
@@ -146,13 +140,13 @@ class Heartbeats:
             self.round = None
 
     # -- the leader's rounds ------------------------------------------------------------------
-    def start_leading(self, now: int) -> None:
+    def start_leading(self, now: int) -> list:
         """Just elected: the election counts as a confirmation; the first round goes out now."""
         self.contact = {}
         self.last_send_heartbeat_ms = -1
         self.last_succ_heartbeat_ms = now
         self.round = None
-        self._send_round(now)
+        return self._send_round(now)
 
     def request_round(self, now: int) -> None:
         """A read needs a confirmation newer than the last round: send one now."""
@@ -160,100 +154,107 @@ class Heartbeats:
         if rnd is None or rnd.sent_at < now:
             self.last_send_heartbeat_ms = -1
 
-    def maintain(self, now: int) -> bool:
-        """The leader's step; False when it stepped down."""
+    def maintain(self, now: int) -> list | tuple:
+        """The leader's step: end the round that is due, check the quorum, send the next round.
+        A ``StepDown`` among the intents returned ends the step (the leader stepped down)."""
         interval = self.cfg.heart_beat_time_interval_ms
         rnd = self.round
         if rnd is not None and not rnd.finished and now >= rnd.sent_at + interval:
-            self._finish_round(now, rnd)
-            if self.member_state.role is not Role.LEADER:
-                return False
+            out = self._finish_round(now, rnd)
+            if out:
+                return out                      # it steps down
         if now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            self._step_down(now, self.member_state.curr_term, RoleEvent.QUORUM_LOST)
-            return False
+            return (StepDown(self.member_state.curr_term, RoleEvent.QUORUM_LOST),)
         if self.last_send_heartbeat_ms < 0 or now - self.last_send_heartbeat_ms >= interval:
-            self._send_round(now)
-        return True
+            return self._send_round(now)
+        return NONE
 
-    def _send_round(self, now: int) -> None:
+    def _send_round(self, now: int) -> list:
         member = self.member_state
         self.last_send_heartbeat_ms = now
         rnd = HeartbeatRound(member.curr_term, now, len(member.peer_ids))
         rnd.responded.add(member.self_id)
         self.round = rnd
+        out: list = []
         for peer in member.remote_peer_ids:
             req = HeartBeatRequest(group=member.group, local_id=member.self_id, remote_id=peer,
                                    leader_id=member.self_id, term=rnd.term, commit_index=member.committed_index)
-            self._send(peer, req, lambda now_, src, resp, rnd=rnd: self._on_response(now_, src, resp, rnd))
-        self._progress(now, rnd)
+            out.append(Send(peer, req, rnd))
+        out.extend(self._progress(now, rnd))
+        return out
 
-    def _on_response(self, now: int, peer: str, resp: HeartBeatResponse | None, rnd: HeartbeatRound) -> None:
+    def on_answer(self, now: int, peer: str | None, resp: HeartBeatResponse | None, rnd: HeartbeatRound,
+                  higher: int | None) -> list | tuple:
+        """``peer``'s answer to a heartbeat of round ``rnd`` (None: unanswered); ``higher``: the
+        term above this node's it claims (``core.term_gate``)."""
         member = self.member_state
         if rnd.finished or peer in rnd.responded or member.role is not Role.LEADER or member.curr_term != rnd.term:
-            return
+            return NONE
+        out: list = []
         rnd.responded.add(peer)
         code = Code.NETWORK_ERROR if resp is None else resp.code
         member.peers_live[peer] = code != Code.NETWORK_ERROR
         if resp is not None and resp.recovering:
-            self._peer_recovering(now, peer, code == Code.SUCCESS, resp.incarnation)
+            out.append(PeerRecovering(peer, code == Code.SUCCESS, resp.incarnation))
         if code == Code.SUCCESS:
             rnd.succ += 1
         elif code == Code.EXPIRED_TERM:
-            rnd.max_term = max(rnd.max_term, resp.term)
+            if higher is not None and (rnd.higher_term is None or higher > rnd.higher_term):
+                rnd.higher_term = higher
         elif code == Code.INCONSISTENT_LEADER:
             rnd.inconsistent_leader = True
         elif code == Code.TERM_NOT_READY:
             rnd.not_ready += 1
-        self._progress(now, rnd)
-        if len(rnd.responded) >= rnd.peers or rnd.max_term > rnd.term:
-            self._finish_round(now, rnd)
+        out.extend(self._progress(now, rnd))
+        if len(rnd.responded) >= rnd.peers or rnd.higher_term is not None:
+            out.extend(self._finish_round(now, rnd))
+        return out
 
-    def _progress(self, now: int, rnd: HeartbeatRound) -> None:
+    def _progress(self, now: int, rnd: HeartbeatRound) -> tuple:
         if not rnd.quorum_reached and self.member_state.majority.is_quorum(rnd.succ):
             rnd.quorum_reached = True
             self.last_succ_heartbeat_ms = max(self.last_succ_heartbeat_ms, rnd.sent_at)
-            self._confirmed(rnd.sent_at)
+            return (ReadsConfirmed(rnd.sent_at),)
+        return NONE
 
-    def _finish_round(self, now: int, rnd: HeartbeatRound) -> None:
+    def _finish_round(self, now: int, rnd: HeartbeatRound) -> tuple:
+        """End ``rnd``; returns the intents of a step down, or nothing."""
         rnd.finished = True
         if not self.cfg.enable_leader_elector:
-            return                              # roles are forced: nobody steps down
-        if rnd.max_term > rnd.term:
-            self._fail_reads(Code.NOT_LEADER)
-            self._step_down(now, rnd.max_term, RoleEvent.HIGHER_TERM_SEEN)
-        elif rnd.quorum_reached:
-            return
-        elif self.member_state.majority.is_quorum(rnd.succ + rnd.not_ready):
+            return NONE                         # roles are forced: nobody steps down
+        if rnd.higher_term is not None:
+            return FailReads(Code.NOT_LEADER), StepDown(rnd.higher_term, RoleEvent.HIGHER_TERM_SEEN)
+        if rnd.quorum_reached:
+            return NONE
+        if self.member_state.majority.is_quorum(rnd.succ + rnd.not_ready):
             self.last_send_heartbeat_ms = -1                      # resend at once
         elif rnd.inconsistent_leader or now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            self._step_down(now, rnd.term, RoleEvent.INCONSISTENT_LEADER if rnd.inconsistent_leader
-                            else RoleEvent.QUORUM_LOST)
+            return (StepDown(rnd.term, RoleEvent.INCONSISTENT_LEADER if rnd.inconsistent_leader
+                             else RoleEvent.QUORUM_LOST),)
+        return NONE
 
     # -- the follower -------------------------------------------------------------------------
-    def handle(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
+    def answer(self, req: HeartBeatRequest, code: int, term: int = -1) -> HeartBeatResponse:
         member = self.member_state
+        recovering = self.recovery.recovering
+        return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                 leader_id=member.leader_id, code=code, term=term, recovering=recovering,
+                                 incarnation=self.recovery.incarnation if recovering else 0)
 
-        def answer(code: int, term: int = -1) -> HeartBeatResponse:
-            recovering = self._recovering()
-            return HeartBeatResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                     leader_id=member.leader_id, code=code, term=term, recovering=recovering,
-                                     incarnation=self._incarnation() if recovering else 0)
-
+    def admit(self, req: HeartBeatRequest) -> HeartBeatResponse | None:
+        """Who sent the heartbeat, and whether this node may answer a leader at all, are judged
+        before its term (``core.term_gate``): the answer when either refuses, else None."""
+        member = self.member_state
         if not member.is_peer_member(req.leader_id):
-            return answer(Code.UNKNOWN_MEMBER, member.curr_term)
+            return self.answer(req, Code.UNKNOWN_MEMBER, member.curr_term)
         if req.leader_id == member.self_id:
-            return answer(Code.UNEXPECTED_MEMBER, member.curr_term)
-        if not self._may_follow():
-            return answer(Code.TERM_NOT_READY)          # relearning its term: no answer counts yet
-        if req.term < member.curr_term:
-            return answer(Code.EXPIRED_TERM, member.curr_term)
-        if req.term == member.curr_term:
-            if member.leader_id is None:
-                self._follow(req.term, req.leader_id)
-            elif member.leader_id != req.leader_id:
-                return answer(Code.INCONSISTENT_LEADER)
-            self.last_leader_heartbeat_ms = now
-            self._commit_hint(req.term, req.commit_index)
-            return answer(Code.SUCCESS)
-        self._catch_up_term(now, req.term, RoleEvent.HIGHER_TERM_SEEN)
-        return answer(Code.TERM_NOT_READY)
+            return self.answer(req, Code.UNEXPECTED_MEMBER, member.curr_term)
+        if not self.recovery.may_follow():
+            return self.answer(req, Code.TERM_NOT_READY)          # relearning its term: no answer counts yet
+        return None
+
+    def leader_heard(self, now: int, req: HeartBeatRequest) -> tuple:
+        """The leader this node follows sent ``req`` (of this node's term): it is alive, and its
+        commit index is a hint (for the entry handler)."""
+        self.last_leader_heartbeat_ms = now
+        return (CommitHint(req.term, req.commit_index),)

@@ -1,7 +1,7 @@
 """LeaderElector: DLedger's name for everything that decides who leads, stepped with
 ``now_ms`` instead of a thread that polls every 10 ms.
 
-It composes one part per concept and runs the state maintainer over them:
+It composes one part per concept:
 - ``vote.Voting``: the candidate's rounds and the voter's rules;
 - ``heartbeat.Heartbeats``: the leader's rounds, check-quorum and lease, the follower's
   view of its leader;
@@ -10,16 +10,20 @@ It composes one part per concept and runs the state maintainer over them:
 - ``rejoin.Rejoin`` (built by the node, shared with the replication side): whether this
   member may stand, vote and answer a leader while it recovers.
 
-Each part gets the member state, the config and the narrow callables it needs, never the
-node nor another part; the wiring below is the only place that knows them all.
+Each part holds state and returns intents (``core.intents``); none holds the node or another
+part. The elector is where the role transitions those intents ask for happen
+(``become_candidate`` for ``StepDown``, ``join_term`` for ``JoinTerm``, ``follow``,
+``become_leader`` for ``Won``, ``step_aside``, ``take_leadership``); the node applies every
+intent (``Node._apply``) and runs DLedger's state maintainer, one step per entry point, in
+the step function of the node's role (``core.step``).
 
-Rules kept here:
-- one step (``maintain``) per entry point: the transferee's wait first, then the role's own
-  step (leader: heartbeat rounds, check-quorum, preferred leader; follower: stand for
-  election after ``max_heart_beat_leak`` silent intervals, probing at once in the current
-  term; candidate: vote rounds);
+Rules kept here and there:
+- the state maintainer's step: the transferee's wait first, then the role's own step (leader:
+  heartbeat rounds, check-quorum, preferred leader; follower: stand for election after
+  ``max_heart_beat_leak`` silent intervals, probing at once in the current term; candidate:
+  vote rounds);
 - a store error in a step (the term file could not be written) answers nothing on the unsaved
-  state and retries the step after one heartbeat interval;
+  state and retries the step after one heartbeat interval (``failed_step``);
 - a leader whose store failed a sync (``store.failed``) steps down; recovery
   (``core.rejoin``) says who may stand and vote;
 - with ``enable_leader_elector`` off (the test harness's forced roles) nobody stands for
@@ -29,18 +33,18 @@ Rules kept here:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from dledger.core.heartbeat import Heartbeats
-from dledger.core.leadership_transfer import LeadershipTransfer, Reply
+from dledger.core.intents import NONE
+from dledger.core.leadership_transfer import LeadershipTransfer
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.read_index import ReadIndex
 from dledger.core.rejoin import Rejoin
+from dledger.core.round_trip import RoundTrips
 from dledger.core.vote import ParseResult, VoteTally, Voting, parse_vote_tally
 from dledger.errors import DLedgerError
-from dledger.protocol import (DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse,
-                              LeadershipTransferRequest, VoteRequest, VoteResponse)
+from dledger.protocol import DLedgerResponseCode as Code
 
 __all__ = ["LeaderElector", "ParseResult", "VoteTally", "parse_vote_tally"]
 
@@ -48,53 +52,71 @@ log = logging.getLogger(__name__)
 
 
 class LeaderElector:
-    def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
-                 send: Callable[[str, Any, Callable], int], complete_read: Callable[[Any, int, int], None],
-                 commit_hint: Callable[[int, int], None], match_index: Callable[[str], int],
-                 recovery: Rejoin, peer_recovering: Callable[[int, str, bool, int], None],
-                 round_trip_ms: Callable[[int, int], int] | None = None) -> None:
+    def __init__(self, member_state: MemberState, config, rng, *, now_ms: int, recovery: Rejoin,
+                 round_trips: RoundTrips | None = None) -> None:
         self.member_state = member_state
         self.cfg = config
         self.recovery = recovery
-        self.reads = ReadIndex(complete_read)
-        self.voting = Voting(member_state, config, rng, now_ms=now_ms, send=send, become_leader=self.become_leader,
-                             has_live_leader=lambda now: self.heartbeats.has_live_leader(now),
-                             fail_reads=self.reads.fail, recovery=recovery, round_trip_ms=round_trip_ms)
-        self.heartbeats = Heartbeats(member_state, config, now_ms=now_ms, send=send, confirmed=self.reads.confirmed,
-                                     fail_reads=self.reads.fail, step_down=self.voting.become_candidate,
-                                     follow=self.voting.follow, catch_up_term=self.voting.catch_up_term,
-                                     commit_hint=commit_hint, may_follow=recovery.may_follow,
-                                     recovering=lambda: recovery.recovering,
-                                     incarnation=lambda: recovery.incarnation, peer_recovering=peer_recovering)
-        self.transfer = LeadershipTransfer(member_state, config, now_ms=now_ms, send=send, match_index=match_index,
-                                           catch_up_term=self.voting.catch_up_term)
+        self.reads = ReadIndex()
+        # (the first vote delay is drawn from rng here)
+        self.voting = Voting(member_state, config, rng, now_ms=now_ms, recovery=recovery, round_trips=round_trips)
+        self.heartbeats = Heartbeats(member_state, config, now_ms=now_ms, recovery=recovery)
+        self.transfer = LeadershipTransfer(member_state, config, now_ms=now_ms)
         #: after a store error (the term file could not be written) wait before retrying
         self.backoff_until = -1
 
     # =====================================================================================
-    # transitions the node and the pusher ask for
+    # transitions the intents ask for
     # =====================================================================================
     def become_candidate(self, now: int, term: int, event: RoleEvent) -> None:
         """Step down (or stay) as candidate, knowing ``term``, because of ``event``; the next
-        vote after a random delay."""
+        vote after a random delay (``StepDown``)."""
         self.voting.become_candidate(now, term, event)
+
+    def join_term(self, now: int, term: int, event: RoleEvent) -> None:
+        """A higher ``term`` was seen: become its candidate and campaign in it at once
+        (``JoinTerm``)."""
+        self.voting.catch_up_term(now, term, event)
+
+    def follow(self, term: int, leader_id: str) -> None:
+        """A leader of this term spoke: follow it (``Follow``)."""
+        self.voting.follow(term, leader_id)
 
     def step_aside(self, now: int) -> None:
         """A leader stuck on a damaged entry steps down and lets the others stand first
-        (``core.damaged_tail``)."""
+        (``StandAside``, from ``core.damaged_tail``)."""
         if self.member_state.role is Role.LEADER and self.cfg.enable_leader_elector:
             self.voting.stand_aside(now)
 
-    def become_leader(self, now: int, term: int, *, forced: bool = False) -> None:
-        """Lead ``term``: a passed vote (or, ``forced``, the test harness's roles)."""
+    def become_leader(self, now: int, term: int, *, forced: bool = False) -> list:
+        """Lead ``term``: a passed vote (``Won``) or, ``forced``, the test harness's roles.
+        Returns the first heartbeat round."""
         self.recovery.on_won_election()          # a recovering winner won a unanimous round
         self.member_state.on_event(RoleEvent.FORCED_LEADER if forced else RoleEvent.WON_VOTE, term)
         self.transfer.leading(now)
-        self.heartbeats.start_leading(now)
+        return self.heartbeats.start_leading(now)
+
+    def take_leadership(self, now: int, target: int, token: Any) -> None:
+        """The transferee caught up: stand in ``target`` at once; ``token`` is answered when
+        the take-over is decided (``TakeLeadership``)."""
+        self.voting.catch_up_term(now, target, RoleEvent.TAKE_LEADERSHIP)
+        self.transfer.taking(token, target)
 
     def heard_leader(self, now: int) -> None:
         """The leader this node follows spoke (a heartbeat or an accepted push)."""
         self.heartbeats.heard_leader(now)
+
+    def failed_step(self, now: int, exc: DLedgerError) -> None:
+        """A step of the state maintainer failed on the store (the term file could not be
+        written): nothing was answered on the unsaved state; try again after a heartbeat
+        interval."""
+        log.error("%s: election step failed: %s; retrying", self.member_state.self_id, exc)
+        self.backoff_until = now + self.cfg.heart_beat_time_interval_ms
+
+    def store_failed(self) -> None:
+        """The leader's store failed a sync: it steps down (``STORE_FAILED``)."""
+        log.error("%s: the store failed (%s): stepping down", self.member_state.self_id,
+                  self.member_state.store.failed)
 
     # =====================================================================================
     # timing
@@ -127,74 +149,27 @@ class LeaderElector:
             out.append(self.transfer.transfer_wait.deadline)
         return min(out)
 
-    # =====================================================================================
-    # the state maintainer (one step)
-    # =====================================================================================
-    def maintain(self, now: int) -> None:
-        if now < self.backoff_until:
-            return
-        try:
-            self._maintain(now)
-        except DLedgerError as exc:
-            # the term file could not be written: nothing was answered on the unsaved state;
-            # try again after a heartbeat interval
-            log.error("%s: election step failed: %s; retrying", self.member_state.self_id, exc)
-            self.backoff_until = now + self.cfg.heart_beat_time_interval_ms
-
-    def _maintain(self, now: int) -> None:
-        if self.transfer.transfer_wait is not None:
-            self.transfer.maintain(now)
-        if not self.cfg.enable_leader_elector:
-            self.voting.maintain_forced()
-            return
-        member = self.member_state
-        role = member.role
-        if role is Role.LEADER and self.recovery.failed:
-            # the store failed a sync: nothing this leader writes is durable any more
-            log.error("%s: the store failed (%s): stepping down", member.self_id, self.member_state.store.failed)
-            self.voting.become_candidate(now, member.curr_term, RoleEvent.STORE_FAILED)
-        elif role is Role.LEADER:
-            if self.heartbeats.maintain(now) and self.cfg.preferred_leader_ids:
-                self.transfer.maybe_check_preferred(now)
-        elif role is Role.FOLLOWER:
-            if self.heartbeats.leader_silent(now):
-                self.voting.become_candidate(now, member.curr_term, RoleEvent.ELECTION_TIMEOUT)
-                # probe at once in the current term: it moves no term, and the answers tell
-                # whether the others lost the leader too (then the next round takes a new term)
-                self.voting.probe_now(now)
-        else:
-            self.voting.maintain(now)
-
-    def on_role_change(self, change) -> None:
+    def on_role_change(self, change) -> list | tuple:
         self.voting.on_role_change(change)
+        out: list = []
         if change.role is not Role.LEADER:
             self.heartbeats.on_role_change(change)
             if self.reads:
-                self.reads.fail(Code.NOT_LEADER)
-        self.transfer.on_role_change(change)
+                out.extend(self.reads.fail(Code.NOT_LEADER))
+        out.extend(self.transfer.on_role_change(change))
+        return out or NONE
 
     # =====================================================================================
-    # requests
+    # reads
     # =====================================================================================
-    def handle_vote(self, now: int, req: VoteRequest) -> VoteResponse:
-        return self.voting.handle_vote(now, req)
-
-    def handle_heartbeat(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:
-        return self.heartbeats.handle(now, req)
-
-    def handle_leadership_transfer(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
-        """Returns a response now, or None when ``reply`` will be called later."""
-        return self.transfer.handle(now, req, reply)
-
-    def register_read(self, now: int, token: Any, read_index: int) -> None:
+    def register_read(self, now: int, token: Any, read_index: int) -> list | tuple:
         """Complete ``token`` at ``read_index`` once a quorum confirms this leader after ``now``."""
         self.reads.add(now, token, read_index)
         if len(self.member_state.majority) == 1:
-            self.reads.confirmed(now)
-            return
+            return self.reads.confirmed(now)
         self.heartbeats.request_round(now)
+        return NONE
 
-    def fail_pending(self, code: int) -> None:
+    def fail_pending(self, code: int) -> list:
         """Shutting down: answer every read and transfer still waiting."""
-        self.reads.fail(code)
-        self.transfer.fail_pending(code)
+        return self.reads.fail(code) + self.transfer.fail_pending(code)

@@ -1,14 +1,17 @@
 """LeadershipTransfer: handing leadership to a chosen member, and the preferred leader.
 
 The old leader (asked by a client, or by itself for a preferred leader):
-- refuses when the transferee is unknown, when the request names another term, when this
-  node does not lead, when the transferee is ``max_leadership_transfer_wait_index`` or more
-  entries behind, and when a transfer is already running; otherwise marks ``transferee`` (new appends fail with LEADER_TRANSFERRING) and
-  forwards the request to the transferee, answering the client with the transferee's answer.
+- refuses when the transferee is unknown (``admit``), when the request names another term
+  (the term gate, ``core.term_gate``), when this node does not lead (the node's step
+  functions), when the transferee is ``max_leadership_transfer_wait_index`` or more
+  entries behind, and when a transfer is already running; otherwise marks ``transferee``
+  (new appends fail with LEADER_TRANSFERRING) and forwards the request to the transferee,
+  answering the client with the transferee's answer.
 
 The transferee:
 - waits (up to ``leadership_transfer_wait_timeout``) until its log reaches the index the old
-  leader named, then becomes a candidate of the next term at once, "taking leadership": short
+  leader named (``wait_to_take``), then, if its term is still the one the request named,
+  becomes a candidate of the next term at once, "taking leadership": short
   vote delays, its requests marked ``leadership_transfer`` (they pass leader stickiness), and
   other candidates with no longer a log refused with REJECT_TAKING_LEADERSHIP. Unlike Java
   DLedger, this applies to any transferee, not only to ids listed as preferred;
@@ -19,78 +22,85 @@ The transferee:
 A leader with ``preferred_leader_ids`` checks every ``preferred_leader_check_interval_ms``
 whether a live preferred member is close enough behind, and transfers to the closest.
 
-Seams: member state, config, ``send``, ``match_index(peer)`` and ``catch_up_term(now, term,
-event)`` (with ``TAKE_LEADERSHIP``).
+State: member state and config. Who asked is a token (a host's, or one standing for a peer's
+request, which the node answers over the network). The decisions are intents
+(``core.intents``) returned to the node: the forwarded request (``Send``, its answer handed
+back to ``on_answer``), answers (``Complete``), and ``TakeLeadership(target, token)`` (the
+elector joins the target term, ``TAKE_LEADERSHIP``, and keeps the task). The pusher's water
+marks come in as arguments (``start``, ``check_preferred``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from dledger.core.member_state import MemberState, Role, RoleEvent
+from dledger.core import term_gate
+from dledger.core.intents import NONE, Complete, Send, TakeLeadership
+from dledger.core.member_state import MemberState, Role
 from dledger.protocol import DLedgerResponseCode as Code, LeadershipTransferRequest, LeadershipTransferResponse
-
-Reply = Callable[[Any], None]
 
 
 class TransferWait(NamedTuple):
-    """The transferee waits until its log reaches ``req.take_leadership_ledger_index``."""
+    """The transferee waits until its log reaches ``req.take_leadership_ledger_index``; ``token``
+    (None: nobody) is answered."""
 
     req: LeadershipTransferRequest
-    reply: Reply | None
+    token: Any
     deadline: int
 
 
 class TakeLeadershipTask(NamedTuple):
-    """The transferee stands in ``target_term``; ``reply`` answers the old leader."""
+    """The transferee stands in ``target_term``; ``token`` (the old leader's request) is
+    answered when the take-over is decided."""
 
-    reply: Reply | None
+    token: Any
     target_term: int
 
 
+class _Forward(NamedTuple):
+    """The old leader forwarded ``req`` to the transferee in ``term``; ``token`` is answered."""
+
+    req: LeadershipTransferRequest
+    token: Any
+    term: int
+
+
 class LeadershipTransfer:
-    def __init__(self, member_state: MemberState, config, *, now_ms: int,
-                 send: Callable[[str, Any, Callable], int], match_index: Callable[[str], int],
-                 catch_up_term: Callable[[int, int, RoleEvent], None]) -> None:
+    def __init__(self, member_state: MemberState, config, *, now_ms: int) -> None:
         self.member_state = member_state
         self.cfg = config
-        self._send = send
-        self._match_index = match_index
-        self._catch_up_term = catch_up_term
         self.take_leadership_task: TakeLeadershipTask | None = None
         self.transfer_wait: TransferWait | None = None
         self.next_preferred_check_ms = now_ms + config.preferred_leader_check_interval_ms
 
     # -- the old leader -----------------------------------------------------------------------
-    def handle(self, now: int, req: LeadershipTransferRequest, reply: Reply | None):
-        """Returns a response now, or None when ``reply`` will be called later."""
+    def answer(self, req: LeadershipTransferRequest, code: int) -> LeadershipTransferResponse:
         member = self.member_state
+        return LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                          leader_id=member.leader_id, term=member.curr_term, code=code)
 
-        def answer(code: int) -> LeadershipTransferResponse:
-            return LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                              leader_id=member.leader_id, term=member.curr_term, code=code)
-
-        if req.transferee_id == member.self_id:
-            if req.transfer_id != member.leader_id:
-                return answer(Code.INCONSISTENT_LEADER)
-            self.transfer_wait = TransferWait(req, reply, now + self.cfg.leadership_transfer_wait_timeout)
-            self.maintain(now)
-            return None
+    def admit(self, req: LeadershipTransferRequest) -> LeadershipTransferResponse | None:
+        """A transfer to another member is judged on who it names before its term
+        (``core.term_gate``): the answer when that refuses it, else None."""
+        member = self.member_state
         if req.transfer_id != member.self_id:
-            return answer(Code.UNEXPECTED_ARGUMENT)
+            return self.answer(req, Code.UNEXPECTED_ARGUMENT)
+        if not member.is_peer_member(req.transferee_id):
+            return self.answer(req, Code.UNKNOWN_MEMBER)
+        return None
+
+    def start(self, now: int, req: LeadershipTransferRequest, token: Any, match: int):
+        """This leader, asked in its term to hand leadership to ``req.transferee_id`` (whose
+        water mark is ``match``): refuses, or marks the transferee and forwards the request to
+        it. Returns the response now (None: ``token`` is answered later) and the intents."""
+        member = self.member_state
         transferee = req.transferee_id
-        if not member.is_peer_member(transferee):
-            return answer(Code.UNKNOWN_MEMBER)
-        if member.curr_term != req.term:
-            return answer(Code.INCONSISTENT_TERM)
-        if member.role is not Role.LEADER:
-            return answer(Code.NOT_LEADER)
-        lag = member.ledger_end_index - self._match_index(transferee)
+        lag = member.ledger_end_index - match
         if lag >= self.cfg.max_leadership_transfer_wait_index:
-            return answer(Code.FALL_BEHIND_TOO_MUCH)
+            return self.answer(req, Code.FALL_BEHIND_TOO_MUCH), NONE
         if member.transferee is not None:
-            return answer(Code.LEADER_TRANSFERRING)
+            return self.answer(req, Code.LEADER_TRANSFERRING), NONE
         member.transferee = transferee
         member.fence_lease()
         term = member.curr_term
@@ -98,75 +108,95 @@ class LeadershipTransfer:
                                         remote_id=transferee, term=term,
                                         take_leadership_ledger_index=member.ledger_end_index,
                                         transfer_id=member.self_id, transferee_id=transferee)
+        return None, (Send(transferee, fwd, _Forward(req, token, term)),)
 
-        def on_reply(now_: int, src: str, resp) -> None:
-            code = Code.NETWORK_ERROR if resp is None else resp.code
-            if code != Code.SUCCESS or (member.curr_term == term and member.transferee is not None):
-                member.transferee = None
-            if reply is not None:
-                reply(answer(code))
-
-        self._send(transferee, fwd, on_reply)
-        return None
+    def on_answer(self, resp: LeadershipTransferResponse | None, fwd: _Forward) -> tuple:
+        """The transferee's answer to the forwarded request (None: unanswered): the asker gets
+        it."""
+        member = self.member_state
+        code = Code.NETWORK_ERROR if resp is None else resp.code
+        if code != Code.SUCCESS or (member.curr_term == fwd.term and member.transferee is not None):
+            member.transferee = None
+        if fwd.token is None:
+            return NONE
+        return (Complete(fwd.token, self.answer(fwd.req, code)),)
 
     def leading(self, now: int) -> None:
         """Just elected: the first preferred-leader check is one interval away."""
         self.next_preferred_check_ms = now + self.cfg.preferred_leader_check_interval_ms
 
-    def maybe_check_preferred(self, now: int) -> None:
-        if self.cfg.preferred_leader_ids and now >= self.next_preferred_check_ms:
-            self.next_preferred_check_ms = now + self.cfg.preferred_leader_check_interval_ms
-            self._check_preferred_leader(now)
+    def preferred_check_due(self, now: int) -> bool:
+        return bool(self.cfg.preferred_leader_ids) and now >= self.next_preferred_check_ms
 
-    def _check_preferred_leader(self, now: int) -> None:
+    def check_preferred(self, now: int, water_marks: Mapping[str, int]) -> tuple:
+        """The leader's periodic check (when due): transfer to the closest live preferred
+        member, if close enough. ``water_marks``: every member's, as the pusher knows them."""
+        self.next_preferred_check_ms = now + self.cfg.preferred_leader_check_interval_ms
         member = self.member_state
         preferred = self.cfg.preferred_leader_id_list()
         if member.self_id in preferred or member.transferee is not None:
-            return
+            return NONE
         best, best_lag = None, None
         for pid in preferred:
             if pid == member.self_id or not member.is_peer_member(pid) or not member.peers_live.get(pid):
                 continue
-            lag = member.ledger_end_index - self._match_index(pid)
+            lag = member.ledger_end_index - water_marks[pid]
             if best_lag is None or lag < best_lag:
                 best, best_lag = pid, lag
         if best is not None and best_lag < self.cfg.max_leadership_transfer_wait_index:
             req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
                                             term=member.curr_term, transfer_id=member.self_id, transferee_id=best)
-            self.handle(now, req, None)
+            return self.start(now, req, None, water_marks[best])[1]
+        return NONE
 
     # -- the transferee -----------------------------------------------------------------------
-    def maintain(self, now: int) -> None:
-        """The transferee's wait: take leadership once caught up, or give up at the deadline."""
+    def wait_to_take(self, now: int, req: LeadershipTransferRequest, token: Any):
+        """This node is the transferee ``req`` names: it waits until its log reaches the index
+        the old leader named (its term is judged then: it may still move meanwhile). Returns the
+        response now (None: ``token`` is answered later) and the intents."""
+        if req.transfer_id != self.member_state.leader_id:
+            return self.answer(req, Code.INCONSISTENT_LEADER), NONE
+        self.transfer_wait = TransferWait(req, token, now + self.cfg.leadership_transfer_wait_timeout)
+        return None, self.maintain(now)
+
+    def maintain(self, now: int) -> tuple:
+        """The transferee's wait: take leadership once caught up (``TakeLeadership``), or give
+        up at the deadline."""
         if self.transfer_wait is None:
-            return
-        req, reply, deadline = self.transfer_wait
+            return NONE
+        req, token, deadline = self.transfer_wait
         member = self.member_state
 
-        def done(code: int) -> None:
+        def done(code: int) -> tuple:
             self.transfer_wait = None
-            if reply is not None:
-                reply(LeadershipTransferResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                                 leader_id=member.leader_id, term=member.curr_term, code=code))
+            if token is None:
+                return NONE
+            return (Complete(token, LeadershipTransferResponse(
+                group=member.group, local_id=member.self_id, remote_id=req.local_id, leader_id=member.leader_id,
+                term=member.curr_term, code=code)),)
 
         if member.ledger_end_index >= req.take_leadership_ledger_index:
-            if member.curr_term != req.term:
-                done(Code.INCONSISTENT_TERM)
-                return
+            if not term_gate.same(req.term, member.curr_term):
+                return done(Code.INCONSISTENT_TERM)
             self.transfer_wait = None
             target = req.term + 1
             member.term_to_take_leadership = target
-            self._catch_up_term(now, target, RoleEvent.TAKE_LEADERSHIP)
-            self.take_leadership_task = TakeLeadershipTask(reply, target)
-        elif now >= deadline:
-            done(Code.TAKE_LEADERSHIP_FAILED)
+            return (TakeLeadership(target, token),)
+        if now >= deadline:
+            return done(Code.TAKE_LEADERSHIP_FAILED)
+        return NONE
 
-    def on_role_change(self, change) -> None:
+    def taking(self, token: Any, target: int) -> None:
+        """This node stands in ``target`` (``TakeLeadership`` applied); ``token`` is answered
+        when the take-over is decided."""
+        self.take_leadership_task = TakeLeadershipTask(token, target)
+
+    def on_role_change(self, change) -> tuple:
         """DLedger's TakeLeadershipTask check, run on every role change."""
         task = self.take_leadership_task
         if task is None:
-            return
-        reply, target = task
+            return NONE
+        token, target = task
         term, role = change.term, change.role
         code = None
         if term > target:
@@ -179,20 +209,23 @@ class LeadershipTransfer:
         elif role is Role.FOLLOWER:
             code = Code.TAKE_LEADERSHIP_FAILED
         if code is None:
-            return
+            return NONE
         self.take_leadership_task = None
         member = self.member_state
         member.term_to_take_leadership = -1
-        if reply is not None:
-            reply(LeadershipTransferResponse(group=member.group, local_id=member.self_id, leader_id=member.leader_id,
-                                             term=member.curr_term, code=code))
+        if token is None:
+            return NONE
+        return (Complete(token, LeadershipTransferResponse(group=member.group, local_id=member.self_id,
+                                                           leader_id=member.leader_id, term=member.curr_term,
+                                                           code=code)),)
 
-    def fail_pending(self, code: int) -> None:
+    def fail_pending(self, code: int) -> list[Complete]:
         """Shutting down: answer the transfer still waiting, then the take-over."""
         member = self.member_state
         waiting, self.transfer_wait = self.transfer_wait, None
         task, self.take_leadership_task = self.take_leadership_task, None
-        for reply in ([waiting.reply] if waiting else []) + ([task.reply] if task else []):
-            if reply is not None:
-                reply(LeadershipTransferResponse(group=member.group, local_id=member.self_id,
-                                                 leader_id=member.leader_id, term=member.curr_term, code=code))
+        tokens = ([waiting.token] if waiting else []) + ([task.token] if task else [])
+        return [Complete(token, LeadershipTransferResponse(group=member.group, local_id=member.self_id,
+                                                           leader_id=member.leader_id, term=member.curr_term,
+                                                           code=code))
+                for token in tokens if token is not None]

@@ -32,55 +32,46 @@ matched by request id, and requests unanswered after ``rpc_timeout_ms`` are give
 A member whose store is suspect recovers first (``core.rejoin``: it relearns its term from
 the others, votes and counts toward commits only once caught up from a leader).
 
-The node is also the wiring: it builds the member state and the components and hands each
-the narrow callables it needs (``send``, ``reply``, ``complete``, ``fail``,
-``complete_read``, and the few calls one component makes on another); no component holds
-the node.
+What happens to a message from a peer (the range check, the term gate, the step function of
+the node's role) is ``core.step``, a mixin of this class. The node builds the member state and
+the components, handing them state only (never a callable, never the node); they return
+intents (``core.intents``), which the node applies in one loop (``_apply``), in order, each
+fully before the next; answers to its own requests go to the part that owns their type
+(``_answered``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.damaged_tail import DamagedTail
 from dledger.core.entry_handler import EntryHandler
 from dledger.core.entry_pusher import EntryPusher
+from dledger.core.intents import (RANK, CommitHint, Complete, Fail, FailReads, Follow, HeardLeader, JoinTerm,
+                                   PeerRecovering, ReadDone, ReadsConfirmed, Reply, Send, StandAside, StepDown,
+                                   TailCut, TakeLeadership, Won)
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
 from dledger.core.rejoin import Rejoin
 from dledger.core.peer_repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
+from dledger.core.step import RESPONSE_OF, Stepping, _Get, _PeerReply, _Remote
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
-from dledger.errors import DLedgerError, PeerProtocolError
-from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
-                              DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
-                              HeartBeatRequest, InstallSnapshotRequest, InstallSnapshotResponse,
-                              LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
-                              MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
-                              PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse, HeartBeatResponse,
-                              check_in_range)
+from dledger.errors import DLedgerError
+from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesResponse,
+                              HeartBeatResponse, LeadershipTransferRequest, LeadershipTransferResponse,
+                              PullEntriesResponse, PushEntryResponse, ReadMode, VoteResponse)
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
-
-log = logging.getLogger(__name__)
 
 #: passes of ``Node._after`` before it declares the node unsettled: far more than any input
 #: needs (a pass is repeated only for a role change made during the one before, and an entry
 #: point makes a few at most)
 MAX_SETTLE_PASSES = 64
-
-RESPONSE_OF = {
-    VoteRequest: VoteResponse, HeartBeatRequest: HeartBeatResponse, PushEntryRequest: PushEntryResponse,
-    AppendEntryRequest: AppendEntryResponse, BatchAppendEntryRequest: AppendEntryResponse,
-    GetEntriesRequest: GetEntriesResponse, MetadataRequest: MetadataResponse,
-    PullEntriesRequest: PullEntriesResponse, LeadershipTransferRequest: LeadershipTransferResponse,
-    InstallSnapshotRequest: InstallSnapshotResponse,
-}
 
 
 @dataclass(slots=True)
@@ -105,10 +96,11 @@ class Ready:
 
 class _Rpc(NamedTuple):
     """A request this node sent and still waits for: answers must come from ``peer`` with a
-    ``response_type``; ``sent_ms`` and ``term`` tell whether a SUCCESS confirms this
-    leadership."""
+    ``response_type`` (which names the part that owns it, ``Node._answered``); ``ctx`` is what
+    that part said to hand back with the answer; ``sent_ms`` and ``term`` tell whether a SUCCESS
+    confirms this leadership."""
 
-    on_response: Callable[[int, str | None, Any], None]
+    ctx: Any
     deadline: int
     sent_ms: int
     term: int
@@ -116,26 +108,7 @@ class _Rpc(NamedTuple):
     peer: str
 
 
-class _Remote:
-    """A token standing for a client request that came over the network."""
-
-    __slots__ = ("src", "rid", "req")
-
-    def __init__(self, src: str, rid: int, req: Any) -> None:
-        self.src, self.rid, self.req = src, rid, req
-
-
-class _Get:
-    """A token standing for a get waiting for its read: when the read completes, ``token``
-    (a host's, or a ``_Remote``) is completed with the ``GetEntriesResponse`` for ``index``."""
-
-    __slots__ = ("token", "index")
-
-    def __init__(self, token: Any, index: int) -> None:
-        self.token, self.index = token, index
-
-
-class Node:
+class Node(Stepping):
     def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0) -> None:
         if not config.peer_map:
             config.validate()
@@ -145,26 +118,16 @@ class Node:
         self.now_ms = now_ms
         self.member_state = member = MemberState(config, store)
         self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
-        self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms, send=self.send)
+        self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
-        self.elector = LeaderElector(member, config, rng, now_ms=now_ms, send=self.send,
-                                     round_trip_ms=self.round_trips.round_ms,
-                                     complete_read=self.complete_read,
-                                     commit_hint=lambda term, index: self.handler.commit_hint(term, index),
-                                     match_index=lambda peer: self.pusher.match_index(peer), recovery=recovery,
-                                     peer_recovering=lambda now, peer, following, incarnation:
-                                     self.pusher.peer_recovering(now, peer, following, incarnation))
-        self.pusher = EntryPusher(member, store, config, send=self.send, complete=self.complete, fail=self.fail,
-                                  step_down=self.elector.become_candidate)
-        self.handler = EntryHandler(member, store, config, reply=self.reply,
-                                    heard_leader=self.elector.heartbeats.heard_leader,
-                                    may_follow=recovery.may_follow, on_push_success=recovery.on_push_success,
-                                    incarnation=lambda: recovery.incarnation)
-        self.tail = DamagedTail(member, store, lagging=self._lagging, cut=self._cut_damaged_tail,
-                                step_aside=self.elector.step_aside)
-        self.repairer = Repairer(member, store, send=self.send, now_ms=now_ms, heard=self.tail.heard)
+        self.elector = LeaderElector(member, config, rng, now_ms=now_ms, recovery=recovery,
+                                     round_trips=self.round_trips)
+        self.pusher = EntryPusher(member, store, config)
+        self.handler = EntryHandler(member, store, config, recovery=recovery)
+        self.tail = DamagedTail(member, store)
+        self.repairer = Repairer(member, store, now_ms=now_ms)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -183,12 +146,12 @@ class Node:
     # =====================================================================================
     # effects, used by the components
     # =====================================================================================
-    def send(self, peer: str, msg: Any, on_response) -> int:
+    def send(self, peer: str, msg: Any, ctx: Any = None) -> int:
         rid = self._next_rid
         self._next_rid += 1
         deadline = self.now_ms + self.config.rpc_timeout_ms
         self._rpc_order.append((deadline, rid))
-        self._rpcs[rid] = _Rpc(on_response, deadline, self.now_ms, self.member_state.curr_term,
+        self._rpcs[rid] = _Rpc(ctx, deadline, self.now_ms, self.member_state.curr_term,
                                RESPONSE_OF[type(msg)], peer)
         self._messages.append(Envelope(self.member_state.self_id, peer, rid, False, msg))
         return rid
@@ -197,6 +160,9 @@ class Node:
         self._messages.append(Envelope(self.member_state.self_id, dst, rid, True, msg))
 
     def complete(self, token: Any, response: Any, result: Any = None) -> None:
+        if isinstance(token, _PeerReply):
+            self.reply(token.src, token.rid, response)
+            return
         if isinstance(token, _Get):
             token, response, result = token.token, self._get_answer(token.index, response), None
         if isinstance(token, _Remote):
@@ -222,53 +188,13 @@ class Node:
         now = self._clock(now_ms)
         if self._rpcs:
             self._expire_rpcs(now)
-        self.handler.tick(now)
-        self.pusher.check_timeouts(now)
+        self._apply(now, self.handler.tick(now))
+        self._apply(now, self.pusher.check_timeouts(now))
         self._after(now)
 
     def receive(self, now_ms: int, env: Envelope) -> None:
-        now = self._clock(now_ms)
-        try:
-            # a term or index no peer may send: refused before anything changes
-            check_in_range(env.msg, self.member_state.curr_term)
-            if env.is_response:
-                self._handle_response(now, env)
-            else:
-                self._serve(now, env)
-        except PeerProtocolError as exc:
-            # the peer's fault: a request is answered UNEXPECTED_ARGUMENT, a response is
-            # ignored (its request times out); builtin exceptions are bugs and propagate
-            log.warning("%s: refused %s from %s: %s", self.member_state.self_id, type(env.msg).__name__,
-                        env.src, exc)
-            if not env.is_response and type(env.msg) in RESPONSE_OF:
-                resp = self._error(env.msg, exc.code)
-                resp.term = self.member_state.curr_term          # never echo the bad value
-                self.reply(env.src, env.request_id, resp)
-        self._after(now)
-
-    def _handle_response(self, now: int, env: Envelope) -> None:
-        rpc = self._rpcs.get(env.request_id)
-        if rpc is None or type(env.msg) is not rpc.response_type or env.src != rpc.peer:
-            return
-        del self._rpcs[env.request_id]
-        self.round_trips.record(now - rpc.sent_ms)
-        member = self.member_state
-        if getattr(env.msg, "code", None) == Code.SUCCESS and rpc.term == member.curr_term \
-                and member.role is Role.LEADER and not self._confirms_nothing(env.msg):
-            self.elector.note_contact(now, env.src, rpc.sent_ms)
-        try:
-            rpc.on_response(now, env.src, env.msg)
-        except DLedgerError as exc:
-            log.error("%s: handling %s from %s failed: %s", member.self_id, type(env.msg).__name__, env.src, exc)
-
-    def _serve(self, now: int, env: Envelope) -> None:
-        try:
-            resp = self._handle_request(now, env)
-        except DLedgerError as exc:          # a store problem while serving a peer
-            log.error("%s: %s failed: %s", self.member_state.self_id, type(env.msg).__name__, exc)
-            resp = self._error(env.msg, exc.code)
-        if resp is not None:
-            self.reply(env.src, env.request_id, resp)
+        """Handle one envelope addressed to this node: ``step`` (``core.step``)."""
+        self.step(now_ms, env)
 
     def propose(self, now_ms: int, token: Any, bodies: list, magic: int = MAGIC_NORMAL) -> None:
         """Append ``bodies`` as one batch; the completion carries index/pos of the last one."""
@@ -276,7 +202,7 @@ class Node:
 
     def propose_many(self, now_ms: int, items: list[tuple[Any, list, int]]) -> None:
         now = self._clock(now_ms)
-        self.pusher.propose(now, items)
+        self._apply(now, self.pusher.propose(now, items))
         self._after(now)
 
     def read(self, now_ms: int, token: Any, mode: ReadMode) -> None:
@@ -306,11 +232,11 @@ class Node:
         elif member.transferee is not None:
             self.complete_read(token, Code.LEADER_TRANSFERRING, -1)
         elif mode is ReadMode.RAFT_LOG_READ or not self._read_safe():
-            self.pusher.propose(now, [(token, [], MAGIC_NOOP)])
+            self._apply(now, self.pusher.propose(now, [(token, [], MAGIC_NOOP)]))
         elif mode is ReadMode.LEASE_READ and self.elector.lease_valid(now):
             self.complete_read(token, Code.SUCCESS, member.committed_index)
         else:
-            self.elector.register_read(now, token, member.committed_index)
+            self._apply(now, self.elector.register_read(now, token, member.committed_index))
 
     def transfer_leadership(self, now_ms: int, token: Any, transferee_id: str) -> None:
         now = self._clock(now_ms)
@@ -323,7 +249,8 @@ class Node:
             return
         req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
                                         term=member.curr_term, transfer_id=member.self_id, transferee_id=transferee_id)
-        resp = self.elector.handle_leadership_transfer(now, req, lambda r: self.complete(token, r))
+        # the node's own request, of its own term, goes the way of a peer's (core.step)
+        resp = self._step_raft(now, req, token)
         if resp is not None:
             self.complete(token, resp)
         self._after(now)
@@ -339,7 +266,7 @@ class Node:
             member.adopt_term(term)
         if leader_id == member.self_id:
             self.store.persist_term(member.curr_term, member.self_id)
-            self.elector.become_leader(now, member.curr_term, forced=True)
+            self._apply(now, self.elector.become_leader(now, member.curr_term, forced=True))
         else:
             member.on_event(RoleEvent.FORCED_FOLLOWER, member.curr_term, leader_id)
             self.elector.heard_leader(now)
@@ -373,13 +300,13 @@ class Node:
         """Fail everything pending (the node is shutting down): appends, reads, transfers,
         and the node's own outstanding requests (as if unanswered)."""
         self.stopped = True
-        self.pusher.fail_all(Code.INTERNAL_ERROR)
-        self.elector.fail_pending(Code.INTERNAL_ERROR)
+        self._apply(self.now_ms, self.pusher.fail_all(Code.INTERNAL_ERROR))
+        self._apply(self.now_ms, self.elector.fail_pending(Code.INTERNAL_ERROR))
         rpcs, self._rpcs = self._rpcs, {}
         self._rpc_order.clear()
         for rpc in rpcs.values():
             try:
-                rpc.on_response(self.now_ms, None, None)
+                self._answered(self.now_ms, rpc, None, None)
             except DLedgerError:
                 pass
         self.caller.shutdown()
@@ -461,7 +388,7 @@ class Node:
             _deadline, rid = order.popleft()
             rpc = rpcs.pop(rid, None)
             if rpc is not None:
-                rpc.on_response(now, None, None)
+                self._answered(now, rpc, None, None)
 
     def _after(self, now: int) -> None:
         """Run after every entry point until the node settles: passes of role reactions,
@@ -480,15 +407,15 @@ class Node:
 
     def _settle_pass(self, now: int) -> None:
         self._react_to_role_changes(now)
-        self.recovery.maintain(now)
-        self.elector.maintain(now)
+        self._apply(now, self.recovery.maintain(now))
+        self._maintain_roles(now)
         self._react_to_role_changes(now)
         if not self.stopped:
-            self.tail.pump(now)
-        self.pusher.pump(now)
+            self._apply(now, self.tail.pump(now, self.pusher.progress))
+        self._apply(now, self.pusher.pump(now))
         if self.member_state.committed_index > self.caller.applied_index:
             results = self.caller.on_committed(self.member_state.committed_index)
-            self.pusher.complete_applied(self.caller.applied_index, results)
+            self._apply(now, self.pusher.complete_applied(self.caller.applied_index, results))
 
     def _unsettled(self) -> str:
         member = self.member_state
@@ -504,102 +431,92 @@ class Node:
             change = changes[self._reacted]
             self._reacted += 1
             self.pusher.on_role_change(now, change)
-            self.handler.on_role_change(change)
-            self.elector.on_role_change(change)
+            self._apply(now, self.handler.on_role_change(change))
+            self._apply(now, self.elector.on_role_change(change))
             if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
                     and self.member_state.committed_index < self.store.ledger_end_index:
-                self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
+                self._apply(now, self.pusher.propose(now, [(None, [], MAGIC_NOOP)]))
 
     # -- repair of damaged entries (core/peer_repair.py) ---------------------------------------
     def _repair(self, now: int) -> None:
         """Scrub and repair damaged entries of the store from peers (never changes roles)."""
         if not self.stopped:
-            self.repairer.pump(now)
+            self._apply(now, self.repairer.pump(now))
 
-    def _lagging(self, index: int) -> bool:
-        """Does a follower still need entry ``index`` (its water mark is below it)?"""
-        match = self.pusher.match_index
-        return any(match(p) < index for p in self.member_state.remote_peer_ids)
+    # -- intents (core/intents.py) ------------------------------------------------------------
+    def _apply(self, now: int, intents) -> None:
+        """Apply ``intents`` in order, each fully before the next: what applying one returns is
+        applied first (depth first: the order the calls would have run in). Applying an intent
+        returns only intents of a lower rank (``intents.RANK``; asserted), so this ends."""
+        for intent in intents:
+            kind = type(intent)
+            if kind is Send:
+                self.send(intent.peer, intent.msg, intent.ctx)
+            elif kind is Reply:
+                self.reply(intent.dst, intent.request_id, intent.msg)
+            elif kind is Complete:
+                self.complete(intent.token, intent.response, intent.result)
+            elif kind is Fail:
+                self.fail(intent.token, intent.code)
+            elif kind is ReadDone:
+                self.complete_read(intent.token, intent.code, intent.index)
+            else:
+                then = self._effect(now, intent)
+                if then:
+                    rank = RANK[kind]
+                    assert all(RANK[type(t)] < rank for t in then), (intent, then)
+                    self._apply(now, then)
 
-    def _cut_damaged_tail(self, now: int, index: int, why: str) -> bool:
-        """Leader: cut the log at damaged entry ``index``, proven never committed
-        (``core.damaged_tail``); the pusher starts over from the shorter log, and a no-op of
-        this term follows (a recovering follower clears only after verifying one)."""
-        member, store = self.member_state, self.store
-        try:
-            store.truncate(index)
-        except DLedgerError as exc:
-            log.error("%s: cannot cut the log at damaged entry %d: %s", member.self_id, index, exc)
-            return False
-        if store.ledger_end_index >= index:
-            return False
-        self.pusher.log_cut(index)
-        # entries appended from now on are this leadership's (linearizable reads wait for one)
-        member.leader_base_index = min(member.leader_base_index, store.ledger_end_index)
-        if store.ledger_end_term != member.curr_term:
-            self.pusher.propose(now, [(None, [], MAGIC_NOOP)])
-        return True
+    def _effect(self, now: int, intent: Any):
+        """What an intent other than a leaf does (which part applies it), and what that returns
+        to apply in turn."""
+        elector = self.elector
+        kind = type(intent)
+        if kind is StepDown:
+            elector.become_candidate(now, intent.term, intent.event)
+        elif kind is JoinTerm:
+            elector.join_term(now, intent.term, intent.event)
+        elif kind is Follow:
+            elector.follow(intent.term, intent.leader)
+        elif kind is Won:
+            return elector.become_leader(now, intent.term)
+        elif kind is StandAside:
+            elector.step_aside(now)
+        elif kind is TakeLeadership:
+            elector.take_leadership(now, intent.target, intent.token)
+        elif kind is HeardLeader:
+            elector.heard_leader(now)
+        elif kind is ReadsConfirmed:
+            return elector.reads.confirmed(intent.sent_at)
+        elif kind is FailReads:
+            return elector.reads.fail(intent.code)
+        elif kind is CommitHint:
+            self.handler.commit_hint(intent.term, intent.index)
+        elif kind is PeerRecovering:
+            return self.pusher.peer_recovering(now, intent.peer, intent.following, intent.incarnation)
+        elif kind is TailCut:
+            return self.pusher.log_cut(now, intent.index)
+        else:
+            raise AssertionError(f"{self.member_state.self_id}: no way to apply {intent!r}")
+        return None
 
-    def _unless_damaged(self, resp: Any) -> Any:
-        """A follower does not acknowledge a match over an entry whose local copy is damaged
-        (its index unit keeps the term, but the copy must not count toward a commit): the
-        answer becomes DISK_ERROR and the leader retries after a heartbeat interval, by when
-        the repairer has usually fixed it."""
-        if resp is not None and resp.code == Code.SUCCESS and resp.type in (PushEntryType.APPEND,
-                                                                            PushEntryType.COMPARE):
-            last = resp.index + max(resp.count, 1) - 1 if resp.type == PushEntryType.APPEND else resp.index
-            if self.repairer.damaged_up_to(last):
-                resp.code = Code.DISK_ERROR
-        return resp
-
-    @staticmethod
-    def _confirms_nothing(msg: Any) -> bool:
-        """A peer answers a repair pull whatever its term and leader: its answer says nothing
-        about this node's leadership (no lease, no read index from it)."""
-        return isinstance(msg, PullEntriesResponse)
-
-    def _error(self, req: Any, code: int) -> Any:
-        cls = RESPONSE_OF.get(type(req), AppendEntryResponse)
-        member = self.member_state
-        return cls(group=getattr(req, "group", member.group), local_id=member.self_id,
-                   remote_id=getattr(req, "local_id", ""),
-                   code=int(code), term=getattr(req, "term", -1), leader_id=member.leader_id)
-
-    def _handle_request(self, now: int, env: Envelope) -> Any:
-        req = env.msg
-        member = self.member_state
-        if type(req) not in RESPONSE_OF:
-            return None                              # a response type sent as a request: drop
-        if req.group != member.group:
-            return self._error(req, Code.UNKNOWN_GROUP)
-        if isinstance(req, (AppendEntryRequest, BatchAppendEntryRequest)):
-            bodies = [req.body] if isinstance(req, AppendEntryRequest) else list(req.batch_msgs)
-            if not all(isinstance(b, bytes) for b in bodies):
-                return self._error(req, Code.UNEXPECTED_ARGUMENT)
-            self.pusher.propose(now, [(_Remote(env.src, env.request_id, req), bodies, MAGIC_NORMAL)])
-            return None
-        if isinstance(req, MetadataRequest):
-            return MetadataResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                    leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map),
-                                    ledger_end_index=self.store.ledger_end_index, vote_for=member.curr_vote_for,
-                                    role=member.role.value, ledger_end_term=self.store.ledger_end_term,
-                                    committed_index=member.committed_index)
-        if req.remote_id != member.self_id:
-            return self._error(req, Code.UNKNOWN_MEMBER)
-        if isinstance(req, HeartBeatRequest):
-            return self.elector.handle_heartbeat(now, req)
-        if isinstance(req, VoteRequest):
-            resp = self.elector.handle_vote(now, req)
-            return resp
-        if isinstance(req, PushEntryRequest):
-            return self._unless_damaged(self.handler.handle_push(now, env.src, env.request_id, req))
-        if isinstance(req, LeadershipTransferRequest):
-            src, rid = env.src, env.request_id
-            return self.elector.handle_leadership_transfer(now, req, lambda r: self.reply(src, rid, r))
-        if isinstance(req, PullEntriesRequest):
-            return self.repairer.handle_pull(req)
-        if isinstance(req, GetEntriesRequest):
-            # answered when its read completes (at once for UNSAFE_READ and most failures)
-            self._read(now, _Get(_Remote(env.src, env.request_id, req), req.begin_index), ReadMode(req.read_mode))
-            return None
-        return self._error(req, Code.UNSUPPORTED)
+    # -- answers to this node's requests, to the part that asked -----------------------------------
+    def _answered(self, now: int, rpc: _Rpc, src: str | None, resp: Any, higher: int | None = None) -> None:
+        """Hand ``resp`` (None: unanswered) to the part that owns requests of its type, with the
+        ``ctx`` it gave, and apply what it returns; ``higher``: the term gate's verdict."""
+        kind, ctx = rpc.response_type, rpc.ctx
+        if kind is PushEntryResponse:
+            self._apply(now, self.pusher.on_answer(now, resp, ctx, higher))
+        elif kind is HeartBeatResponse:
+            self._apply(now, self.elector.heartbeats.on_answer(now, src, resp, ctx, higher))
+        elif kind is VoteResponse:
+            self._apply(now, self.elector.voting.on_answer(now, src, resp, ctx, higher))
+        elif kind is LeadershipTransferResponse:
+            self._apply(now, self.elector.transfer.on_answer(resp, ctx))
+        elif kind is PullEntriesResponse:
+            index, peer = ctx
+            if resp is not None:
+                self.tail.heard(now, index, peer, resp)      # the damaged tail judges absent answers
+            self.repairer.on_answer(now, index, peer, resp)
+        else:                                                # MetadataResponse
+            self.recovery.on_answer(now, src, resp, ctx)

@@ -22,23 +22,25 @@ pushed to a follower. This component makes the refusal temporary when a good cop
   no record; the record of ``begin_index + 1``, read in the same step, follows it when intact
   (the asker's proof when its own record and index unit are both damaged: equal entries at
   ``index + 1`` mean equal logs up to there). The answer also says whether this node's log
-  ends before ``begin_index`` (``absent``) and whether it is recovering: every answer goes to
-  ``heard``, where a leader judges a damaged entry no peer holds (``core.damaged_tail``).
+  ends before ``begin_index`` (``absent``) and whether it is recovering: the node hands every
+  answer to the damaged tail too, where a leader judges a damaged entry no peer holds
+  (``core.damaged_tail``).
 
 - **not counted**: ``damaged_up_to(index)`` tells the node that a match over ``index`` must not
   be acknowledged (the node answers such a push DISK_ERROR): a damaged copy never counts
   toward a commit.
 
-Seams: the member state, the store, ``send(peer, msg, on_response)`` and ``heard(now, index,
-peer, answer)``. The component never changes roles, terms or the commit index.
+State: the member state and the store. ``pump`` returns the pulls to send (``Send`` intents,
+``core.intents``, each with the index and the peer asked), and the node hands each answer back
+to ``on_answer``. The component never changes roles, terms or the commit index.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from dledger.core.intents import NONE, Send
 from dledger.core.member_state import MemberState
 from dledger.errors import DLedgerError
 from dledger.protocol import DLedgerResponseCode as Code, PullEntriesRequest, PullEntriesResponse
@@ -60,13 +62,9 @@ REPAIR_STEP_MS = 100
 
 
 class Repairer:
-    def __init__(self, member_state: MemberState, store: "LogStore", *,
-                 send: Callable[[str, Any, Callable], int], now_ms: int = 0,
-                 heard: Callable[[int, int, str, PullEntriesResponse], None] | None = None) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", *, now_ms: int = 0) -> None:
         self.member_state = member_state
         self.store = store
-        self._send = send
-        self._heard = heard
         #: next entry the scrub reads (None: no pass under way) and when it steps next; the
         #: first pass starts at once
         self._scrub_next: int | None = store.ledger_before_begin_index + 1
@@ -83,11 +81,15 @@ class Repairer:
     # =====================================================================================
     # the crank
     # =====================================================================================
-    def pump(self, now: int) -> None:
+    def pump(self, now: int) -> list[Send] | tuple:
+        """A scrub step and a repair step when due; returns the pulls to send."""
         if now >= self._scrub_at:
             self._scrub(now)
-        if now >= self._repair_at:
-            self._repair(now)
+        if now < self._repair_at:
+            return NONE
+        sends: list[Send] = []
+        self._repair(now, sends)
+        return sends
 
     def next_deadline(self, now: int) -> int | None:
         """When the node must wake for this component: while a scrub pass is under way or a
@@ -120,7 +122,7 @@ class Repairer:
             self._scrub_next = i
             self._scrub_at = now + SCRUB_STEP_MS
 
-    def _repair(self, now: int) -> None:
+    def _repair(self, now: int, sends: list[Send]) -> None:
         damaged = self.store.damaged()
         for index in [i for i in self._asking if i not in damaged]:
             del self._asking[index]
@@ -141,7 +143,7 @@ class Repairer:
                 continue
             if len(self._asking) >= MAX_ASKING and index not in self._asking:
                 break
-            self._ask(now, index)
+            self._ask(now, index, sends)
 
     def _repair_locally(self, index: int) -> bool:
         try:
@@ -160,7 +162,7 @@ class Repairer:
             peers.insert(0, lead)
         return peers
 
-    def _ask(self, now: int, index: int) -> None:
+    def _ask(self, now: int, index: int, sends: list[Send]) -> None:
         peers = self._peers()
         if not peers:
             return
@@ -172,13 +174,12 @@ class Repairer:
         req = PullEntriesRequest(group=member.group, local_id=member.self_id, remote_id=peer,
                                  leader_id=member.leader_id, term=member.curr_term,
                                  node_id=member.self_id, begin_index=index)
-        self._send(peer, req, lambda now_, src, resp: self._on_answer(now_, index, peer, resp))
+        sends.append(Send(peer, req, (index, peer)))
 
-    def _on_answer(self, now: int, index: int, peer: str, resp) -> None:
+    def on_answer(self, now: int, index: int, peer: str, resp: PullEntriesResponse | None) -> None:
+        """``peer``'s answer to the pull of ``index`` (None: it went unanswered)."""
         if resp is None or not isinstance(resp, PullEntriesResponse):
             return                          # unanswered: the next round asks another peer
-        if self._heard is not None:
-            self._heard(now, index, peer, resp)
         if index not in self.store.damaged():
             self._asking.pop(index, None)
             return

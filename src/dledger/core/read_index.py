@@ -5,14 +5,14 @@ that index once a heartbeat round sent at or after ``now`` reached a quorum (or 
 single-member group); it fails when this node stops leading or shuts down. Waiters complete
 in registration order.
 
-Seam: ``complete_read(token, code, index)``.
+Its decisions are ``ReadDone`` intents (``core.intents``), returned to the node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from dledger.core.intents import NONE, ReadDone
 from dledger.protocol import DLedgerResponseCode as Code
 
 
@@ -23,8 +23,7 @@ class ReadWaiter(NamedTuple):
 
 
 class ReadIndex:
-    def __init__(self, complete_read: Callable[[Any, int, int], None]) -> None:
-        self._complete_read = complete_read
+    def __init__(self) -> None:
         self.waiters: list[ReadWaiter] = []
 
     def __bool__(self) -> bool:
@@ -33,19 +32,20 @@ class ReadIndex:
     def add(self, now: int, token: Any, read_index: int) -> None:
         self.waiters.append(ReadWaiter(token, read_index, now))
 
-    def confirmed(self, round_sent_at: int) -> None:
-        """Leadership was confirmed as of ``round_sent_at``: complete the reads it covers."""
+    def confirmed(self, round_sent_at: int) -> list[ReadDone] | tuple:
+        """Leadership was confirmed as of ``round_sent_at``: the reads it covers complete."""
         if not self.waiters:
-            return
-        keep = []
+            return NONE
+        keep, done = [], []
         for w in self.waiters:
             if w.registered_at <= round_sent_at:
-                self._complete_read(w.token, Code.SUCCESS, w.read_index)
+                done.append(ReadDone(w.token, Code.SUCCESS, w.read_index))
             else:
                 keep.append(w)
         self.waiters = keep
+        return done
 
-    def fail(self, code: int) -> None:
+    def fail(self, code: int) -> list[ReadDone]:
+        """Every waiting read fails with ``code``."""
         waiters, self.waiters = self.waiters, []
-        for w in waiters:
-            self._complete_read(w.token, code, -1)
+        return [ReadDone(w.token, code, -1) for w in waiters]

@@ -50,16 +50,20 @@ file may hide an unclean shutdown.
 A failed store (``store.failed``: a sync failed, nothing written since is durable) makes the
 node stand for nothing and vote for no one (``failed``; the elector also steps a leader down).
 
-Seams: member state, store, config, ``send(peer, msg, on_response)``.
+State: member state, store, config. ``maintain`` returns the metadata queries to send
+(``Send`` intents, ``core.intents``); the node hands each answer back to ``on_answer``. The
+other components consult this state (``may_vote``, ``may_stand``, ``may_follow``,
+``recovering``, ``incarnation``); the entry handler tells it of a push answered SUCCESS
+(``on_push_success``), the elector of a won election.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dledger.core.heartbeat import election_timeout_ms
+from dledger.core.intents import NONE, Send
 from dledger.core.member_state import MemberState, Role
 from dledger.core.quorum import quorum_size
 from dledger.errors import DLedgerError
@@ -78,12 +82,10 @@ _TERM_LOST = (SuspectReason.TERM_LOST, SuspectReason.FRESH)
 
 
 class Rejoin:
-    def __init__(self, member_state: MemberState, store: "LogStore", config, *, now_ms: int,
-                 send: Callable[[str, Any, Callable], int]) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", config, *, now_ms: int) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
-        self._send = send
         self.reason: SuspectReason | None = store.suspect
         #: this process's incarnation, sent with every ``recovering`` answer (the node sets it
         #: to its first request id, drawn at random per process); 0: not yet known
@@ -128,6 +130,10 @@ class Rejoin:
         """Whether this node may answer a leader (not while it relearns its term)."""
         return self.term_known or not self.recovering
 
+    def names_leader_of(self, term: int) -> bool:
+        """Whether an answer this node relearnt its term from named a leader of ``term``."""
+        return any(r.leader_id is not None and r.term == term for r, _late in self.answers.values())
+
     # =====================================================================================
     # relearning the term
     # =====================================================================================
@@ -142,24 +148,28 @@ class Rejoin:
     def next_deadline(self) -> int | None:
         return self.next_query_ms if self._asking() else None
 
-    def maintain(self, now: int) -> None:
+    def maintain(self, now: int) -> list[Send] | tuple:
+        """Ask the others for their term and log when queries are due; returns them."""
         if not self.term_known and not self.recovering:     # cleared by the test harness
             self.term_known = True
         if now < self.next_query_ms or not self._asking():
-            return
+            return NONE
         self.next_query_ms = now + self.cfg.heart_beat_time_interval_ms
         member = self.member_state
         settled = now >= self.settled_ms
+        sends = []
         for peer in member.remote_peer_ids:
             known = self.answers.get(peer)
             if known is not None and (known[1] or not settled):
                 continue
             req = MetadataRequest(group=member.group, local_id=member.self_id, remote_id=peer)
-            self._send(peer, req, lambda now_, src, resp, late=settled: self._on_answer(now_, src, resp, late))
+            sends.append(Send(peer, req, settled))      # (the answer counts as late if so)
         if not member.remote_peer_ids:
             self._relearnt()
+        return sends
 
-    def _on_answer(self, now: int, peer: str | None, resp: MetadataResponse | None, late: bool) -> None:
+    def on_answer(self, now: int, peer: str | None, resp: MetadataResponse | None, late: bool) -> None:
+        """``peer``'s answer to a query (None: unanswered); ``late``: sent after ``settled_ms``."""
         if resp is None or peer is None or resp.code != Code.SUCCESS or not self._asking():
             return
         known = self.answers.get(peer)

@@ -17,28 +17,33 @@ The candidate:
   leader may be alive, and would be deposed by the higher term for nothing (its heartbeat
   makes the node a follower first).
 
-The voter applies DLedger's rules in DLedger's order (log check before term check). A voter
-asked for a higher term first catches up its own term, durably, and answers
-``REJECT_TERM_NOT_READY``; leader stickiness (``has_live_leader``) refuses higher terms while
-it hears a leader, unless the request comes from a transferee. Every vote is made durable
-through ``store.persist_term`` (``MemberState.set_vote_for``) before the answer is built.
+The voter applies DLedger's rules in DLedger's order (log check before term check): ``admit``
+judges the candidate, this node's recovery and the candidate's log; the term gate
+(``core.term_gate``) judges the term (a lower one is refused; a higher one is joined first,
+durably, and answered ``REJECT_TERM_NOT_READY``, unless leader stickiness refuses it); ``vote``
+applies the rules of a candidate of this node's term. Every vote is made durable through
+``store.persist_term`` (``MemberState.set_vote_for``) before the answer is built. A round
+counts the higher term an answer carries as the gate found it (``VoteTally.higher_term``).
 
-Seams: member state, config, rng, ``send``, and callables ``become_leader(now, term)``,
-``has_live_leader(now)`` and ``fail_reads(code)``.
+State: member state, config, rng, recovery (``core.rejoin``) and the round trips seen
+(``core.round_trip``: how long a round waits). Its decisions are intents (``core.intents``)
+returned to the node: vote requests to send (``Send``, with the round's tally, to which the
+node hands back each answer, ``on_answer``) and ``Won(term)`` when a round passes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
+from dledger.core import term_gate
 from dledger.core.heartbeat import election_timeout_ms
+from dledger.core.intents import NONE, Send, Won
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.core.quorum import Majority, VoteOutcome
 from dledger.core.rejoin import NO_MEMBER, Rejoin
+from dledger.core.round_trip import RoundTrips
 from dledger.errors import DLedgerError
 from dledger.protocol import DLedgerResponseCode as Code, VoteRequest, VoteResponse, VoteResult
 
@@ -73,9 +78,12 @@ class VoteTally:
     not_ready: int = 0
     bigger_ledger: int = 0
     already_has_leader: bool = False
-    known_max_term: int = -1
+    #: the highest term a voter said this candidate is behind on (``term_gate.higher_term``)
+    higher_term: int | None = None
 
-    def add(self, voter: str, resp: VoteResponse | None) -> None:
+    def add(self, voter: str, resp: VoteResponse | None, higher: int | None = None) -> None:
+        """Count ``voter``'s answer ``resp``; ``higher``: the term above this round's the term
+        gate found in it (None: it claims none)."""
         if voter in self.responded:
             return          # a duplicated answer counts once
         result = VoteResult.UNKNOWN if resp is None else resp.vote_result
@@ -92,8 +100,8 @@ class VoteTally:
             self.bigger_ledger += 1
         elif result == VoteResult.REJECT_ALREADY_HAS_LEADER:
             self.already_has_leader = True
-        elif result in (VoteResult.REJECT_EXPIRED_VOTE_TERM, VoteResult.REJECT_TERM_SMALL_THAN_LEDGER):
-            self.known_max_term = max(self.known_max_term, self.term, resp.term)
+        if higher is not None and (self.higher_term is None or higher > self.higher_term):
+            self.higher_term = higher
 
     def decided(self, majority: Majority) -> bool:
         """Someone still hears a leader, or the round has passed, or it could not pass even
@@ -107,7 +115,7 @@ def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
     A unanimous round passes (or is revoted at once) only with every member."""
     is_quorum = majority.is_quorum
     enough = (lambda count: count >= len(majority)) if t.unanimous else is_quorum
-    if t.known_max_term > t.term:
+    if t.higher_term is not None:
         return ParseResult.WAIT_TO_VOTE_NEXT
     if t.already_has_leader:
         return ParseResult.WAIT_TO_REVOTE
@@ -125,20 +133,14 @@ def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
 class Voting:
     """The candidate's vote rounds and the voter's answers."""
 
-    def __init__(self, member_state: MemberState, config, rng, *, now_ms: int,
-                 send: Callable[[str, Any, Callable], int], become_leader: Callable[[int, int], None],
-                 has_live_leader: Callable[[int], bool], fail_reads: Callable[[int], None],
-                 recovery: Rejoin, round_trip_ms: Callable[[int, int], int] | None = None) -> None:
+    def __init__(self, member_state: MemberState, config, rng, *, now_ms: int, recovery: Rejoin,
+                 round_trips: RoundTrips | None = None) -> None:
         self.member_state = member_state
-        #: how long a round waits for its answers, given (floor, cap) (``core.round_trip``)
-        self._round_ms = round_trip_ms if round_trip_ms is not None else (lambda floor, _cap: floor)
+        #: the slowest recent round trips: how long a round waits for its answers
+        self.round_trips = round_trips
         self.recovery = recovery
         self.cfg = config
         self.rng = rng                          # the injected random.Random
-        self._send = send
-        self._become_leader = become_leader
-        self._has_live_leader = has_live_leader
-        self._fail_reads = fail_reads
         self.next_time_to_request_vote = now_ms + self.vote_delay()
         #: the next round takes a new term at once (this node learnt of a higher term)
         self.need_increase_term_immediately = False
@@ -206,28 +208,38 @@ class Voting:
             self.member_state.next_term()
             self.need_increase_term_immediately = False
 
-    def maintain(self, now: int) -> None:
+    def round_ms(self) -> int:
+        """How long a round waits for its answers: a heartbeat interval at least, one and a half
+        times the slowest recent round trip, one election timeout at most."""
+        floor = self.cfg.heart_beat_time_interval_ms
+        if self.round_trips is None:
+            return floor
+        return self.round_trips.round_ms(floor, election_timeout_ms(self.cfg))
+
+    def maintain(self, now: int) -> list | tuple:
+        """The candidate's step: end a round that is due, or start the next one when it is time.
+        Returns the intents (vote requests, ``Won``)."""
         member = self.member_state
         if self.round is not None:
             if now >= self.round_deadline:
-                self._finish_round(now)
-            return
+                return self._finish_round(now)
+            return NONE
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
-            return
+            return NONE
         if self.need_increase_term_immediately:
             member.next_term()                  # the term seen was joined already: no increment
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
             self.need_increase_term_immediately = False
             self.next_time_to_request_vote = now + self.vote_delay()
-            return
+            return NONE
         recovery = self.recovery
         if not recovery.may_stand():
             # recovering with its term unknown, or a failed store: no candidacy
             self.next_time_to_request_vote = now + self.vote_delay()
-            return
+            return NONE
         if member.curr_vote_for == NO_MEMBER and self._hearing_out_relearnt_term(now):
             self.next_time_to_request_vote = now + self.vote_delay()
-            return
+            return NONE
         if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
                 or member.known_max_term_in_group > member.curr_term:
             # (a relearnt term carries a vote for no member: campaign above it; and a node that
@@ -243,37 +255,46 @@ class Voting:
         unanimous = self.unanimous_next
         tally = VoteTally(term, unanimous=unanimous)
         self.round = tally
-        self.round_deadline = now + self._round_ms(self.cfg.heart_beat_time_interval_ms, election_timeout_ms(self.cfg))
+        self.round_deadline = now + self.round_ms()
         transfer = member.is_taking_leadership()
+        out: list = []
         for peer in member.peer_ids:
             req = VoteRequest(group=member.group, local_id=member.self_id, remote_id=peer, leader_id=member.self_id,
                               term=term, ledger_end_index=member.ledger_end_index,
                               ledger_end_term=member.ledger_end_term, leadership_transfer=transfer,
                               unanimous=unanimous)
             if peer == member.self_id:
-                tally.add(peer, self.handle_vote(now, req, self_vote=True))
+                # its own vote: the round's term is this node's, so only the voter's rules apply
+                resp = self.admit(req, self_vote=True) or self.vote(req, self_vote=True)
+                tally.add(peer, resp, term_gate.higher_term(resp, member.curr_term))
             else:
-                self._send(peer, req, lambda now_, src, resp, t=tally: self._on_response(now_, src, resp, t))
+                out.append(Send(peer, req, tally))
         if self.round is tally and tally.decided(member.majority):
-            self._finish_round(now)
+            out.extend(self._finish_round(now))
+        return out
 
-    def _on_response(self, now: int, voter: str, resp: VoteResponse | None, tally: VoteTally) -> None:
+    def on_answer(self, now: int, voter: str | None, resp: VoteResponse | None, tally: VoteTally,
+                  higher: int | None) -> tuple:
+        """``voter``'s answer to a request of round ``tally`` (None: unanswered); ``higher``:
+        the term above this node's it claims (``core.term_gate``)."""
         if self.round is not tally:
-            return
+            return NONE
         if now > self.round_deadline:
             # a round counts only the answers that came within it (a process paused past its
             # deadline must not count an old vote: a voter that lost its term file relies on it)
-            self._finish_round(now)
-            return
-        tally.add(voter, resp)
+            return self._finish_round(now)
+        tally.add(voter, resp, higher)
         if tally.decided(self.member_state.majority):
-            self._finish_round(now)
+            return self._finish_round(now)
+        return NONE
 
-    def _finish_round(self, now: int) -> None:
+    def _finish_round(self, now: int) -> tuple:
+        """End the round: ``Won`` when it passed, else the next round's time (or a higher term
+        joined)."""
         tally, self.round = self.round, None
         member = self.member_state
         if tally is None or member.role is not Role.CANDIDATE or member.curr_term != tally.term:
-            return
+            return NONE
         majority = member.majority
         result = parse_vote_tally(tally, majority)
         self.last_parse_result = result
@@ -291,14 +312,13 @@ class Voting:
             result = self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         c = self.cfg
         if result is ParseResult.PASSED:
-            self._become_leader(now, tally.term)
-            return
+            return (Won(tally.term),)
         if result is ParseResult.REVOTE_IMMEDIATELY:
             self.next_time_to_request_vote = now
-            return
+            return NONE
         delay = self.vote_delay()
-        if tally.known_max_term > tally.term:
-            member.on_event(RoleEvent.HIGHER_TERM_SEEN, tally.known_max_term)
+        if tally.higher_term is not None:
+            member.on_event(RoleEvent.HIGHER_TERM_SEEN, tally.higher_term)
         elif tally.already_has_leader:
             # someone still hears a leader: probe again soon (a same-term round moves nothing)
             half = c.heart_beat_time_interval_ms // 2
@@ -307,6 +327,7 @@ class Voting:
                 or tally.unanimous and tally.bigger_ledger:
             delay += c.max_vote_interval_ms     # a more up to date member should win: let it
         self.next_time_to_request_vote = now + delay
+        return NONE
 
     def _hearing_out_relearnt_term(self, now: int) -> bool:
         """A relearnt term (``core.rejoin``: a vote for no member) whose answers named a
@@ -314,66 +335,63 @@ class Voting:
         would carry the higher term), so the node waits one election timeout from the first
         round it would have run, as a follower waits before it stands; a heartbeat of that
         leader makes it a follower meanwhile. With no leader named it campaigns at once."""
-        term = self.member_state.curr_term
-        if not any(r.leader_id is not None and r.term == term for r, _late in self.recovery.answers.values()):
+        if not self.recovery.names_leader_of(self.member_state.curr_term):
             return False
         if self._relearnt_since is None:
             self._relearnt_since = now
         return now - self._relearnt_since < election_timeout_ms(self.cfg)
 
     # -- the voter --------------------------------------------------------------------------
-    def handle_vote(self, now: int, req: VoteRequest, self_vote: bool = False) -> VoteResponse:
+    def answer(self, req: VoteRequest, result: VoteResult, term: int | None = None) -> VoteResponse:
+        """The answer to ``req`` with ``result``, carrying ``term`` (default: this node's)."""
+        member = self.member_state
+        return VoteResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                            leader_id=req.leader_id, term=member.curr_term if term is None else term,
+                            vote_result=result, recovering=self.recovery.recovering)
+
+    def admit(self, req: VoteRequest, self_vote: bool = False) -> VoteResponse | None:
+        """DLedger's voter judges the candidate, this node's recovery and the candidate's log
+        before its term (``core.term_gate``): the answer when one of them refuses, else None.
+        Nothing changes here."""
         member = self.member_state
         candidate = req.leader_id
-
-        def answer(result: VoteResult, term: int | None = None) -> VoteResponse:
-            return VoteResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
-                                leader_id=candidate, term=member.curr_term if term is None else term,
-                                vote_result=result, recovering=self.recovery.recovering)
-
         if not member.is_peer_member(candidate):
-            return answer(VoteResult.REJECT_UNKNOWN_LEADER)
+            return self.answer(req, VoteResult.REJECT_UNKNOWN_LEADER)
         if not self_vote and candidate == member.self_id:
-            return answer(VoteResult.REJECT_UNEXPECTED_LEADER)
+            return self.answer(req, VoteResult.REJECT_UNEXPECTED_LEADER)
         recovery = self.recovery
         if recovery.failed:
-            resp = answer(VoteResult.UNKNOWN)             # a failed store promises nothing
+            resp = self.answer(req, VoteResult.UNKNOWN)             # a failed store promises nothing
             resp.code = Code.DISK_ERROR
             return resp
         if not recovery.may_vote(req.unanimous):
-            return answer(VoteResult.REJECT_RECOVERING)     # persists nothing, joins no term
+            return self.answer(req, VoteResult.REJECT_RECOVERING)     # persists nothing, joins no term
         if req.ledger_end_term < member.ledger_end_term:
-            return answer(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
+            return self.answer(req, VoteResult.REJECT_EXPIRED_LEDGER_TERM)
         if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
-            return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
-        if req.term < member.curr_term:
-            return answer(VoteResult.REJECT_EXPIRED_VOTE_TERM)
-        if req.term == member.curr_term:
-            vote = member.curr_vote_for
-            if vote is not None and vote != candidate:
-                return answer(VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
-                              else VoteResult.REJECT_ALREADY_VOTED)
-        else:
-            # leader stickiness, but not against the leader this node follows: a leader that
-            # asks for votes in a higher term has stopped leading (swarm seed 1601237: stale
-            # pushes of its earlier process, replayed, kept the lease alive for 10 s)
-            if not self_vote and not req.leadership_transfer and candidate != member.leader_id \
-                    and self._has_live_leader(now):
-                return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
-            self._fail_reads(Code.NOT_LEADER)
-            term_before = member.curr_term
-            self.catch_up_term(now, req.term, RoleEvent.HIGHER_TERM_SEEN)
-            return answer(VoteResult.REJECT_TERM_NOT_READY, term_before)   # as DLedger: the term it had
-        if req.term < member.ledger_end_term:
-            return answer(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, member.ledger_end_term)
+            return self.answer(req, VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
+        return None
+
+    def vote(self, req: VoteRequest, self_vote: bool = False) -> VoteResponse:
+        """The voter's rules for a candidate of this node's term (admitted, and passed by the
+        term gate): at most one vote per term, made durable through ``store.persist_term``
+        (``MemberState.set_vote_for``) before the answer is built."""
+        member = self.member_state
+        candidate = req.leader_id
+        vote = member.curr_vote_for
+        if vote is not None and vote != candidate:
+            return self.answer(req, VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
+                               else VoteResult.REJECT_ALREADY_VOTED)
+        if term_gate.below(req.term, member.ledger_end_term):
+            return self.answer(req, VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, member.ledger_end_term)
         if not self_vote and member.is_taking_leadership() and req.ledger_end_term == member.ledger_end_term \
                 and member.ledger_end_index >= req.ledger_end_index:
-            return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
+            return self.answer(req, VoteResult.REJECT_TAKING_LEADERSHIP)
         try:
             member.set_vote_for(candidate)          # durable before the answer is built
         except DLedgerError as exc:
             log.error("%s: cannot persist the vote for %s in term %d: %s", member.self_id, candidate, req.term, exc)
-            resp = answer(VoteResult.UNKNOWN)
+            resp = self.answer(req, VoteResult.UNKNOWN)
             resp.code = exc.code
             return resp
-        return answer(VoteResult.ACCEPT)
+        return self.answer(req, VoteResult.ACCEPT)
