@@ -248,9 +248,10 @@ class EntryHandler:
         if req.data:
             return self._install_answer(req, Code.UNSUPPORTED), replies
         if self.state_machine:
-            log.error("%s: leader %s no longer holds the entries after %d that this node needs, and a node "
-                      "with a state machine cannot skip them without a snapshot (not implemented yet): refused",
-                      me, req.leader_id, self.store.ledger_end_index)
+            log.error("%s: leader %s asks to move this log's start past entries this node needs (its log "
+                      "begins after %d, this one ends at %d): a node with a state machine cannot skip them "
+                      "without a snapshot (not implemented yet): refused", me, req.leader_id, index,
+                      self.store.ledger_end_index)
             return self._install_answer(req, Code.INSTALL_SNAPSHOT_ERROR), replies
         store = self.store
         before = (store.ledger_before_begin_index, store.ledger_end_index)
