@@ -29,6 +29,14 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``). Each is at the end of its
   message with a default: a frame from a peer or client that does not send them yet decodes with
   the defaults.
+- ``InstallSnapshotRequest`` (Java's code 51006) moves a follower's log start for a commit log
+  (no state machine): it carries no snapshot (``data`` stays empty; a non-empty one is answered
+  UNSUPPORTED), only ``last_included_index``/``last_included_term`` (the leader's before-begin
+  index and its term) and the added ``next_pos`` (the leader's position of the entry after it),
+  ``commit_index`` and ``incarnation`` (as a push). Java streams snapshot data in it instead.
+  The answer adds ``end_index`` (the follower's log end), ``recovering`` and ``incarnation``. A
+  follower with a state machine refuses it with INSTALL_SNAPSHOT_ERROR (snapshots are not
+  implemented yet). It passes the term gate as a push does.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
@@ -328,11 +336,22 @@ class InstallSnapshotRequest(RequestOrResponse):
     last_included_index: int = -1
     last_included_term: int = -1
     data: bytes = b""
+    #: the leader's position of entry ``last_included_index + 1``: where the follower's next
+    #: record lands, so that positions stay byte-identical with the leader's (-1: none sent)
+    next_pos: int = -1
+    #: the leader's commit index (as on a push)
+    commit_index: int = -1
+    #: the incarnation of the recovering follower it goes to (see ``PushEntryRequest``)
+    incarnation: int = 0
 
 
 @_dc
 class InstallSnapshotResponse(RequestOrResponse):
-    pass
+    #: the follower's log end after the install (or as it stood, when refused)
+    end_index: int = -1
+    #: the follower is recovering (see ``HeartBeatResponse``), and its incarnation
+    recovering: bool = False
+    incarnation: int = 0
 
 
 #: (class, request code) by wire tag. Tags are stable: append only.
@@ -398,6 +417,8 @@ _ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",),
                  HeartBeatResponse: ("recovering", "incarnation"), PushEntryRequest: ("incarnation",),
                  PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),
                  PullEntriesResponse: ("absent", "recovering"),
+                 InstallSnapshotRequest: ("next_pos", "commit_index", "incarnation"),
+                 InstallSnapshotResponse: ("end_index", "recovering", "incarnation"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())

@@ -143,3 +143,46 @@ def test_a_peer_protocol_error_inside_a_handler_is_answered_unexpected_argument_
     answers = [m.msg for m in node.take_ready().messages if m.request_id == 5]
     assert len(answers) == 1 and answers[0].code == Code.UNEXPECTED_ARGUMENT and answers[0].term == 2
     assert node.term == 2
+
+
+# -- installs (the leader moves a follower's log start, core.log_start) ------------------------------
+def install(node, rid=9, **kw):
+    from dledger.protocol import InstallSnapshotRequest
+    base = dict(group="g", local_id="n1", remote_id="n0", leader_id="n1", term=2, last_included_index=10,
+                last_included_term=2, next_pos=4096, commit_index=12)
+    base.update(kw)
+    node.receive(1, Envelope("n1", "n0", rid, False, InstallSnapshotRequest(**base)))
+    out = [m.msg for m in node.take_ready().messages if m.request_id == rid]
+    return out[0] if out else None
+
+
+@pytest.mark.parametrize("bad", [dict(next_pos=-1), dict(last_included_index=-1), dict(last_included_term=-1),
+                                 dict(next_pos=-7), dict(last_included_index=-2)])
+def test_a_nonsense_install_is_the_peers_fault_and_changes_nothing(bad):
+    node, _leader = follower_with_log()
+    before = [node.store.get_raw(i) for i in range(3)]
+    resp = install(node, **bad)
+    assert resp.code == Code.UNEXPECTED_ARGUMENT
+    assert (node.store.ledger_before_begin_index, node.store.ledger_end_index) == (-1, 2)
+    assert [node.store.get_raw(i) for i in range(3)] == before
+
+
+@pytest.mark.parametrize("who,term,code", [("n2", 2, Code.INCONSISTENT_LEADER), ("n1", 1, Code.EXPIRED_TERM),
+                                           ("n1", 3, Code.NOT_FOLLOWER)])
+def test_an_install_passes_the_term_gate_and_the_leader_check_as_a_push(who, term, code):
+    node, _leader = follower_with_log()
+    resp = install(node, leader_id=who, local_id=who, term=term)
+    assert resp.code == code and node.store.ledger_end_index == 2 and node.term == 2
+
+
+def test_an_install_moves_the_log_start_and_a_late_copy_changes_nothing():
+    node, leader = follower_with_log()
+    resp = install(node)
+    assert resp.code == Code.SUCCESS and resp.end_index == 10
+    store = node.store
+    assert (store.ledger_before_begin_index, store.ledger_before_begin_term, store.ledger_end_index) == (10, 2, 10)
+    assert node.committed_index == 10 and node.applied_index == 10
+    assert install(node, rid=10).code == Code.SUCCESS                     # a duplicate: nothing to do
+    assert (store.ledger_before_begin_index, store.ledger_end_index) == (10, 10)
+    old = install(node, rid=11, last_included_index=5, next_pos=100)     # an older one: refused
+    assert old.code == Code.INCONSISTENT_STATE and store.ledger_before_begin_index == 10

@@ -89,14 +89,19 @@ def test_a_spent_quota_pauses_the_follower_until_the_next_second_and_a_new_secon
     assert not pr.quota_spent(now=3_000, quota=100) and pr.quota_bytes == 0
 
 
-def test_pause_until_holds_back_sends_and_compare_never_goes_below_the_first_held_entry():
+def test_pause_until_holds_back_sends_and_a_follower_behind_the_begin_is_installed_then_truncated():
     pr = FollowerProgress("n1", 3, 4)
     pr.pause_until(150)
     assert pr.retry_at == 150
-    pr.compare_no_lower_than(9)                  # the leader's log now begins after entry 8
-    assert pr.next == 10
-    pr.compare_no_lower_than(4)                  # never lowers next
-    assert pr.next == 10
+    pr.behind_begin()                            # the leader's log now begins after entry 8
+    assert pr.state is DispatchState.INSTALL_SNAPSHOT
+    pr.installed(8)
+    assert (pr.state, pr.match) == (DispatchState.TRUNCATE, 8)
+    pr.truncated()
+    assert (pr.state, pr.next) == (DispatchState.APPEND, 9)
+    pr.behind_begin()                            # retention moved the begin again
+    pr.install_refused(30)
+    assert (pr.state, pr.next, pr.match) == (DispatchState.COMPARE, 31, 8)
 
 
 def test_a_commit_answer_and_the_end_of_a_recovery_are_named_changes():

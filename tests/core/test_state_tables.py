@@ -121,7 +121,7 @@ def test_the_same_role_and_term_again_is_told_once():
 
 
 # -- dispatchers ------------------------------------------------------------------------------
-REACHABLE = (DispatchState.COMPARE, DispatchState.TRUNCATE, DispatchState.APPEND)
+REACHABLE = (DispatchState.COMPARE, DispatchState.TRUNCATE, DispatchState.APPEND, DispatchState.INSTALL_SNAPSHOT)
 
 #: each event as the pusher reports it, through the progress's named methods
 REPORT = {
@@ -135,6 +135,9 @@ REPORT = {
     DispatchEvent.PUSH_TIMED_OUT: lambda pr: pr.push_timed_out(),
     DispatchEvent.LOG_LOST: lambda pr: pr.lost_log(2, 20),
     DispatchEvent.FOLLOWER_RECOVERING: lambda pr: pr.start_recovery(20, 7),
+    DispatchEvent.BEHIND_BEGIN: lambda pr: pr.behind_begin(),
+    DispatchEvent.INSTALLED: lambda pr: pr.installed(8),
+    DispatchEvent.INSTALL_REFUSED: lambda pr: pr.install_refused(20),
 }
 
 
@@ -144,6 +147,8 @@ def progress_in(state: DispatchState) -> FollowerProgress:
         pr.on_compare_match(5)
     if state is DispatchState.APPEND:
         pr.truncated()
+    if state is DispatchState.INSTALL_SNAPSHOT:
+        pr.behind_begin()
     assert pr.state is state
     return pr
 
@@ -162,7 +167,9 @@ def test_every_dispatcher_transition_of_the_table_takes_the_state_it_names(a, ev
     assert not pr.inflights and pr.control_sent_ms == -1 and pr.control_seq > seq
     if b is DispatchState.APPEND:
         assert pr.next == pr.match + 1
-    elif a is not DispatchState.COMPARE:
+    elif event is DispatchEvent.INSTALLED:
+        assert pr.match == 8                     # the follower's log now starts after 8
+    elif b is DispatchState.COMPARE and a is not DispatchState.COMPARE:
         assert pr.next == 21                     # compare again from the leader's end
 
 
@@ -176,6 +183,8 @@ def test_every_dispatcher_event_without_an_edge_raises_and_changes_nothing(a, ev
     assert (pr.state, pr.next, pr.match, pr.control_seq, pr.recovering, pr.epoch) == before
 
 
-def test_commit_and_install_snapshot_are_never_entered_nor_left():
+def test_commit_is_never_entered_nor_left_and_an_install_leads_to_a_truncate():
     for a, _e, b in TRANSITIONS:
-        assert not {a, b} & {DispatchState.COMMIT, DispatchState.INSTALL_SNAPSHOT}
+        assert DispatchState.COMMIT not in {a, b}
+    assert [(e, b) for a, e, b in TRANSITIONS if a is DispatchState.INSTALL_SNAPSHOT and b is not DispatchState.COMPARE] \
+        == [(DispatchEvent.INSTALLED, DispatchState.TRUNCATE)]

@@ -38,6 +38,10 @@ Rules:
 - an admitted push (``admit``: from the leader this node follows, and this node may answer a
   leader) proves the leader alive, as a heartbeat does (the node's step function tells the
   heartbeats, ``HeardLeader``);
+- an install (``InstallSnapshotRequest``, admitted as a push) moves this log's start to the
+  leader's when the leader no longer holds what this follower needs (``core.log_start``); a
+  node with a state machine refuses it (INSTALL_SNAPSHOT_ERROR: it cannot skip entries
+  without a snapshot, not implemented yet);
 - a recovering follower (``core.rejoin``) marks every answer ``recovering`` (with its
   ``incarnation``); before each SUCCESS it asks recovery whether it has now caught up
   (``on_push_success``, told the incarnation the push names; it may clear the flag durably
@@ -54,11 +58,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NamedTuple
 
+from dledger.core import log_start
 from dledger.core.intents import NONE, Reply
 from dledger.core.member_state import MemberState, Role
 from dledger.entry import MAGIC_SIZE
 from dledger.errors import DLedgerError, PeerProtocolError
-from dledger.protocol import DLedgerResponseCode as Code, PushEntryRequest, PushEntryResponse, PushEntryType
+from dledger.protocol import (DLedgerResponseCode as Code, InstallSnapshotRequest, InstallSnapshotResponse,
+                              PushEntryRequest, PushEntryResponse, PushEntryType)
 
 if TYPE_CHECKING:
     from dledger.core.rejoin import Rejoin
@@ -79,11 +85,14 @@ class WaitingPush(NamedTuple):
 
 
 class EntryHandler:
-    def __init__(self, member_state: MemberState, store: "LogStore", config, *, recovery: "Rejoin") -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", config, *, recovery: "Rejoin",
+                 state_machine: bool = False) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
         self.recovery = recovery
+        #: a state machine is registered: the log start cannot move without a snapshot
+        self.state_machine = state_machine
         #: parked APPENDs by first index
         self.waiting: dict[int, WaitingPush] = {}
         self.matched_term = -1
@@ -92,6 +101,8 @@ class EntryHandler:
     # -- helpers --------------------------------------------------------------------------
     def _answer(self, req: PushEntryRequest, code: int, **kw) -> PushEntryResponse:
         member = self.member_state
+        if type(req) is InstallSnapshotRequest:
+            return self._install_answer(req, code)
         if req.type != PushEntryType.COMMIT and "index" not in kw:
             kw["index"] = req.first_entry_index
             kw["count"] = req.count
@@ -106,6 +117,18 @@ class EntryHandler:
                                  term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
                                  type=req.type, end_index=store.ledger_end_index, recovering=recovering,
                                  incarnation=self.recovery.incarnation if recovering else 0, **kw)
+
+    def _install_answer(self, req: InstallSnapshotRequest, code: int) -> InstallSnapshotResponse:
+        member, store = self.member_state, self.store
+        if code == Code.SUCCESS and store.suspect is not None:
+            self.recovery.on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index,
+                                          req.incarnation)
+        recovering = store.suspect is not None
+        return InstallSnapshotResponse(group=member.group, local_id=member.self_id, remote_id=req.local_id,
+                                       leader_id=member.leader_id, code=code,
+                                       term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
+                                       end_index=store.ledger_end_index, recovering=recovering,
+                                       incarnation=self.recovery.incarnation if recovering else 0)
 
     def _verified(self, term: int, index: int) -> None:
         if self.matched_term != term:
@@ -131,7 +154,8 @@ class EntryHandler:
 
     # -- entry point ----------------------------------------------------------------------
     def answer(self, req: PushEntryRequest, code: int) -> PushEntryResponse:
-        """The answer to ``req`` with ``code`` (EXPIRED_TERM carries this node's term)."""
+        """The answer to ``req`` (a push or an install) with ``code`` (EXPIRED_TERM carries this
+        node's term)."""
         return self._answer(req, code)
 
     def admit(self, req: PushEntryRequest) -> PushEntryResponse | None:
@@ -211,6 +235,40 @@ class EntryHandler:
                     resp = self._answer(w.req, Code.UNEXPECTED_ARGUMENT)
                 replies.append(Reply(w.src, w.request_id, resp))
         return replies
+
+    # -- the log start (core.log_start) ----------------------------------------------------------
+    def handle_install(self, req: InstallSnapshotRequest) -> tuple[InstallSnapshotResponse, list[Reply] | tuple]:
+        """An admitted install from the leader: move this log's start to the leader's
+        (``core.log_start``). Its answer, and the answers to the parked pushes it superseded."""
+        log_start.check_install(req)
+        replies = self.flush_waiting(Code.INCONSISTENT_STATE) if self.waiting else NONE
+        self._verified(req.term, -1)
+        me = self.member_state.self_id
+        index, term = req.last_included_index, req.last_included_term
+        if req.data:
+            return self._install_answer(req, Code.UNSUPPORTED), replies
+        if self.state_machine:
+            log.error("%s: leader %s asks to move this log's start past entries this node needs (its log "
+                      "begins after %d, this one ends at %d): a node with a state machine cannot skip them "
+                      "without a snapshot (not implemented yet): refused", me, req.leader_id, index,
+                      self.store.ledger_end_index)
+            return self._install_answer(req, Code.INSTALL_SNAPSHOT_ERROR), replies
+        store = self.store
+        before = (store.ledger_before_begin_index, store.ledger_end_index)
+        try:
+            moved = log_start.move_log_start(store, index, term, req.next_pos,
+                                             max(self.matched_index, self.member_state.committed_index))
+        except DLedgerError as exc:
+            log.warning("%s: refused to move its log start to %d (term %d) for leader %s: %s", me, index, term,
+                        req.leader_id, exc)
+            return self._install_answer(req, exc.code), replies
+        if moved:
+            log.warning("%s: log start moved to the leader's: it held entries %d..%d, now begins after %d "
+                        "(term %d), its next entry at position %d (leader %s)", me, before[0] + 1, before[1],
+                        index, term, req.next_pos, req.leader_id)
+        self._verified(req.term, index)
+        self.commit_hint(req.term, req.commit_index)
+        return self._install_answer(req, Code.SUCCESS), replies
 
     # -- APPEND ---------------------------------------------------------------------------
     def _append(self, req: PushEntryRequest) -> PushEntryResponse:

@@ -17,6 +17,12 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
   index after ``max_push_timeout_ms``; a follower lagging more than 1000 entries gets at most
   ``peer_push_quota`` bytes per second; when idle, a COMMIT push forwards the commit index.
 
+A follower that needs an entry at or below this leader's before-begin index (retention or a
+reset removed it here) has its log start moved to this leader's instead (INSTALL_SNAPSHOT,
+``core.log_start``), one install in flight, resent after ``max_push_timeout_ms``; then it is
+truncated after that index and pushed to as usual. The ranges read for pushes are forgotten
+whenever the log's begin moves, so none is served from a segment retention deleted.
+
 Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once
 committed (and applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
 when the term moves on; more than ``max_pending_requests_num`` of them makes new appends
@@ -50,6 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dledger.core.follower_progress import DispatchState, FollowerProgress
 from dledger.core.intents import Complete, Fail, Send, StepDown
+from dledger.core.log_start import InstallSent, install_request
 from dledger.core.member_state import MemberState, Role, RoleEvent
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
@@ -121,8 +128,12 @@ class EntryPusher:
         self.term = -1
         self.progress: dict[str, FollowerProgress] = {}
         # the last ranges read for pushes, shared by the dispatchers: a leader's log only grows
-        # while it leads, so a range read for one follower is valid for the others
+        # at its end while it leads, so a range read for one follower is valid for the others
+        # while the log's begin stays where it was when they were read (``_ranges_begin``)
         self._ranges: dict[int, _Range] = {}
+        self._ranges_begin = -1
+        #: the last refusal code of an install logged per follower (one line per streak)
+        self._install_refusals: dict[str, int] = {}
         self.pending: dict[int, deque[Pending]] = {}
 
     # =====================================================================================
@@ -341,13 +352,18 @@ class EntryPusher:
             if now - pr.control_sent_ms < self.cfg.max_push_timeout_ms:
                 return
             pr.give_up_control()                # give up on the outstanding one, resend
+        begin = store.ledger_before_begin_index
+        if begin >= 0 and (state is DispatchState.COMPARE and pr.next - 1 <= begin
+                           or state is DispatchState.TRUNCATE and pr.match < begin):
+            # the follower needs an entry at or below this leader's begin, which it no longer
+            # holds (retention, a reset): move the follower's log start instead (core.log_start)
+            pr.behind_begin()
+            state = pr.state
+        if state is DispatchState.INSTALL_SNAPSHOT:
+            self._dispatch_install(now, pr, out)
+            return
         if state is DispatchState.COMPARE:
             compare_index = pr.next - 1
-            if compare_index < store.ledger_before_begin_index:
-                # The follower needs entries this leader no longer has (snapshots are not
-                # implemented): compare at the first entry we hold and let the follower refuse.
-                compare_index = store.ledger_before_begin_index
-                pr.compare_no_lower_than(compare_index)
             if compare_index < 0:
                 term = -1
             else:
@@ -376,6 +392,26 @@ class EntryPusher:
         seq = pr.control_sent(now)
         out.append(Send(pr.peer, req, _ControlSent(pr, seq, self.term, compared)))
 
+    def _dispatch_install(self, now: int, pr: FollowerProgress, out: list) -> None:
+        """Send the install that moves ``pr``'s log start to this leader's (one in flight)."""
+        me = self.member_state.self_id
+        try:
+            req = install_request(self.member_state, self.store, pr.peer, self.term,
+                                  pr.incarnation if pr.recovering else 0)
+        except DLedgerError as exc:
+            log.warning("%s: cannot read its first entry for %s: %s", me, pr.peer, exc)
+            pr.pause_until(now + self.cfg.max_push_timeout_ms)
+            return
+        if isinstance(req, str):
+            log.info("%s: %s needs entries before this leader's log begins, but no install yet: %s", me, pr.peer, req)
+            pr.pause_until(now + self.cfg.max_push_timeout_ms)
+            return
+        log.info("%s: %s needs entries this leader no longer holds (its log begins after %d, term %d): moving "
+                 "its log start there, next entry at position %d", me, pr.peer, req.last_included_index,
+                 req.last_included_term, req.next_pos)
+        seq = pr.control_sent(now)
+        out.append(Send(pr.peer, req, InstallSent(pr, seq, self.term, req.last_included_index)))
+
     def _dispatch_append(self, now: int, pr: FollowerProgress, out: list) -> None:
         cfg, store = self.cfg, self.store
         if pr.inflights and now - pr.inflights.oldest().sent_ms >= cfg.max_push_timeout_ms:
@@ -383,6 +419,11 @@ class EntryPusher:
         end = store.ledger_end_index
         term = self.term
         while pr.next <= end and not pr.inflights.full():
+            if pr.next <= store.ledger_before_begin_index:
+                # the next entry to push is gone here (retention, a reset): move its log start
+                pr.behind_begin()
+                self._dispatch_install(now, pr, out)
+                return
             lagging = end - pr.next > LAG_FOR_QUOTA
             if lagging and pr.quota_spent(now, cfg.peer_push_quota):
                 return
@@ -424,10 +465,14 @@ class EntryPusher:
         """The records to push from ``first`` (cached). When the store refuses the range (a
         damaged record in it), the first record alone is tried, so that a follower still gets
         what precedes the damage; a damaged record itself is never pushed."""
+        store, cfg = self.store, self.cfg
+        if store.ledger_before_begin_index != self._ranges_begin:
+            # the log's head moved (retention, a reset): what was read before is not served
+            self._ranges = {}
+            self._ranges_begin = store.ledger_before_begin_index
         cached = self._ranges.get(first)
         if cached is not None:
             return cached
-        store, cfg = self.store, self.cfg
         try:
             raw, count = store.get_raw_range(first, cfg.max_batch_append_size, cfg.max_batch_append_count)
         except DLedgerError:
@@ -534,6 +579,8 @@ class EntryPusher:
             self._on_append_response(now, ctx, resp, higher, out)
         elif kind is _ControlSent:
             self._on_control_response(now, ctx, resp, higher, out)
+        elif kind is InstallSent:
+            self._on_install_response(now, ctx, resp, higher, out)
         else:
             self._on_commit_response(now, ctx, resp, higher, out)
         return out
@@ -580,6 +627,34 @@ class EntryPusher:
             else:
                 pr.truncate_refused(end)
                 pr.pause_until(now + self._retry_delay(resp.code))
+
+    def _on_install_response(self, now: int, sent: InstallSent, resp, higher: int | None, out: list) -> None:
+        pr = sent.pr
+        if not self._current(pr, sent.term, higher, out):
+            return
+        if resp is not None and resp.recovering and pr.recovery_starts(resp.incarnation):
+            self._peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation, out)
+            return
+        if sent.seq != pr.control_seq:
+            return
+        pr.control_answered()
+        if resp is None or not self._sound(now, pr, resp, pr.epoch, out) \
+                or pr.state is not DispatchState.INSTALL_SNAPSHOT:
+            return
+        me, code = self.member_state.self_id, resp.code
+        if code == Code.SUCCESS:
+            self._install_refusals.pop(pr.peer, None)
+            log.info("%s: %s now begins after %d (its log ends at %d): pushing from %d", me, pr.peer,
+                     sent.index, resp.end_index, sent.index + 1)
+            pr.installed(sent.index)
+            return
+        if self._install_refusals.get(pr.peer) != code:
+            self._install_refusals[pr.peer] = code
+            log.warning("%s: %s refused to move its log start to %d: %s", me, pr.peer, sent.index,
+                        Code.of(code).name)
+        pr.install_refused(self.store.ledger_end_index)
+        pr.pause_until(now + max(self._retry_delay(code), self.cfg.max_push_timeout_ms
+                                 if code == Code.INSTALL_SNAPSHOT_ERROR else 0))
 
     def _on_append_response(self, now: int, sent: _AppendSent, resp, higher: int | None, out: list) -> None:
         pr = sent.pr

@@ -9,6 +9,10 @@ event through its own (``compare_mismatch``, ``truncated``, ``push_refused`` ...
 reads the fields and calls the methods, never assigns one::
 
     COMPARE --COMPARE_MATCHED--> TRUNCATE --TRUNCATED--> APPEND --APPEND_INCONSISTENT--> COMPARE
+    COMPARE, TRUNCATE, APPEND --BEHIND_BEGIN--> INSTALL_SNAPSHOT --INSTALLED--> TRUNCATE
+
+INSTALL_SNAPSHOT moves the follower's log start to this leader's (its next entry was removed
+by retention or a reset here): one install in flight at a time, as a COMPARE.
 
 Fields and the rules they keep:
 - ``match``: the follower's water mark, the highest index it acknowledged *in this
@@ -21,8 +25,8 @@ Fields and the rules they keep:
   until the next push, which is then a harmless resend (the follower answers it again);
 - ``inflights``: the APPEND pushes sent and not yet answered (``Inflights``); empty outside
   APPEND, since every state change clears it;
-- ``control_sent_ms`` / ``control_seq``: the outstanding COMPARE or TRUNCATE request (``-1``:
-  none; outside COMPARE and TRUNCATE always ``-1``); an answer counts only if it carries the
+- ``control_sent_ms`` / ``control_seq``: the outstanding COMPARE, TRUNCATE or install request
+  (``-1``: none; in APPEND always ``-1``); an answer counts only if it carries the
   current ``control_seq``, which every state change and every give-up moves on;
 - ``retry_at``: nothing is sent to this follower before then (``pause_until``);
 - ``commit_sent`` / ``commit_outstanding``: the commit index last forwarded, and whether an
@@ -76,22 +80,36 @@ class DispatchEvent(Enum):
     LOG_LOST = "log lost"
     #: the follower answered ``recovering`` (``core.rejoin``): compare again from the end
     FOLLOWER_RECOVERING = "follower recovering"
+    #: the follower needs an entry at or below this leader's before-begin index: move its
+    #: log start there instead (an install)
+    BEHIND_BEGIN = "behind the begin"
+    #: the follower's log now starts where this leader's does: truncate what follows
+    INSTALLED = "installed"
+    #: the install was refused: compare again from the leader's end
+    INSTALL_REFUSED = "install refused"
 
 
 #: The dispatcher's transitions, keyed by event (``FollowerProgress`` takes the state this
-#: table gives; a (state, event) pair not in it raises ``IllegalTransition``). COMMIT and
-#: INSTALL_SNAPSHOT are DLedger's values but never entered: commit pushes happen inside
-#: APPEND, and snapshots are not implemented. docs/architecture.md draws this table.
+#: table gives; a (state, event) pair not in it raises ``IllegalTransition``). COMMIT is
+#: DLedger's value but never entered: commit pushes happen inside APPEND. INSTALL_SNAPSHOT
+#: moves a commit log's start (no snapshot data yet). docs/architecture.md draws this table.
 TRANSITIONS: TransitionTable[DispatchState, DispatchEvent] = TransitionTable("dispatcher", {
     DispatchState.COMPARE: {
         DispatchEvent.COMPARE_MISMATCH: DispatchState.COMPARE,
         DispatchEvent.COMPARE_REFUSED: DispatchState.COMPARE,
         DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
         DispatchEvent.COMPARE_MATCHED: DispatchState.TRUNCATE,
+        DispatchEvent.BEHIND_BEGIN: DispatchState.INSTALL_SNAPSHOT,
     },
     DispatchState.TRUNCATE: {
         DispatchEvent.TRUNCATED: DispatchState.APPEND,
         DispatchEvent.TRUNCATE_REFUSED: DispatchState.COMPARE,
+        DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
+        DispatchEvent.BEHIND_BEGIN: DispatchState.INSTALL_SNAPSHOT,
+    },
+    DispatchState.INSTALL_SNAPSHOT: {
+        DispatchEvent.INSTALLED: DispatchState.TRUNCATE,
+        DispatchEvent.INSTALL_REFUSED: DispatchState.COMPARE,
         DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
     },
     DispatchState.APPEND: {
@@ -100,6 +118,7 @@ TRANSITIONS: TransitionTable[DispatchState, DispatchEvent] = TransitionTable("di
         DispatchEvent.APPEND_INCONSISTENT: DispatchState.COMPARE,
         DispatchEvent.LOG_LOST: DispatchState.COMPARE,
         DispatchEvent.FOLLOWER_RECOVERING: DispatchState.COMPARE,
+        DispatchEvent.BEHIND_BEGIN: DispatchState.INSTALL_SNAPSHOT,
     },
 })
 
@@ -214,6 +233,22 @@ class FollowerProgress:
         """The oldest push in flight went unanswered: resend from ``match + 1``."""
         self._on(DispatchEvent.PUSH_TIMED_OUT)
 
+    def behind_begin(self) -> None:
+        """The follower needs an entry this leader no longer holds: move its log start."""
+        self._on(DispatchEvent.BEHIND_BEGIN)
+
+    def installed(self, index: int) -> None:
+        """The follower's log now starts after ``index`` (this leader's before-begin index),
+        which it holds with this leader's term: truncate what follows it."""
+        self._on(DispatchEvent.INSTALLED)
+        if index > self.match:
+            self.match = index
+
+    def install_refused(self, leader_end: int) -> None:
+        """The install was refused: compare again from the leader's end."""
+        self._on(DispatchEvent.INSTALL_REFUSED)
+        self.next = leader_end + 1
+
     # -- what the follower told us ------------------------------------------------------------
     def on_compare_match(self, index: int) -> None:
         """The follower holds the leader's entry ``index``: truncate what follows it."""
@@ -279,12 +314,6 @@ class FollowerProgress:
     def commit_answered(self) -> None:
         """The idle COMMIT push was answered (or given up)."""
         self.commit_outstanding = False
-
-    def compare_no_lower_than(self, index: int) -> None:
-        """COMPARE at ``index`` at the lowest: the first entry this leader still holds (a
-        follower that needs entries before it is compared there, and refuses)."""
-        if self.next < index + 1:
-            self.next = index + 1
 
     # -- pacing -----------------------------------------------------------------------------
     def pause_until(self, when: int) -> None:

@@ -62,7 +62,8 @@ from dledger.core.step import RESPONSE_OF, Stepping, _Get, _PeerReply, _Remote
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesResponse,
-                              HeartBeatResponse, LeadershipTransferRequest, LeadershipTransferResponse,
+                              HeartBeatResponse, InstallSnapshotResponse, LeadershipTransferRequest,
+                              LeadershipTransferResponse,
                               PullEntriesResponse, PushEntryResponse, ReadMode, VoteResponse)
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class Node(Stepping):
         self.elector = LeaderElector(member, config, rng, now_ms=now_ms, recovery=recovery,
                                      round_trips=self.round_trips)
         self.pusher = EntryPusher(member, store, config)
-        self.handler = EntryHandler(member, store, config, recovery=recovery)
+        self.handler = EntryHandler(member, store, config, recovery=recovery, state_machine=state_machine is not None)
         self.tail = DamagedTail(member, store)
         self.repairer = Repairer(member, store, now_ms=now_ms)
         self._messages: list[Envelope] = []
@@ -505,7 +506,7 @@ class Node(Stepping):
         """Hand ``resp`` (None: unanswered) to the part that owns requests of its type, with the
         ``ctx`` it gave, and apply what it returns; ``higher``: the term gate's verdict."""
         kind, ctx = rpc.response_type, rpc.ctx
-        if kind is PushEntryResponse:
+        if kind is PushEntryResponse or kind is InstallSnapshotResponse:
             self._apply(now, self.pusher.on_answer(now, resp, ctx, higher))
         elif kind is HeartBeatResponse:
             self._apply(now, self.elector.heartbeats.on_answer(now, src, resp, ctx, higher))

@@ -10,10 +10,10 @@ message, in this order:
    (``term_gate.higher_term``), and it goes to the part that asked, with that verdict;
 3. a request (``_step_request``) is checked for group and addressee; the requests of clients,
    repair pulls and metadata queries are served whatever the term; a Raft request (vote,
-   heartbeat, push, leadership transfer) is first judged on who sent it (each part's
+   heartbeat, push, install, leadership transfer) is first judged on who sent it (each part's
    ``admit``), then passes **the term gate** (``term_gate.judge``): a lower term gets the one
    answer, a higher term makes this node join it (with DLedger's exceptions: leader stickiness,
-   REJECT_TERM_NOT_READY, pushes that move no term, transfers that move no term), both after
+   REJECT_TERM_NOT_READY, pushes and installs that move no term, transfers that move no term), both after
    the gate's intents are applied;
 4. a request of this node's term goes to the step function of its role (``_step_leader``,
    ``_step_candidate``, ``_step_follower``), over the parts: vote, heartbeat, entry handler,
@@ -29,6 +29,8 @@ request                     leader                 candidate                    
 ``VoteRequest``             the voter's rules      the voter's rules            the voter's rules
 ``PushEntryRequest``        NOT_FOLLOWER           NOT_FOLLOWER                 the entry handler
 ``LeadershipTransferReq.``  start the transfer     NOT_LEADER                   NOT_LEADER
+``InstallSnapshotRequest``  NOT_FOLLOWER           NOT_FOLLOWER                 the entry handler (moves
+                                                                                the log start)
 ==========================  =====================  ===========================  =====================
 
 A request is answered in the same ``Ready`` unless a part parks it (out-of-order pushes,
@@ -194,8 +196,6 @@ class Stepping:
             # answered when its read completes (at once for UNSAFE_READ and most failures)
             self._read(now, _Get(_Remote(env.src, env.request_id, req), req.begin_index), ReadMode(req.read_mode))
             return None
-        if kind is InstallSnapshotRequest:
-            return self._error(req, Code.UNSUPPORTED)
         # -- Raft requests: who sent it, the term gate, the role ------------------------------
         asker = _PeerReply(env.src, env.request_id)
         if kind is LeadershipTransferRequest and req.transferee_id == member.self_id:
@@ -242,7 +242,7 @@ class Stepping:
             return elector.heartbeats.answer(req, verdict.answer, verdict.term)
         if kind is VoteRequest:
             return elector.voting.answer(req, verdict.answer, verdict.term)
-        if kind is PushEntryRequest:
+        if kind is PushEntryRequest or kind is InstallSnapshotRequest:
             return self.handler.answer(req, verdict.answer)
         return elector.transfer.answer(req, verdict.answer)
 
@@ -253,7 +253,7 @@ class Stepping:
             return self.elector.heartbeats.answer(req, Code.INCONSISTENT_LEADER)    # another leader of this term
         if kind is VoteRequest:
             return self.elector.voting.vote(req)
-        if kind is PushEntryRequest:
+        if kind is PushEntryRequest or kind is InstallSnapshotRequest:
             return self.handler.answer(req, Code.NOT_FOLLOWER)
         resp, intents = self.elector.transfer.start(now, req, asker, self.pusher.match_index(req.transferee_id))
         self._apply(now, intents)
@@ -267,7 +267,7 @@ class Stepping:
             return self._leader_heard(now, req)
         if kind is VoteRequest:
             return self.elector.voting.vote(req)
-        if kind is PushEntryRequest:
+        if kind is PushEntryRequest or kind is InstallSnapshotRequest:
             return self.handler.answer(req, Code.NOT_FOLLOWER)   # (DLedger learns its leader from heartbeats)
         return self.elector.transfer.answer(req, Code.NOT_LEADER)
 
@@ -288,6 +288,15 @@ class Stepping:
             resp, replies = handler.handle_push(now, asker.src, asker.rid, req)
             self._apply(now, replies)                   # parked pushes it drained or superseded first
             return self._unless_damaged(resp)
+        if kind is InstallSnapshotRequest:
+            handler = self.handler
+            refusal = handler.admit(req)
+            if refusal is not None:
+                return refusal
+            self._apply(now, (HeardLeader(),))
+            resp, replies = handler.handle_install(req)
+            self._apply(now, replies)
+            return resp
         return self.elector.transfer.answer(req, Code.NOT_LEADER)
 
     def _leader_heard(self, now: int, req: HeartBeatRequest) -> HeartBeatResponse:

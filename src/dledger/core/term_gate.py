@@ -24,6 +24,8 @@ request                     lower term                       higher term
 ``PushEntryRequest``        EXPIRED_TERM, with this term     NOT_FOLLOWER: a push moves no term (DLedger
                                                              learns terms from heartbeats and votes)
 ``LeadershipTransferReq.``  INCONSISTENT_TERM                INCONSISTENT_TERM: a transfer moves no term
+``InstallSnapshotRequest``  EXPIRED_TERM, with this term     NOT_FOLLOWER: as a push (it moves a follower's
+                                                             log start, ``core.entry_handler``)
 ==========================  ===============================  ==================================================
 
 A vote request is judged on its candidate and its log before its term (DLedger's voter checks
@@ -34,7 +36,7 @@ checks change nothing. The transferee of a transfer judges the term when its log
 clients' requests carry no claim to a term and are not gated.
 
 Answers (``higher_term``): an answer that says this node is behind carries the higher term:
-EXPIRED_TERM to a heartbeat or a push, REJECT_EXPIRED_VOTE_TERM or
+EXPIRED_TERM to a heartbeat, a push or an install, REJECT_EXPIRED_VOTE_TERM or
 REJECT_TERM_SMALL_THAN_LEDGER to a vote. The gate names that term; the part whose request it
 answers acts on it where DLedger does: a push of this leadership at once, a heartbeat round
 while it runs, a vote round when it ends (a round that learnt of a higher term joins it,
@@ -54,8 +56,8 @@ from typing import Any, NamedTuple
 from dledger.core.intents import FailReads, JoinTerm
 from dledger.core.member_state import RoleEvent
 from dledger.protocol import (DLedgerResponseCode as Code, HeartBeatRequest, HeartBeatResponse,
-                              LeadershipTransferRequest, PushEntryRequest, PushEntryResponse, VoteRequest,
-                              VoteResponse, VoteResult)
+                              InstallSnapshotRequest, InstallSnapshotResponse, LeadershipTransferRequest,
+                              PushEntryRequest, PushEntryResponse, VoteRequest, VoteResponse, VoteResult)
 
 
 class Order(Enum):
@@ -103,6 +105,7 @@ _LOWER: dict[type, int] = {
     HeartBeatRequest: Code.EXPIRED_TERM,
     VoteRequest: VoteResult.REJECT_EXPIRED_VOTE_TERM,
     PushEntryRequest: Code.EXPIRED_TERM,
+    InstallSnapshotRequest: Code.EXPIRED_TERM,
     LeadershipTransferRequest: Code.INCONSISTENT_TERM,
 }
 
@@ -127,7 +130,7 @@ def judge(req: Any, mine: int, *, live_leader: bool = False, leader: str | None 
         # as DLedger: catch up first, answer with the term it had
         return Verdict(VoteResult.REJECT_TERM_NOT_READY, mine,
                        (FailReads(Code.NOT_LEADER), JoinTerm(req.term, RoleEvent.HIGHER_TERM_SEEN)))
-    if kind is PushEntryRequest:
+    if kind is PushEntryRequest or kind is InstallSnapshotRequest:
         return Verdict(Code.NOT_FOLLOWER)
     return Verdict(Code.INCONSISTENT_TERM)
 
@@ -139,7 +142,7 @@ _VOTE_BEHIND = (VoteResult.REJECT_EXPIRED_VOTE_TERM, VoteResult.REJECT_TERM_SMAL
 def higher_term(resp: Any, mine: int) -> int | None:
     """The term above ``mine`` that an answer says this node is behind on, or None."""
     kind = type(resp)
-    if kind is HeartBeatResponse or kind is PushEntryResponse:
+    if kind is HeartBeatResponse or kind is PushEntryResponse or kind is InstallSnapshotResponse:
         claims = resp.code == Code.EXPIRED_TERM
     elif kind is VoteResponse:
         claims = resp.vote_result in _VOTE_BEHIND

@@ -46,6 +46,7 @@ from typing import Callable
 
 from dledger.config import DLedgerConfig
 from dledger.core import Role
+from dledger.entry import decode
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesRequest,
                               GetEntriesResponse, ReadMode)
 from dledger.server import DLedgerServer, open_store_for
@@ -458,13 +459,22 @@ class Cluster:
         return stores, committed, opened
 
     def committed_log(self) -> list[LogEntry]:
-        """The longest committed prefix any replica holds (the agreed log)."""
+        """The longest committed prefix any replica holds (the agreed log). Entries below the
+        first one that replica still holds (retention or a reset removed them) are taken as
+        the storage identity checker saw them committed, as far as it saw them."""
         stores, committed, opened = self._stores()
         try:
             ref = max(stores, key=lambda i: committed[i])
             st = stores[ref]
-            return [LogEntry(e.index, e.term, e.pos, e.magic, bytes(e.body))
-                    for e in st.iter_entries(st.ledger_before_begin_index + 1, committed[ref])]
+            begin = st.ledger_before_begin_index + 1
+            head = []
+            for i in range(begin):
+                seen = self.identity.agreed.get(i)
+                if seen is not None:
+                    e = decode(seen[0])
+                    head.append(LogEntry(e.index, e.term, e.pos, e.magic, bytes(e.body)))
+            return head + [LogEntry(e.index, e.term, e.pos, e.magic, bytes(e.body))
+                           for e in st.iter_entries(begin, committed[ref])]
         finally:
             for st in opened:
                 st.close()

@@ -118,6 +118,18 @@ class Cut:
             st.ledger_end_term = self.index_unit(truncate_index - 1).term
         return st.ledger_end_index
 
+    def _moves_empty_log(self, before_begin_index: int, before_begin_term: int, next_pos: int | None) -> bool:
+        """Whether a reset to the current begin still has something to do: the log is empty
+        after it, and its next entry would land elsewhere than ``next_pos`` or its begin term
+        differs."""
+        st = self.state
+        if next_pos is None or before_begin_index != st.ledger_before_begin_index \
+                or st.ledger_end_index != before_begin_index:
+            return False
+        data = st.data_list
+        at = data.max_wrote_position() if data.files else None
+        return at != next_pos or st.ledger_before_begin_term != before_begin_term
+
     def truncate_index_to(self, index: int) -> None:
         st = self.state
         pos = index * INDEX_UNIT_SIZE
@@ -182,16 +194,20 @@ class Cut:
         """Drop the log prefix up to and including ``before_begin_index`` (after a snapshot).
 
         When the whole log goes, the log restarts empty after ``before_begin_index``; the next
-        entry lands at ``next_pos`` when given (a follower installing the leader's snapshot),
-        else where the old data ended. Returns the new begin index.
+        entry lands at ``next_pos`` when given (a follower moved to the leader's log start),
+        else where the old data ended. A log already empty after that very begin is moved to
+        ``next_pos`` (and ``before_begin_term``) when it would put its next entry elsewhere
+        (a reset that a crash interrupted is finished at the next open without the leader's
+        position). Returns the new begin index.
         """
         st = self.state
         st.check_open()
         if st.read_only:
             raise ReadOnlyStoreError(f"store {st.store_dir} is opened read-only")
-        if before_begin_index <= st.ledger_before_begin_index:
-            return st.ledger_before_begin_index + 1
         data = st.data_list
+        if before_begin_index <= st.ledger_before_begin_index:
+            if not self._moves_empty_log(before_begin_index, before_begin_term, next_pos):
+                return st.ledger_before_begin_index + 1
         self._sync_before_cut()
         self.flusher.announce_begin(before_begin_index, before_begin_term,
                              max(st.committed_index, min(before_begin_index, st.ledger_end_index)))

@@ -271,7 +271,11 @@ class DLedgerMemoryStore(StoreBase):
     def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
         self._check_open()
         if before_begin_index <= self.ledger_before_begin_index:
-            return self.ledger_before_begin_index + 1
+            # a log already empty after this begin moves to ``next_pos`` (as the file store)
+            if next_pos is None or before_begin_index != self.ledger_before_begin_index \
+                    or self.ledger_end_index != before_begin_index \
+                    or (self._next_pos == next_pos and self.ledger_before_begin_term == before_begin_term):
+                return self.ledger_before_begin_index + 1
         if before_begin_index >= self.ledger_end_index:
             self._records.clear()
             self._positions.clear()
