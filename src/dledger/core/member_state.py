@@ -217,8 +217,9 @@ class MemberState:
             if self.role is not Role.CANDIDATE and self.leader_id != self._last_leader[0]:
                 # a leader change: which leader it follows now, and which it followed before
                 was, in_term = self._last_leader
-                before_it = f"the leader was {was} in term {in_term}" if was is not None else "no leader known before"
-                why = f"{why}; {before_it}" if why else before_it
+                if was is not None:
+                    before_it = f"the leader was {was} in term {in_term}"
+                    why = f"{why}; {before_it}" if why else before_it
                 self._last_leader = (self.leader_id, self.curr_term)
             log.info("%s: %s -> %s%s", self.self_id, before.value, change, f": {why}" if why else "")
 

@@ -131,7 +131,7 @@ class Node(Stepping):
         self.tail = DamagedTail(member, store)
         self.repairer = Repairer(member, store, now_ms=now_ms)
         #: members that disagree on the group's members refuse each other (core/peers_check.py)
-        self.peers_check = PeersCheck(member.self_id, member.peer_map)
+        self.peers_check = PeersCheck(member)
         #: why this node knows no leader, logged every few seconds (core/waiting.py)
         self.waiting = Waiting(member, recovery, self.peers_check, config, now_ms=now_ms)
         self._messages: list[Envelope] = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-from dledger.protocol import parse_peers_text, peers_text
+from dledger.protocol import parse_peers_text
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,11 @@ def differences(mine: dict[str, str], theirs: dict[str, str], who: str) -> str:
 
 
 class PeersCheck:
-    def __init__(self, self_id: str, peer_map: dict[str, str]) -> None:
-        self.self_id = self_id
-        self.peer_map = dict(peer_map)
+    def __init__(self, member_state) -> None:
+        self.self_id = member_state.self_id
+        self.peer_map = dict(member_state.peer_map)
         #: what this node's requests carry (``MemberState.peers_text``)
-        self.text = peers_text(self.peer_map)
+        self.text = member_state.peers_text
         #: peer -> (its members, as it sent them, when the mismatch was last logged)
         self.mismatched: dict[str, tuple[str, int]] = {}
 

@@ -339,6 +339,8 @@ class Voting:
         if tally is None or member.role is not Role.CANDIDATE or member.curr_term != tally.term:
             return NONE
         self.last_tally = tally
+        for voter in member.peer_ids:                 # (for the log lines: who had not answered)
+            tally.results.setdefault(voter, "no answer")
         majority = member.majority
         result = parse_vote_tally(tally, majority)
         self.last_parse_result = result
