@@ -67,7 +67,7 @@ def test_a_waiting_node_names_the_members_that_do_not_answer_its_votes(caplog):
         assert 1 <= len(mine) <= 2
         others = sorted(set(c.ids) - {alone})
         assert f"; no answer from {', '.join(others)}" in mine[-1]
-        assert "did not answer: are they running" in mine[-1]
+        assert "; check that " in mine[-1] and "run at those addresses" in mine[-1]
         # the isolated node's lost rounds are logged once per outcome and term, not per round
         lost = [m for m in lines(caplog, "dledger.core.vote") if m.startswith(f"{alone}: election in term")]
         assert len(lost) == len(set(lost))

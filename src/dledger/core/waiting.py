@@ -122,8 +122,7 @@ class Waiting:
                 f"{tally.accepted} of the {need} votes it needs: {tally.votes_text()}")
         silent = [p for p, r in tally.results.items() if r == "no answer" and p != member.self_id]
         if silent:
-            text += (f"; {names(silent, member.peer_map)} did not answer: are they running, and are those "
-                     f"their addresses?")
+            text += f"; check that {names(silent, member.peer_map)} run at those addresses"
         recovering = sorted(tally.recovering_voters)
         if recovering:
             text += (f"; {names(recovering)} are recovering (new or wiped stores): they vote once every member "
