@@ -64,7 +64,7 @@ def test_status_the_warning_and_the_client_say_why_a_new_group_missing_a_member_
         assert "--bootstrap on every member" in s["waiting"]
     assert "error" in status["n2"]
     table = dledger("status", "-w", "table", *client, env=env).stdout.decode()
-    assert "n0 has no leader: its store is new or wiped (FRESH)" in table
+    assert "n0: no leader: its store is new or wiped (FRESH)" in table
     # the client's error quotes the nodes' reasons
     r = dledger("append", *client, "x", env=env)
     assert r.returncode != 0
