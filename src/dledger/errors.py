@@ -51,6 +51,8 @@ class DLedgerResponseCode(IntEnum):
     REQUEST_WITH_EMPTY_BODYS = 420
     PUSH_REQUEST_IS_FULL = 421
     NEWER_INSTALL_SNAPSHOT_REQUEST_EXIST = 422
+    #: dledger's own: the sender's members (``--peers``) differ from the receiver's; refused
+    PEERS_MISMATCH = 430
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

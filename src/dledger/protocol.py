@@ -26,7 +26,10 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
   ``MetadataResponse.role``/``ledger_end_term``/``committed_index``; read modes for ``get`` add
   ``GetEntriesRequest.read_mode``; a repair pull's answer adds
-  ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``). Each is at the end of its
+  ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``); diagnosable elections
+  add ``VoteRequest.members``/``HeartBeatRequest.members`` (the sender's members: a receiver
+  whose own differ refuses with PEERS_MISMATCH, and its answer's ``members`` names its own) and
+  ``MetadataResponse.waiting`` (why the node knows no leader). Each is at the end of its
   message with a default: a frame from a peer or client that does not send them yet decodes with
   the defaults.
 - ``InstallSnapshotRequest`` (Java's code 51006) moves a follower's log start for a commit log
@@ -186,6 +189,9 @@ class VoteRequest(RequestOrResponse):
     #: a round that passes only with the votes of every member; a recovering voter (whose
     #: term is known) may grant it (docs/architecture.md, protocol-aware recovery)
     unanimous: bool = False
+    #: the candidate's members, as ``peers_text`` writes them: a voter whose own differ refuses
+    #: (PEERS_MISMATCH); empty: not sent (no check)
+    members: str = ""
 
 
 @_dc
@@ -194,11 +200,16 @@ class VoteResponse(RequestOrResponse):
     #: the voter is recovering (also when it answers a unanimous round): a candidate that
     #: hears more than a minority recovering asks for a unanimous round next
     recovering: bool = False
+    #: with PEERS_MISMATCH: the voter's members (``peers_text``); empty otherwise
+    members: str = ""
 
 
 @_dc
 class HeartBeatRequest(RequestOrResponse):
     commit_index: int = -1
+    #: the leader's members (``peers_text``): a follower whose own differ refuses
+    #: (PEERS_MISMATCH); empty: not sent (no check)
+    members: str = ""
 
 
 @_dc
@@ -208,6 +219,8 @@ class HeartBeatResponse(RequestOrResponse):
     #: with ``recovering``: the follower's incarnation (a number drawn per process), which
     #: the leader's pushes echo (``PushEntryRequest.incarnation``); 0 otherwise
     incarnation: int = 0
+    #: with PEERS_MISMATCH: the follower's members (``peers_text``); empty otherwise
+    members: str = ""
 
 
 @_dc
@@ -301,6 +314,8 @@ class MetadataResponse(RequestOrResponse):
     role: str = ""
     ledger_end_term: int = -1
     committed_index: int = -1
+    #: why the node knows no leader, as its periodic WARNING says it (empty when it knows one)
+    waiting: str = ""
 
 
 @_dc
@@ -413,13 +428,15 @@ def _check_for(f) -> Any:
 _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
-_ADDED_FIELDS = {VoteRequest: ("unanimous",), VoteResponse: ("recovering",),
-                 HeartBeatResponse: ("recovering", "incarnation"), PushEntryRequest: ("incarnation",),
+_ADDED_FIELDS = {VoteRequest: ("unanimous", "members"), VoteResponse: ("recovering", "members"),
+                 HeartBeatRequest: ("members",),
+                 HeartBeatResponse: ("recovering", "incarnation", "members"), PushEntryRequest: ("incarnation",),
                  PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),
                  PullEntriesResponse: ("absent", "recovering"),
                  InstallSnapshotRequest: ("next_pos", "commit_index", "incarnation"),
                  InstallSnapshotResponse: ("end_index", "recovering", "incarnation"),
-                 MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index")}
+                 MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index",
+                                    "waiting")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
 
@@ -431,6 +448,23 @@ def _ranged_fields(cls) -> tuple[str, ...]:
 _RANGED = {cls: _ranged_fields(cls) for cls, _ in MESSAGE_TYPES}
 #: int fields that name a member of an enum: (field, enum) per message type
 _ENUM_FIELDS = {GetEntriesRequest: (("read_mode", ReadMode),)}
+
+
+def peers_text(peer_map: dict[str, str]) -> str:
+    """A group's members as the vote and heartbeat requests carry them: ``id-address`` pairs,
+    sorted by id, joined by ``;`` (the ``--peers`` syntax): two nodes agree on their members
+    exactly when these are equal."""
+    return ";".join(f"{node_id}-{addr}" for node_id, addr in sorted(peer_map.items()))
+
+
+def parse_peers_text(text: str) -> dict[str, str]:
+    """``peers_text`` read back (a malformed item maps to itself: it only has to be shown)."""
+    out: dict[str, str] = {}
+    for item in text.split(";"):
+        if item:
+            node_id, sep, addr = item.partition("-")
+            out[node_id if sep else item] = addr if sep else ""
+    return out
 
 
 def out_of_range(msg: Any, own_term: int) -> str | None:

@@ -173,6 +173,8 @@ def status_table(status: dict[str, dict]) -> str:
             errors.append(f"{node_id}: {s['error']}")
             continue
         rows.append(["-" if s.get(key) is None else str(s[key]) for _title, key in STATUS_COLUMNS])
+        if s.get("waiting"):
+            errors.append(f"{node_id}: no leader: {s['waiting']}")
     widths = [max(len(row[k]) for row in rows) for k in range(len(STATUS_COLUMNS))]
     numeric = {"TERM", "LOG END", "COMMITTED"}
     lines = ["  ".join(cell.rjust(w) if STATUS_COLUMNS[k][0] in numeric else cell.ljust(w)

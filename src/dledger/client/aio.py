@@ -136,6 +136,7 @@ class AsyncDLedgerClient:
         order = sorted(self.peers, key=lambda n: n != self.leader_id)
         self._why_no_leader = "no node named a leader"
         unreachable = 0
+        waiting: list[str] = []          # the reasons the nodes give for knowing no leader
         for node_id in order:
             if self._remaining(deadline) <= 0:
                 break
@@ -153,6 +154,10 @@ class AsyncDLedgerClient:
             if resp.code == Code.SUCCESS and resp.leader_id in self.peers:
                 self.leader_id = resp.leader_id
                 return resp.leader_id
+            if resp.code == Code.SUCCESS and resp.waiting:
+                waiting.append(f"{node_id}: {resp.waiting}")
+        if waiting:
+            self._why_no_leader = "no node named a leader; " + " | ".join(waiting)
         return None
 
     async def _leader_call(self, make, *, resend_after_loss: bool, deadline: float | None = None
@@ -313,7 +318,8 @@ class AsyncDLedgerClient:
         return {"group": resp.group, "node_id": node_id, "address": self.peers[node_id],
                 "leader_id": resp.leader_id, "term": resp.term, "peers": dict(resp.peers),
                 "role": resp.role, "ledger_end_index": resp.ledger_end_index,
-                "ledger_end_term": resp.ledger_end_term, "committed_index": resp.committed_index}
+                "ledger_end_term": resp.ledger_end_term, "committed_index": resp.committed_index,
+                "waiting": resp.waiting}
 
     async def metadata(self) -> dict[str, Any]:
         """The leader's view of the group: group, node_id, address, leader_id, term, peers, role,

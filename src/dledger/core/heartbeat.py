@@ -70,6 +70,9 @@ class HeartbeatRound:
     #: the highest term an answer said this leader is behind on (``term_gate.higher_term``)
     higher_term: int | None = None
     inconsistent_leader: bool = False
+    #: who answered so (for the log line of a step down)
+    higher_from: str | None = None
+    inconsistent_from: str | None = None
     quorum_reached: bool = False
     finished: bool = False
 
@@ -164,7 +167,7 @@ class Heartbeats:
             if out:
                 return out                      # it steps down
         if now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            return (StepDown(self.member_state.curr_term, RoleEvent.QUORUM_LOST),)
+            return (StepDown(self.member_state.curr_term, RoleEvent.QUORUM_LOST, self._quorum_lost(now)),)
         if self.last_send_heartbeat_ms < 0 or now - self.last_send_heartbeat_ms >= interval:
             return self._send_round(now)
         return NONE
@@ -178,7 +181,8 @@ class Heartbeats:
         out: list = []
         for peer in member.remote_peer_ids:
             req = HeartBeatRequest(group=member.group, local_id=member.self_id, remote_id=peer,
-                                   leader_id=member.self_id, term=rnd.term, commit_index=member.committed_index)
+                                   leader_id=member.self_id, term=rnd.term, commit_index=member.committed_index,
+                                   members=member.peers_text)
             out.append(Send(peer, req, rnd))
         out.extend(self._progress(now, rnd))
         return out
@@ -201,8 +205,10 @@ class Heartbeats:
         elif code == Code.EXPIRED_TERM:
             if higher is not None and (rnd.higher_term is None or higher > rnd.higher_term):
                 rnd.higher_term = higher
+                rnd.higher_from = peer
         elif code == Code.INCONSISTENT_LEADER:
             rnd.inconsistent_leader = True
+            rnd.inconsistent_from = peer
         elif code == Code.TERM_NOT_READY:
             rnd.not_ready += 1
         out.extend(self._progress(now, rnd))
@@ -223,15 +229,27 @@ class Heartbeats:
         if not self.cfg.enable_leader_elector:
             return NONE                         # roles are forced: nobody steps down
         if rnd.higher_term is not None:
-            return FailReads(Code.NOT_LEADER), StepDown(rnd.higher_term, RoleEvent.HIGHER_TERM_SEEN)
+            return FailReads(Code.NOT_LEADER), StepDown(rnd.higher_term, RoleEvent.HIGHER_TERM_SEEN,
+                                                        f"{rnd.higher_from} answered a heartbeat with term "
+                                                        f"{rnd.higher_term}")
         if rnd.quorum_reached:
             return NONE
         if self.member_state.majority.is_quorum(rnd.succ + rnd.not_ready):
             self.last_send_heartbeat_ms = -1                      # resend at once
         elif rnd.inconsistent_leader or now - self.last_succ_heartbeat_ms > self.election_timeout_ms:
-            return (StepDown(rnd.term, RoleEvent.INCONSISTENT_LEADER if rnd.inconsistent_leader
-                             else RoleEvent.QUORUM_LOST),)
+            if rnd.inconsistent_leader:
+                return (StepDown(rnd.term, RoleEvent.INCONSISTENT_LEADER,
+                                 f"{rnd.inconsistent_from} follows another leader in term {rnd.term}"),)
+            return (StepDown(rnd.term, RoleEvent.QUORUM_LOST, self._quorum_lost(now)),)
         return NONE
+
+    def _quorum_lost(self, now: int) -> str:
+        """Why check-quorum stepped this leader down, in words: the last contact with each peer."""
+        member = self.member_state
+        last = ", ".join(f"{p} {now - self.contact[p]} ms ago" if p in self.contact else f"{p} never"
+                         for p in member.remote_peer_ids)
+        return (f"no quorum answered for {now - self.last_succ_heartbeat_ms} ms (an election timeout is "
+                f"{self.election_timeout_ms} ms); last answer of a request of this leadership: {last}")
 
     # -- the follower -------------------------------------------------------------------------
     def answer(self, req: HeartBeatRequest, code: int, term: int = -1) -> HeartBeatResponse:

@@ -96,6 +96,8 @@ class StepDown:
 
     term: int
     event: RoleEvent
+    #: the details of the cause, for the log line (``n1 answered with term 5``)
+    why: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,6 +107,8 @@ class JoinTerm:
 
     term: int
     event: RoleEvent
+    #: the details of the cause, for the log line
+    why: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -120,6 +124,8 @@ class Won:
     """The vote round of ``term`` passed: lead it."""
 
     term: int
+    #: who voted for and against, for the log line (``VoteTally.votes_text``)
+    votes: str = ""
 
 
 @dataclass(slots=True, frozen=True)

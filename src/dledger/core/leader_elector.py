@@ -68,15 +68,15 @@ class LeaderElector:
     # =====================================================================================
     # transitions the intents ask for
     # =====================================================================================
-    def become_candidate(self, now: int, term: int, event: RoleEvent) -> None:
+    def become_candidate(self, now: int, term: int, event: RoleEvent, why: str = "") -> None:
         """Step down (or stay) as candidate, knowing ``term``, because of ``event``; the next
         vote after a random delay (``StepDown``)."""
-        self.voting.become_candidate(now, term, event)
+        self.voting.become_candidate(now, term, event, why)
 
-    def join_term(self, now: int, term: int, event: RoleEvent) -> None:
+    def join_term(self, now: int, term: int, event: RoleEvent, why: str = "") -> None:
         """A higher ``term`` was seen: become its candidate and campaign in it at once
         (``JoinTerm``)."""
-        self.voting.catch_up_term(now, term, event)
+        self.voting.catch_up_term(now, term, event, why)
 
     def follow(self, term: int, leader_id: str) -> None:
         """A leader of this term spoke: follow it (``Follow``)."""
@@ -88,18 +88,19 @@ class LeaderElector:
         if self.member_state.role is Role.LEADER and self.cfg.enable_leader_elector:
             self.voting.stand_aside(now)
 
-    def become_leader(self, now: int, term: int, *, forced: bool = False) -> list:
-        """Lead ``term``: a passed vote (``Won``) or, ``forced``, the test harness's roles.
-        Returns the first heartbeat round."""
+    def become_leader(self, now: int, term: int, *, forced: bool = False, votes: str = "") -> list:
+        """Lead ``term``: a passed vote (``Won``, ``votes`` its tally in words) or, ``forced``,
+        the test harness's roles. Returns the first heartbeat round."""
         self.recovery.on_won_election()          # a recovering winner won a unanimous round
-        self.member_state.on_event(RoleEvent.FORCED_LEADER if forced else RoleEvent.WON_VOTE, term)
+        self.member_state.on_event(RoleEvent.FORCED_LEADER if forced else RoleEvent.WON_VOTE, term, why=votes)
         self.transfer.leading(now)
         return self.heartbeats.start_leading(now)
 
     def take_leadership(self, now: int, target: int, token: Any) -> None:
         """The transferee caught up: stand in ``target`` at once; ``token`` is answered when
         the take-over is decided (``TakeLeadership``)."""
-        self.voting.catch_up_term(now, target, RoleEvent.TAKE_LEADERSHIP)
+        self.voting.catch_up_term(now, target, RoleEvent.TAKE_LEADERSHIP,
+                                  f"a leadership transfer from {self.member_state.leader_id}")
         self.transfer.taking(token, target)
 
     def heard_leader(self, now: int) -> None:

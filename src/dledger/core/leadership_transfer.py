@@ -32,6 +32,7 @@ marks come in as arguments (``start``, ``check_preferred``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -39,6 +40,8 @@ from dledger.core import term_gate
 from dledger.core.intents import NONE, Complete, Send, TakeLeadership
 from dledger.core.member_state import MemberState, Role
 from dledger.protocol import DLedgerResponseCode as Code, LeadershipTransferRequest, LeadershipTransferResponse
+
+log = logging.getLogger(__name__)
 
 
 class TransferWait(NamedTuple):
@@ -97,10 +100,18 @@ class LeadershipTransfer:
         member = self.member_state
         transferee = req.transferee_id
         lag = member.ledger_end_index - match
+        me = member.self_id
         if lag >= self.cfg.max_leadership_transfer_wait_index:
+            log.info("%s: leadership transfer to %s refused: it is %d entries behind (at most %d)", me, transferee,
+                     lag, self.cfg.max_leadership_transfer_wait_index - 1)
             return self.answer(req, Code.FALL_BEHIND_TOO_MUCH), NONE
         if member.transferee is not None:
+            log.info("%s: leadership transfer to %s refused: a transfer to %s is running", me, transferee,
+                     member.transferee)
             return self.answer(req, Code.LEADER_TRANSFERRING), NONE
+        log.info("%s: leadership transfer to %s started in term %d: it takes over once its log reaches index %d "
+                 "(%d entries behind); appends are refused meanwhile", me, transferee, member.curr_term,
+                 member.ledger_end_index, max(lag, 0))
         member.transferee = transferee
         member.fence_lease()
         term = member.curr_term
@@ -115,6 +126,12 @@ class LeadershipTransfer:
         it."""
         member = self.member_state
         code = Code.NETWORK_ERROR if resp is None else resp.code
+        if code == Code.SUCCESS:
+            log.info("%s: leadership transfer to %s done: it leads term %d", member.self_id, fwd.req.transferee_id,
+                     resp.term)
+        else:
+            log.info("%s: leadership transfer to %s failed: %s", member.self_id, fwd.req.transferee_id,
+                     "no answer" if resp is None else Code.of(code).name)
         if code != Code.SUCCESS or (member.curr_term == fwd.term and member.transferee is not None):
             member.transferee = None
         if fwd.token is None:
@@ -144,6 +161,8 @@ class LeadershipTransfer:
             if best_lag is None or lag < best_lag:
                 best, best_lag = pid, lag
         if best is not None and best_lag < self.cfg.max_leadership_transfer_wait_index:
+            log.info("%s: %s is a preferred leader and %d entries behind: transferring leadership to it",
+                     member.self_id, best, best_lag)
             req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
                                             term=member.curr_term, transfer_id=member.self_id, transferee_id=best)
             return self.start(now, req, None, water_marks[best])[1]
@@ -154,8 +173,14 @@ class LeadershipTransfer:
         """This node is the transferee ``req`` names: it waits until its log reaches the index
         the old leader named (its term is judged then: it may still move meanwhile). Returns the
         response now (None: ``token`` is answered later) and the intents."""
-        if req.transfer_id != self.member_state.leader_id:
+        member = self.member_state
+        if req.transfer_id != member.leader_id:
+            log.info("%s: asked by %s to take leadership, which it does not follow (its leader: %s): refused",
+                     member.self_id, req.transfer_id, member.leader_id)
             return self.answer(req, Code.INCONSISTENT_LEADER), NONE
+        log.info("%s: asked by %s to take leadership in term %d: waiting for its log to reach index %d (at %d)",
+                 member.self_id, req.transfer_id, req.term + 1, req.take_leadership_ledger_index,
+                 member.ledger_end_index)
         self.transfer_wait = TransferWait(req, token, now + self.cfg.leadership_transfer_wait_timeout)
         return None, self.maintain(now)
 
@@ -177,12 +202,19 @@ class LeadershipTransfer:
 
         if member.ledger_end_index >= req.take_leadership_ledger_index:
             if not term_gate.same(req.term, member.curr_term):
+                log.info("%s: taking leadership from %s failed: the term moved to %d", member.self_id,
+                         req.transfer_id, member.curr_term)
                 return done(Code.INCONSISTENT_TERM)
             self.transfer_wait = None
             target = req.term + 1
+            log.info("%s: caught up to index %d: standing in term %d to take leadership from %s", member.self_id,
+                     req.take_leadership_ledger_index, target, req.transfer_id)
             member.term_to_take_leadership = target
             return (TakeLeadership(target, token),)
         if now >= deadline:
+            log.info("%s: taking leadership from %s failed: its log reached index %d, not %d, in %d ms",
+                     member.self_id, req.transfer_id, member.ledger_end_index, req.take_leadership_ledger_index,
+                     self.cfg.leadership_transfer_wait_timeout)
             return done(Code.TAKE_LEADERSHIP_FAILED)
         return NONE
 
@@ -213,6 +245,11 @@ class LeadershipTransfer:
         self.take_leadership_task = None
         member = self.member_state
         member.term_to_take_leadership = -1
+        if code == Code.SUCCESS:
+            log.info("%s: took leadership in term %d", member.self_id, term)
+        else:
+            log.info("%s: taking leadership in term %d failed: %s (%s in term %d)", member.self_id, target,
+                     Code.of(code).name, role.value, term)
         if token is None:
             return NONE
         return (Complete(token, LeadershipTransferResponse(group=member.group, local_id=member.self_id,

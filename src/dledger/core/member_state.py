@@ -29,7 +29,7 @@ from dledger.core.quorum import Majority
 from dledger.core.transitions import TransitionTable
 from dledger.errors import DLedgerError
 from dledger.entry import MAX_TERM
-from dledger.protocol import DLedgerResponseCode as Code
+from dledger.protocol import DLedgerResponseCode as Code, peers_text
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
@@ -130,6 +130,8 @@ class MemberState:
         self.self_id: str = config.self_id
         self.peer_map: dict[str, str] = dict(config.peer_map)
         self.peer_ids: list[str] = list(self.peer_map)
+        #: the members as vote and heartbeat requests carry them (``core.peers_check``)
+        self.peers_text: str = peers_text(self.peer_map)
         self.remote_peer_ids: list[str] = [p for p in self.peer_ids if p != self.self_id]
         #: the voters: every quorum question (votes, commit, check-quorum, lease) asks it
         self.majority = Majority(self.peer_ids)
@@ -151,6 +153,8 @@ class MemberState:
         self._last_told: tuple[int, Role] | None = None
         #: a higher term this node joined as candidate and has not campaigned in yet
         self._joined_term = -1
+        #: the leader this node last followed or was, and its term (for the log lines)
+        self._last_leader: tuple[str | None, int] = (None, -1)
 
     # -- persistent state ---------------------------------------------------------------------
     @property
@@ -201,7 +205,7 @@ class MemberState:
         """Record the role this member starts in (once, when the node is built)."""
         self._told(RoleEvent.START, self.role)
 
-    def _told(self, event: RoleEvent, before: Role) -> None:
+    def _told(self, event: RoleEvent, before: Role, why: str = "") -> None:
         key = (self.curr_term, self.role)
         if key != self._last_told:
             self._last_told = key
@@ -209,8 +213,15 @@ class MemberState:
             self.changes.append(change)
             if event is RoleEvent.START:
                 log.info("%s: %s", self.self_id, change)
-            else:
-                log.info("%s: %s -> %s", self.self_id, before.value, change)
+                return
+            if self.role is not Role.CANDIDATE and self.leader_id != self._last_leader[0]:
+                # a leader change: which leader it follows now, and which it followed before
+                was, in_term = self._last_leader
+                if was is not None:
+                    before_it = f"the leader was {was} in term {in_term}"
+                    why = f"{why}; {before_it}" if why else before_it
+                self._last_leader = (self.leader_id, self.curr_term)
+            log.info("%s: %s -> %s%s", self.self_id, before.value, change, f": {why}" if why else "")
 
     def fence_lease(self) -> None:
         """A leadership transfer starts: the transferee may win the next term without the
@@ -226,10 +237,11 @@ class MemberState:
         """This node is the transferee of a leadership transfer in its current term."""
         return self.term_to_take_leadership == self.curr_term and self.term_to_take_leadership >= 0
 
-    def on_event(self, event: RoleEvent, term: int, leader_id: str | None = None) -> Role:
+    def on_event(self, event: RoleEvent, term: int, leader_id: str | None = None, *, why: str = "") -> Role:
         """``event`` happened in ``term``: take the role ``ROLE_TRANSITIONS`` gives for it
         (``IllegalTransition``, with nothing changed, when the table has none) and tell the
-        change with its event. ``leader_id`` names the leader to follow (FOLLOWER only).
+        change with its event (``why``: its details, for the log line only). ``leader_id``
+        names the leader to follow (FOLLOWER only).
 
         - LEADER: ``term`` is the current term (its vote passed, or the harness forced it);
         - FOLLOWER: follows ``leader_id`` in the current ``term``;
@@ -244,7 +256,7 @@ class MemberState:
             self._enter_follower(term, leader_id)
         else:
             self._enter_candidate(term)
-        self._told(event, before)
+        self._told(event, before, why)
         return role
 
     def _enter_leader(self, term: int) -> None:

@@ -54,11 +54,13 @@ from dledger.core.intents import (RANK, CommitHint, Complete, Fail, FailReads, F
                                    TailCut, TakeLeadership, Won)
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
+from dledger.core.peers_check import PeersCheck
 from dledger.core.rejoin import Rejoin
 from dledger.core.peer_repair import Repairer
 from dledger.core.round_trip import RoundTrips
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.core.step import RESPONSE_OF, Stepping, _Get, _PeerReply, _Remote
+from dledger.core.waiting import Waiting
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, Envelope, GetEntriesResponse,
@@ -129,6 +131,10 @@ class Node(Stepping):
         self.handler = EntryHandler(member, store, config, recovery=recovery, state_machine=state_machine is not None)
         self.tail = DamagedTail(member, store)
         self.repairer = Repairer(member, store, now_ms=now_ms)
+        #: members that disagree on the group's members refuse each other (core/peers_check.py)
+        self.peers_check = PeersCheck(member)
+        #: why this node knows no leader, logged every few seconds (core/waiting.py)
+        self.waiting = Waiting(member, recovery, self.peers_check, config, now_ms=now_ms)
         self._messages: list[Envelope] = []
         self._completions: list[Completion] = []
         self._rpcs: dict[int, _Rpc] = {}
@@ -405,6 +411,7 @@ class Node(Stepping):
         else:
             raise AssertionError(self._unsettled())
         self._repair(now)
+        self.waiting.maintain(now, self.elector.voting.last_tally)
 
     def _settle_pass(self, now: int) -> None:
         self._react_to_role_changes(now)
@@ -474,13 +481,13 @@ class Node(Stepping):
         elector = self.elector
         kind = type(intent)
         if kind is StepDown:
-            elector.become_candidate(now, intent.term, intent.event)
+            elector.become_candidate(now, intent.term, intent.event, intent.why)
         elif kind is JoinTerm:
-            elector.join_term(now, intent.term, intent.event)
+            elector.join_term(now, intent.term, intent.event, intent.why)
         elif kind is Follow:
             elector.follow(intent.term, intent.leader)
         elif kind is Won:
-            return elector.become_leader(now, intent.term)
+            return elector.become_leader(now, intent.term, votes=intent.votes)
         elif kind is StandAside:
             elector.step_aside(now)
         elif kind is TakeLeadership:

@@ -66,7 +66,7 @@ from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppe
                               LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
                               MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
                               PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse,
-                              check_in_range)
+                              VoteResult, check_in_range)
 
 #: the node's logger: what ``Node.step`` logs keeps the name operators know (docs/operations.md)
 log = logging.getLogger("dledger.core.node")
@@ -152,6 +152,8 @@ class Stepping:
                 and member.role is Role.LEADER and not isinstance(msg, PullEntriesResponse):
             # a repair pull is answered whatever the term and leader: it confirms nothing
             self.elector.note_contact(now, env.src, rpc.sent_ms)
+        if getattr(msg, "code", None) == Code.PEERS_MISMATCH:
+            self.peers_check.refused_by(now, env.src, getattr(msg, "members", ""))
         higher = term_gate.higher_term(msg, member.curr_term)
         try:
             self._answered(now, rpc, env.src, msg, higher)
@@ -197,6 +199,12 @@ class Stepping:
             self._read(now, _Get(_Remote(env.src, env.request_id, req), req.begin_index), ReadMode(req.read_mode))
             return None
         # -- Raft requests: who sent it, the term gate, the role ------------------------------
+        if kind is VoteRequest or kind is HeartBeatRequest:
+            check = self.peers_check
+            if not check.matches(req.members):           # its --peers differ: refused, loudly
+                check.refusal(now, env.src, req.members)
+                return self._members_refusal(req)
+            check.agreed(env.src)
         asker = _PeerReply(env.src, env.request_id)
         if kind is LeadershipTransferRequest and req.transferee_id == member.self_id:
             # the transferee: it judges the term once its log has caught up
@@ -233,6 +241,17 @@ class Stepping:
         if role is Role.FOLLOWER:
             return self._step_follower(now, req, asker)
         return self._step_candidate(now, req, asker)
+
+    def _members_refusal(self, req: Any) -> Any:
+        """PEERS_MISMATCH, naming this node's members: no vote given, no leader followed."""
+        elector = self.elector
+        if type(req) is VoteRequest:
+            resp = elector.voting.answer(req, VoteResult.UNKNOWN)
+        else:
+            resp = elector.heartbeats.answer(req, Code.PEERS_MISMATCH, self.member_state.curr_term)
+        resp.code = Code.PEERS_MISMATCH
+        resp.members = self.peers_check.text
+        return resp
 
     def _refusal(self, req: Any, verdict: term_gate.Verdict) -> Any:
         """The answer the term gate decided for ``req``, built by the part that owns it."""
@@ -348,8 +367,11 @@ class Stepping:
         at once in its current term: it moves no term, and the answers tell whether the others
         lost the leader too (then the next round takes a new term)."""
         elector = self.elector
-        if elector.heartbeats.leader_silent(now):
-            self._apply(now, (StepDown(self.member_state.curr_term, RoleEvent.ELECTION_TIMEOUT),))
+        heartbeats = elector.heartbeats
+        if heartbeats.leader_silent(now):
+            member = self.member_state
+            why = f"nothing heard from {member.leader_id} for {now - heartbeats.last_leader_heartbeat_ms} ms"
+            self._apply(now, (StepDown(member.curr_term, RoleEvent.ELECTION_TIMEOUT, why),))
             elector.voting.probe_now(now)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -359,7 +381,8 @@ class Stepping:
                                 leader_id=member.leader_id, term=member.curr_term, peers=dict(member.peer_map),
                                 ledger_end_index=store.ledger_end_index, vote_for=member.curr_vote_for,
                                 role=member.role.value, ledger_end_term=store.ledger_end_term,
-                                committed_index=member.committed_index)
+                                committed_index=member.committed_index,
+                                waiting=self.waiting.reason(self.elector.voting.last_tally))
 
     def _unless_damaged(self, resp: Any) -> Any:
         """A follower does not acknowledge a match over an entry whose local copy is damaged

@@ -122,14 +122,15 @@ def judge(req: Any, mine: int, *, live_leader: bool = False, leader: str | None 
     kind = type(req)
     if o is Order.LOWER:
         return Verdict(_LOWER[kind], mine if kind is HeartBeatRequest else None)
+    why = f"{req.local_id}'s {kind.__name__} in term {req.term}"
     if kind is HeartBeatRequest:
-        return Verdict(Code.TERM_NOT_READY, -1, (JoinTerm(req.term, RoleEvent.HIGHER_TERM_SEEN),))
+        return Verdict(Code.TERM_NOT_READY, -1, (JoinTerm(req.term, RoleEvent.HIGHER_TERM_SEEN, why),))
     if kind is VoteRequest:
         if not req.leadership_transfer and live_leader and req.leader_id != leader:
             return Verdict(VoteResult.REJECT_ALREADY_HAS_LEADER)
         # as DLedger: catch up first, answer with the term it had
         return Verdict(VoteResult.REJECT_TERM_NOT_READY, mine,
-                       (FailReads(Code.NOT_LEADER), JoinTerm(req.term, RoleEvent.HIGHER_TERM_SEEN)))
+                       (FailReads(Code.NOT_LEADER), JoinTerm(req.term, RoleEvent.HIGHER_TERM_SEEN, why)))
     if kind is PushEntryRequest or kind is InstallSnapshotRequest:
         return Verdict(Code.NOT_FOLLOWER)
     return Verdict(Code.INCONSISTENT_TERM)

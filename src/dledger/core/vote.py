@@ -80,6 +80,25 @@ class VoteTally:
     already_has_leader: bool = False
     #: the highest term a voter said this candidate is behind on (``term_gate.higher_term``)
     higher_term: int | None = None
+    #: the voter that said so (for the log line)
+    higher_from: str | None = None
+    #: voter -> its answer in words (``ACCEPT``, a rejection's name, ``no answer``): the log lines
+    results: dict[str, str] = field(default_factory=dict)
+    #: the voters that said they are recovering
+    recovering_voters: set = field(default_factory=set)
+
+    def votes_text(self) -> str:
+        """Who voted for, who against (and why), who did not answer: ``for n0, n1; against n2
+        (REJECT_ALREADY_VOTED); no answer from n3``."""
+        yes = sorted(v for v, r in self.results.items() if r == "ACCEPT")
+        silent = sorted(v for v, r in self.results.items() if r == "no answer")
+        no = sorted((v, r) for v, r in self.results.items() if r not in ("ACCEPT", "no answer"))
+        parts = [f"for {', '.join(yes) if yes else 'none'}"]
+        if no:
+            parts.append("against " + ", ".join(f"{v} ({r})" for v, r in no))
+        if silent:
+            parts.append("no answer from " + ", ".join(silent))
+        return "; ".join(parts)
 
     def add(self, voter: str, resp: VoteResponse | None, higher: int | None = None) -> None:
         """Count ``voter``'s answer ``resp``; ``higher``: the term above this round's the term
@@ -88,8 +107,10 @@ class VoteTally:
             return          # a duplicated answer counts once
         result = VoteResult.UNKNOWN if resp is None else resp.vote_result
         self.responded[voter] = result in _FAVOURABLE
+        self.results[voter] = _in_words(resp)
         if result == VoteResult.REJECT_RECOVERING or resp is not None and resp.recovering:
             self.recovering += 1
+            self.recovering_voters.add(voter)
         if result not in (VoteResult.UNKNOWN, VoteResult.REJECT_RECOVERING):
             self.valid += 1
         if result == VoteResult.ACCEPT:
@@ -102,12 +123,25 @@ class VoteTally:
             self.already_has_leader = True
         if higher is not None and (self.higher_term is None or higher > self.higher_term):
             self.higher_term = higher
+            self.higher_from = voter
 
     def decided(self, majority: Majority) -> bool:
         """Someone still hears a leader, or the round has passed, or it could not pass even
         if every voter still missing agreed."""
         outcome = majority.unanimous_result(self.responded) if self.unanimous else majority.vote_result(self.responded)
         return self.already_has_leader or outcome is not VoteOutcome.PENDING
+
+
+def _in_words(resp: VoteResponse | None) -> str:
+    """A vote answer as the log lines say it."""
+    if resp is None:
+        return "no answer"
+    if resp.code != Code.SUCCESS:
+        return Code.of(resp.code).name
+    try:
+        return VoteResult(resp.vote_result).name
+    except ValueError:
+        return f"vote result {resp.vote_result}"
 
 
 def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
@@ -151,6 +185,12 @@ class Voting:
         self.unanimous_next = False
         #: when this candidate first found its term relearnt (see ``_hearing_out_relearnt_term``)
         self._relearnt_since: int | None = None
+        #: the last round that finished (what ``core.waiting`` reports)
+        self.last_tally: VoteTally | None = None
+        #: why the next round is held (logged with it at INFO; None: a repeated round, DEBUG)
+        self._why_next: str | None = "the node started"
+        #: (term, votes) of the last lost round logged at INFO: the same again is DEBUG
+        self._loss_logged: tuple | None = None
 
     # -- timing ----------------------------------------------------------------------------
     def vote_delay(self) -> int:
@@ -166,10 +206,11 @@ class Voting:
         return self.round_deadline if self.round is not None else self.next_time_to_request_vote
 
     # -- becoming a candidate, leaving candidacy --------------------------------------------
-    def become_candidate(self, now: int, term: int, event: RoleEvent) -> None:
-        """Step down (or stay) as candidate, knowing ``term``, because of ``event``; the next
-        vote after a random delay."""
-        self.member_state.on_event(event, term)
+    def become_candidate(self, now: int, term: int, event: RoleEvent, why: str = "") -> None:
+        """Step down (or stay) as candidate, knowing ``term``, because of ``event`` (``why``:
+        its details, for the log line); the next vote after a random delay."""
+        self.member_state.on_event(event, term, why=why)
+        self._why_next = event.value
         self.round = None
         self.next_time_to_request_vote = now + self.vote_delay()
 
@@ -180,10 +221,10 @@ class Voting:
         self.become_candidate(now, self.member_state.curr_term, RoleEvent.STEP_ASIDE_DAMAGED_TAIL)
         self.next_time_to_request_vote += 2 * election_timeout_ms(self.cfg) + self.cfg.max_vote_interval_ms
 
-    def catch_up_term(self, now: int, term: int, event: RoleEvent) -> None:
+    def catch_up_term(self, now: int, term: int, event: RoleEvent, why: str = "") -> None:
         """A higher ``term`` was seen (or, ``TAKE_LEADERSHIP``, a transferee stands in it):
         become its candidate; the term is taken at once."""
-        self.become_candidate(now, term, event)
+        self.become_candidate(now, term, event, why)
         self.need_increase_term_immediately = True
 
     def probe_now(self, now: int) -> None:
@@ -194,7 +235,7 @@ class Voting:
         """A leader of this term spoke: stop any round and follow it."""
         self.round = None
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-        self.member_state.on_event(RoleEvent.LEADER_HEARD, term, leader_id)
+        self.member_state.on_event(RoleEvent.LEADER_HEARD, term, leader_id, why=f"a heartbeat of {leader_id}")
 
     def on_role_change(self, change) -> None:
         if change.role is not Role.CANDIDATE:
@@ -240,6 +281,7 @@ class Voting:
         if member.curr_vote_for == NO_MEMBER and self._hearing_out_relearnt_term(now):
             self.next_time_to_request_vote = now + self.vote_delay()
             return NONE
+        was = member.curr_term
         if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
                 or member.known_max_term_in_group > member.curr_term:
             # (a relearnt term carries a vote for no member: campaign above it; and a node that
@@ -253,6 +295,7 @@ class Voting:
         # recovering candidate's own vote counts only in such a round; in a plain round it
         # can still win with a quorum of the others' votes)
         unanimous = self.unanimous_next
+        self._log_start(term, was, unanimous)
         tally = VoteTally(term, unanimous=unanimous)
         self.round = tally
         self.round_deadline = now + self.round_ms()
@@ -262,7 +305,7 @@ class Voting:
             req = VoteRequest(group=member.group, local_id=member.self_id, remote_id=peer, leader_id=member.self_id,
                               term=term, ledger_end_index=member.ledger_end_index,
                               ledger_end_term=member.ledger_end_term, leadership_transfer=transfer,
-                              unanimous=unanimous)
+                              unanimous=unanimous, members=member.peers_text)
             if peer == member.self_id:
                 # its own vote: the round's term is this node's, so only the voter's rules apply
                 resp = self.admit(req, self_vote=True) or self.vote(req, self_vote=True)
@@ -295,6 +338,9 @@ class Voting:
         member = self.member_state
         if tally is None or member.role is not Role.CANDIDATE or member.curr_term != tally.term:
             return NONE
+        self.last_tally = tally
+        for voter in member.peer_ids:                 # (for the log lines: who had not answered)
+            tally.results.setdefault(voter, "no answer")
         majority = member.majority
         result = parse_vote_tally(tally, majority)
         self.last_parse_result = result
@@ -312,13 +358,17 @@ class Voting:
             result = self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         c = self.cfg
         if result is ParseResult.PASSED:
-            return (Won(tally.term),)
+            return (Won(tally.term, tally.votes_text()),)
         if result is ParseResult.REVOTE_IMMEDIATELY:
+            log.debug("%s: vote round in term %d: voters catch up their term; again at once (%s)",
+                      member.self_id, tally.term, tally.votes_text())
             self.next_time_to_request_vote = now
             return NONE
+        self._log_loss(tally, result)
         delay = self.vote_delay()
         if tally.higher_term is not None:
-            member.on_event(RoleEvent.HIGHER_TERM_SEEN, tally.higher_term)
+            member.on_event(RoleEvent.HIGHER_TERM_SEEN, tally.higher_term,
+                            why=f"{tally.higher_from}'s vote answer in term {tally.higher_term}")
         elif tally.already_has_leader:
             # someone still hears a leader: probe again soon (a same-term round moves nothing)
             half = c.heart_beat_time_interval_ms // 2
@@ -328,6 +378,42 @@ class Voting:
             delay += c.max_vote_interval_ms     # a more up to date member should win: let it
         self.next_time_to_request_vote = now + delay
         return NONE
+
+    # -- the log lines ----------------------------------------------------------------------
+    def _log_start(self, term: int, was: int, unanimous: bool) -> None:
+        """An election starts (INFO): a new term, or the first round since this node became a
+        candidate; a repeated round in the same term is DEBUG (``core.waiting`` says why it
+        repeats)."""
+        member = self.member_state
+        why = self._why_next
+        if term != was and why is None:
+            why = f"the round in term {was} was lost"
+        self._why_next = None
+        if why is None:
+            log.debug("%s: vote round in term %d again", member.self_id, term)
+            return
+        moved = f" (term {was} -> {term})" if term != was else " (its current term)"
+        kind = ", unanimous: more than a minority of voters are recovering" if unanimous else ""
+        log.info("%s: election started in term %d%s: %s%s", member.self_id, term, moved, why, kind)
+
+    def _log_loss(self, tally: VoteTally, result: ParseResult) -> None:
+        """A round ended without a win (INFO; the same outcome in the same term again: DEBUG)."""
+        member = self.member_state
+        votes = tally.votes_text()
+        if tally.higher_term is not None:
+            then = f"{tally.higher_from} is in the higher term {tally.higher_term}: joining it"
+        elif tally.already_has_leader:
+            then = "a voter still hears a leader"
+        elif not member.majority.is_quorum(tally.valid):
+            then = "too few answers to decide; again in this term"
+        elif result is ParseResult.WAIT_TO_VOTE_NEXT:
+            then = "again in the next term"
+        else:
+            then = "a more up-to-date member should win; again later"
+        key = (tally.term, votes)
+        level = logging.DEBUG if key == self._loss_logged else logging.INFO
+        self._loss_logged = key
+        log.log(level, "%s: election in term %d lost: %s; %s", member.self_id, tally.term, votes, then)
 
     def _hearing_out_relearnt_term(self, now: int) -> bool:
         """A relearnt term (``core.rejoin``: a vote for no member) whose answers named a
