@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pty
 import queue
 import re
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 
@@ -25,6 +27,7 @@ from dledger.transport.loopback import free_ports
 from recipes.blocks import ROOT, Block, matches, mismatch, session_steps
 
 SENTINEL = "__doc_step_done__"
+QUIET = 10.0        # seconds without a new line after a command ended: its output is complete
 
 
 def workdir(path: pathlib.Path) -> pathlib.Path:
@@ -59,10 +62,13 @@ class Substitution:
     def expand(self, text: str) -> str:
         return re.sub(r"\$(\w+)", lambda m: self.variables.get(m.group(1), m.group(0)), text)
 
-    def apply(self, block: Block) -> str:
-        text = block.text
+    def apply(self, block: Block, text: str | None = None) -> str:
+        """The block's text (or ``text``, a part of it) as it runs."""
+        if text is None:
+            text = block.text
+            for old, _ in block.marker.subs:
+                assert old in text, f"{block.where}: the block no longer holds {old!r} (its sub option)"
         for old, new in block.marker.subs:
-            assert old in text, f"{block.where}: the block no longer holds {old!r} (its sub option)"
             text = text.replace(old, self.expand(new))
         for doc_port, port in self.ports.items():
             text = re.sub(rf"(?<!\d){doc_port}(?!\d)", str(port), text)
@@ -75,40 +81,63 @@ class Substitution:
 
 
 class Shell:
-    """One bash process, fed a command at a time; its output read by a thread."""
+    """One bash process, fed a command at a time. Its output goes to a terminal (a pty), as a
+    reader's does, so commands that print a table on a terminal print it here; a thread reads
+    it line by line."""
 
     def __init__(self, cwd: pathlib.Path, env: dict[str, str]) -> None:
+        self.master, slave = pty.openpty()
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.ONLCR                  # "\n" stays "\n"
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
         self.proc = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=cwd, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                     start_new_session=True)
+                                     stdin=subprocess.PIPE, stdout=slave, stderr=slave,
+                                     text=True, bufsize=1, start_new_session=True)
+        os.close(slave)
         self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:                         # EIO: every writer has closed the terminal
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                self.lines.put(line.decode(errors="replace").rstrip("\r"))
+        if pending:
+            self.lines.put(pending.decode(errors="replace"))
         self.lines.put(None)
 
     def step(self, command: str, expected: list[str], deadline: float, back) -> list[str]:
-        """Run ``command``; return its lines once it ended and they match ``expected`` (or
-        the deadline passed)."""
+        """Run ``command``; return its lines once it ended and they match ``expected``, or
+        when nothing more came for ``QUIET`` seconds after it ended, or at the deadline."""
         self.proc.stdin.write(f"{command}\necho {SENTINEL} $?\n")
         self.proc.stdin.flush()
         got: list[str] = []
         ended = False
+        last = time.monotonic()
         while True:
             if ended and matches(expected, got):
                 return got
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 return got + ([] if ended else ["(still running when the block's time was up)"])
+            if ended and now - last >= QUIET:
+                return got                          # nothing more came: the lines do not match
             try:
-                line = self.lines.get(timeout=min(left, 0.05 if ended else left))
+                line = self.lines.get(timeout=min(deadline - now, 0.05 if ended else deadline - now))
             except queue.Empty:
                 if ended and not expected:
                     return got
                 continue
+            last = time.monotonic()
             if line is None:
                 return got + ["(the shell exited)"]
             if line.startswith(f"{SENTINEL} "):
@@ -118,6 +147,8 @@ class Shell:
 
     def close(self) -> None:
         stop_group(self.proc)
+        self.reader.join(10)                        # the terminal's last writer is gone
+        os.close(self.master)
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -152,8 +183,9 @@ def run_session(blocks: list[Block], subst: Substitution, cwd: pathlib.Path, env
     try:
         for block in blocks:
             deadline = time.monotonic() + block.marker.timeout
-            for command, expected in session_steps(subst.apply(block)):
-                got = shell.step(command, expected, deadline, subst.back)
+            subst.apply(block)                      # every sub still applies
+            for command, expected in session_steps(block.text):
+                got = shell.step(subst.apply(block, command), expected, deadline, subst.back)
                 assert matches(expected, got), mismatch(f"{block.where}: $ {command}", expected, got)
     finally:
         shell.close()
