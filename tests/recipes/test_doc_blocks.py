@@ -108,15 +108,15 @@ def test_session_steps_join_continued_lines():
     assert steps == [("a \\\n    b", ["out 1", "out 2"]), ("c", [])]
 
 
-def _spark_block(block: Block, text: str) -> list[str]:
+def _spark_block(block: Block, text: str, cwd) -> list[str]:
     from helpers.local_spark import local_session
 
     import dledger.spark
 
-    spark = local_session()
+    spark = local_session()                         # its JVM keeps the directory it started in
     dledger.spark.register(spark)
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), contextlib.chdir(cwd):   # what the block writes goes there
         if block.lang == "sql":
             for statement in filter(str.strip, text.split(";")):
                 spark.sql(statement).show()
@@ -143,7 +143,7 @@ def test_the_block_runs_and_prints_what_the_doc_shows(unit, tmp_path):
     (block,) = unit
     text = subst.apply(block)
     if "spark" in block.marker.setups:
-        lines = [subst.back(line) for line in _spark_block(block, text)]
+        lines = [subst.back(line) for line in _spark_block(block, text, cwd)]
     else:
         prelude = setups.server_prelude(tmp_path) if "server" in block.marker.setups else ""
         lines = run_whole(block, text, subst, cwd, env, prelude)
