@@ -51,6 +51,24 @@ def test_the_report_prints_each_window():
     assert "  start-up           : first acknowledgement 900 ms after the first append (20 entries" in text
 
 
+def test_without_the_spark_extra_the_report_says_how_to_install_it_from_the_checkout(monkeypatch):
+    import sys
+
+    from dledger.demo.report import run_audit
+
+    load, _f = _run()
+    out = io.StringIO()
+    print_report(DemoResult(entries=1680, load=load), out)       # no chart was written
+    monkeypatch.setitem(sys.modules, "dledger.spark.audit", None)     # as if pyspark were not installed
+    assert run_audit(["a", "b", "c"], "out", out) == 0
+    lines = out.getvalue().splitlines()
+    hint = "pip install -e '"
+    chart = next(x for x in lines if x.startswith("latency chart"))
+    audit = next(x for x in lines if x.startswith("replica audit"))
+    assert f"not written (matplotlib is missing: {hint}" in chart and "[spark]' from a checkout" in chart
+    assert audit.startswith("replica audit        : skipped (") and hint in audit and "dledger[spark]')" not in audit
+
+
 def test_the_chart_marks_the_start_up_stall(tmp_path):
     pytest.importorskip("matplotlib")
     load, f = _run()

@@ -316,6 +316,9 @@ class MetadataResponse(RequestOrResponse):
     committed_index: int = -1
     #: why the node knows no leader, as its periodic WARNING says it (empty when it knows one)
     waiting: str = ""
+    #: the largest entry body the node's store takes (its data segment size less the blank and
+    #: the header it needs, at most 4 MiB less the header); -1 from a node that does not send it
+    max_body_size: int = -1
 
 
 @_dc
@@ -436,7 +439,7 @@ _ADDED_FIELDS = {VoteRequest: ("unanimous", "members"), VoteResponse: ("recoveri
                  InstallSnapshotRequest: ("next_pos", "commit_index", "incarnation"),
                  InstallSnapshotResponse: ("end_index", "recovering", "incarnation"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index",
-                                    "waiting")}
+                                    "waiting", "max_body_size")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
 

@@ -93,3 +93,46 @@ def test_a_broker_with_a_metrics_port_serves_the_nodes_and_the_brokers_metrics(t
     finally:
         proc.terminate()
         assert proc.wait(30) == 0, proc.stderr.read().decode()[-2000:]
+
+
+def test_the_broker_logs_as_dledger_node_does_its_nodes_lines_naming_group_node_and_term(tmp_path):
+    import queue
+    import threading
+
+    from dledger.transport.loopback import free_ports
+
+    raft, broker = free_ports(2)
+    (tmp_path / "b.toml").write_text("mapped_file_size_for_entry_data = 1048576\n"
+                                     "mapped_file_size_for_entry_index = 65536\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "dledger.cli", "broker", "--group", "m", "--id", "n0",
+                             "--peers", f"n0-127.0.0.1:{raft}", "--broker-port", str(broker), "--bootstrap",
+                             "--store-dir", str(tmp_path), "--config", str(tmp_path / "b.toml")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x.rstrip("\n")) for x in proc.stderr] + [lines.put(None)],
+                     daemon=True).start()
+    # e.g. "2026-11-27 10:28:21,437 INFO dledger.core.member_state [m/n0 term 0] n0: CANDIDATE -> LEADER ..."
+    leader = re.compile(r"^\S+ \S+ INFO dledger\.core\.member_state \[m/n0 term (\d+)\] "
+                        r"n0: CANDIDATE -> LEADER in term \1 \(vote won\)")
+    own = re.compile(r"^\S+ \S+ INFO dledger\.broker node n0 of group m on 127\.0\.0\.1:\d+, store ")
+    seen: list[str] = []
+
+    def until(done) -> None:
+        while not done():
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                raise AssertionError("\n".join(seen)) from None
+            if line is None:
+                return
+            seen.append(line)
+
+    try:
+        until(lambda: any(map(leader.match, seen)) and any(map(own.match, seen)))
+        assert any(map(leader.match, seen)) and any(map(own.match, seen)), "\n".join(seen)
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, "\n".join(seen)
+    until(lambda: False)                                    # to the end of its stderr
+    assert re.match(r"^\S+ \S+ INFO dledger\.broker stopped; store flushed$", seen[-1]), "\n".join(seen)

@@ -134,6 +134,14 @@ def test_transfer_leader_to_the_leader_says_it_already_leads(group, capsys):
     assert capsys.readouterr().out == f"{lid} already leads (term {lead.node.term}); nothing to do\n"
 
 
+def test_a_refused_transfer_names_the_code_and_its_number(group, capsys):
+    lead = group.leader()
+    target = next(i for i in group.ids if i != lead.config.self_id)
+    group.servers[target].shutdown()                # the leader's forward to it gets no answer
+    assert main(["transfer-leader", "--peers", group.peers, "--group", "t", "--timeout", "10", "--to", target]) == 1
+    assert capsys.readouterr().err == "dledger transfer-leader: refused: NETWORK_ERROR (code 302)\n"
+
+
 def test_node_takes_the_clients_tls_flags_and_a_segment_size(tmp_path):
     parser = argparse.ArgumentParser()
     cli_node.add_parser(parser.add_subparsers(dest="cmd"))

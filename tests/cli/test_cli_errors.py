@@ -44,12 +44,14 @@ def test_a_body_over_the_entry_limit_names_its_size_and_the_limit(group, capsys,
     group.leader()
     client = ["--peers", group.peers, "--group", "t", "--timeout", "5"]
     # the group's 4 MiB data segments hold a body of at most 4 MiB less 56 bytes
-    body = b"b" * (4 * 1024 * 1024 - 50)
+    limit = 4 * 1024 * 1024 - 56
+    body = b"b" * (limit + 1)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(body + b"\n")))
     assert main(["append", *client]) == 1
     line = one_error_line(capsys, "append")
     assert line.endswith(f"refused the append: UNEXPECTED_ARGUMENT: a body of {len(body):,} bytes is over its "
-                         f"entry size limit (its data segment size less 56 bytes, {MAX_BODY:,} at most)"), line
+                         f"entry size limit, {limit:,} bytes (a node takes a body of at most its data segment "
+                         "size less 56 bytes)"), line
     # larger than any node stores: refused before anything is sent, as a bad argument
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"c" * (MAX_BODY + 1) + b"\n")))
     assert main(["append", *client]) == 2

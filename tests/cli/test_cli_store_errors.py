@@ -1,6 +1,9 @@
 """``dledger read-file``, ``verify`` and ``audit`` on bad input: one line on stderr, exit 2,
 no traceback, no Spark session (the audit fails before it would start one)."""
 
+import pathlib
+import sys
+
 import pytest
 
 from dledger.cli import main
@@ -100,3 +103,20 @@ def test_audit_of_an_unreadable_store_is_one_line_and_exit_2(tmp_path, capsys):
         fh.write(b"\0" * 10)
     assert main(["audit", a, b]) == 2
     assert "differ in size" in one_error_line(capsys, "audit")
+
+
+def test_audit_without_the_spark_extra_says_how_to_install_it_from_the_checkout(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dledger.spark.audit", None)     # as if pyspark were not installed
+    assert main(["audit", make_store(tmp_path / "a"), make_store(tmp_path / "b")]) == 2
+    line = one_error_line(capsys, "audit")
+    checkout = pathlib.Path(__file__).resolve().parents[2]
+    assert line.startswith("dledger audit: error: the audit needs the spark extra (")
+    assert line.endswith(f": pip install -e '{checkout}[spark]' from a checkout of dledger "
+                         "(make installs it in the checkout's .venv)"), line
+
+
+def test_outside_a_checkout_the_install_hint_names_a_placeholder(tmp_path, monkeypatch):
+    import dledger.spark
+
+    monkeypatch.setattr(dledger.spark, "__file__", str(tmp_path / "site-packages" / "dledger" / "spark" / "__init__.py"))
+    assert dledger.spark.install_hint().startswith("pip install -e '/path/to/dledger[spark]' from a checkout")

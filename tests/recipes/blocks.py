@@ -27,7 +27,7 @@ COMMAND_WORDS = {"python", "python3", "dledger", "make", "pytest", "git", "curl"
                  "cd", "export", "printf", "kill", "seq", "cat", "echo", "bash", "sh", "for",
                  "sudo", "java", "spark-submit"}
 OPTIONS = {"timeout", "setup", "sub", "ports", "output", "session", "by", "pytest"}
-SETUPS = {"replicas", "spark", "server", "broker-store"}
+SETUPS = {"replicas", "spark", "server", "broker-store", "rocketmq-4", "rocketmq-5"}
 
 
 class MarkerError(ValueError):

@@ -11,6 +11,10 @@ may name (``$NAME``), which a shell block also finds in its environment.
   of one, bootstrapped, that has elected itself), which is shut down after the block.
 - ``spark``: a Python or SQL block runs in the test process, in the run's one local
   SparkSession (named ``spark``), with ``dledger.spark`` registered.
+- ``rocketmq-4``, ``rocketmq-5``: ``$CLIENT_VENV``, a virtualenv holding RocketMQ's 4.x client
+  (PyPI ``rocketmq`` 0.4.4) or its 5.x one (``rocketmq-python-client`` 5.1.2): the tests'
+  cached one (``helpers.client_venvs``, made on first use), for a block that makes its own
+  with pip (its ``sub`` puts this one in its place).
 """
 
 from __future__ import annotations
@@ -69,4 +73,16 @@ def server_prelude(tmp: pathlib.Path) -> str:
         "del atexit, DLedgerConfig, DLedgerServer\n")
 
 
-VARIABLES = {"replicas": replicas, "broker-store": broker_store}
+def client_venv(kind: str):
+    """The set-up of RocketMQ's client ``kind`` (``remoting`` or ``grpc``): its virtualenv."""
+
+    def setup(tmp: pathlib.Path) -> dict[str, str]:
+        from helpers.client_venvs import client_python
+
+        return {"CLIENT_VENV": str(pathlib.Path(client_python(kind)).parents[1])}
+
+    return setup
+
+
+VARIABLES = {"replicas": replicas, "broker-store": broker_store,
+             "rocketmq-4": client_venv("remoting"), "rocketmq-5": client_venv("grpc")}

@@ -7,8 +7,10 @@ The node's flags are ``dledger node``'s (``--group --id --peers --store-dir --du
 (``'n0-host:port;n1-host:port;...'``, the same ids as ``--peers``; with the list, a put on a
 follower also names the leader's broker address). That port's wire is the project's own msgpack frames,
 not RocketMQ's remoting protocol (docs/broker.md). SIGTERM or SIGINT stops it cleanly: the
-listener closes, dispatch stops, the store is flushed and closed, exit 0. ``--metrics-port``
-(``--metrics-host``) serves the node's metrics and the broker's (``dledger.broker.metrics``).
+listener closes, dispatch stops, the store is flushed and closed, exit 0. It logs to stderr as
+``dledger node`` does, each line of its node naming group, node id and term
+(``runtime.log_context``). ``--metrics-port`` (``--metrics-host``) serves the node's metrics and
+the broker's (``dledger.broker.metrics``).
 ``--remoting-port`` also serves RocketMQ's remoting protocol for the 4.x clients
 (``dledger.broker.remoting``), registering with ``--namesrv`` when given.
 ``--grpc-port`` (``--grpc-endpoints``) also serves RocketMQ 5.x clients over gRPC v2
@@ -152,8 +154,9 @@ def start_grpc(args: argparse.Namespace, commit_log, config):
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from dledger.runtime.log_context import configure
+
+    configure(args.log_level)            # dledger node's format: a node's lines name [group/node term]
     log = logging.getLogger("dledger.broker")
     configs = load_configs(args)
     if len(configs) != 1:

@@ -20,6 +20,7 @@ import signal
 import sys
 
 from dledger.client import AppendOutcomeUnknown, DLedgerClient
+from dledger.errors import DLedgerResponseCode
 from dledger.protocol import ReadMode
 
 PEERS_EXAMPLE = "'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913'"
@@ -201,7 +202,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             return 0
         r = c.transfer_leadership(args.to)
     if r.code != 200:
-        print(f"dledger transfer-leader: refused with code {r.code}", file=sys.stderr)
+        print(f"dledger transfer-leader: refused: {DLedgerResponseCode.of(r.code).name} (code {r.code})",
+              file=sys.stderr)
         return 1
     print(f"{args.to} leads (term {r.term})" if r.term >= 0 else f"{args.to} leads")
     return 0

@@ -21,7 +21,8 @@ added). Every call has ``timeout_s`` seconds:
   gets its own entry's index and position, and the rules above hold for each of them.
 A body larger than any node stores (``MAX_BODY``: 4 MiB less the 48-byte entry header) raises
 ``EntryTooLargeError`` before anything is sent; a node whose smaller data segments refuse a
-body says so (``AppendRefusedError`` naming the body's size).
+body says so (``AppendRefusedError`` naming the body's size and the node's limit, which the
+client asks it for: ``MetadataResponse.max_body_size``).
 The secret: ``secret`` (bytes or str; a list of keys for rotation), else ``secret_file`` (one
 key a line), else the ``DLEDGER_SECRET`` environment variable, else none, as for the nodes.
 ``tls=(cert_file, key_file, ca_file)`` connects with mutual TLS (a certificate the cluster CA
@@ -205,8 +206,8 @@ class AsyncDLedgerClient:
             return target, resp
 
     # -- appends -----------------------------------------------------------------------------
-    def _check_append(self, target: str, resp: AppendEntryResponse, bodies: Sequence[bytes] = ()
-                      ) -> AppendEntryResponse:
+    async def _check_append(self, target: str, resp: AppendEntryResponse, bodies: Sequence[bytes] = ()
+                            ) -> AppendEntryResponse:
         if resp.code == Code.SUCCESS:
             return resp
         name = Code(resp.code).name if resp.code in Code._value2member_map_ else str(resp.code)
@@ -216,9 +217,22 @@ class AsyncDLedgerClient:
         why = ""
         if resp.code == Code.UNEXPECTED_ARGUMENT and bodies:
             # the one reason a leader refuses a well-formed append so: a body over its entry limit
-            why = (f": a body of {max(map(len, bodies)):,} bytes is over its entry size limit (its data "
-                   f"segment size less 56 bytes, {MAX_BODY:,} at most)")
+            limit = await self._body_limit(target)
+            why = (f": a body of {max(map(len, bodies)):,} bytes is over its entry size limit, "
+                   + (f"{limit:,} bytes" if limit is not None else "which it did not say")
+                   + " (a node takes a body of at most its data segment size less 56 bytes)")
         raise AppendRefusedError(f"{target} refused the append: {name}{why}", resp)
+
+    async def _body_limit(self, node_id: str) -> int | None:
+        """The largest body ``node_id`` takes, as its metadata says it (None: no answer, or a
+        node of an earlier release that does not send it)."""
+        try:
+            resp = await self._ask(node_id, MetadataRequest(group=self.group, local_id=self.client_id,
+                                                            remote_id=node_id),
+                                   asyncio.get_running_loop().time() + self.timeout_s)
+        except (NotSent, AnswerLost):
+            return None
+        return resp.max_body_size if resp.code == Code.SUCCESS and resp.max_body_size >= 0 else None
 
     async def append(self, body: bytes) -> AppendEntryResponse:
         """Append one entry; the leader's SUCCESS answer (``index``, ``term``, ``pos``).
@@ -240,12 +254,12 @@ class AsyncDLedgerClient:
             target, resp = await self._leader_call(
                 lambda t: AppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t, body=body),
                 resend_after_loss=False, deadline=deadline)
-            return [self._check_append(target, resp, bodies)]
+            return [await self._check_append(target, resp, bodies)]
         target, resp = await self._leader_call(
             lambda t: BatchAppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t,
                                               batch_msgs=bodies),
             resend_after_loss=False, deadline=deadline)
-        resp = self._check_append(target, resp, bodies)
+        resp = await self._check_append(target, resp, bodies)
         n, positions = len(bodies), resp.positions
         first = resp.index - n + 1
         return [replace(resp, index=first + k, pos=positions[k] if len(positions) == n else -1, positions=[])
@@ -262,7 +276,7 @@ class AsyncDLedgerClient:
             lambda t: BatchAppendEntryRequest(group=self.group, local_id=self.client_id, remote_id=t,
                                               batch_msgs=bodies),
             resend_after_loss=False)
-        return self._check_append(target, resp, bodies)
+        return await self._check_append(target, resp, bodies)
 
     # -- reads and admin ---------------------------------------------------------------------
     async def get(self, index: int, mode: ReadMode | int | str = ReadMode.READ_INDEX_READ,

@@ -58,7 +58,7 @@ from typing import Any
 from dledger.core import term_gate
 from dledger.core.intents import Follow, HeardLeader, StepDown
 from dledger.core.member_state import Role, RoleEvent
-from dledger.entry import MAGIC_NORMAL
+from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
 from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
@@ -382,7 +382,8 @@ class Stepping:
                                 ledger_end_index=store.ledger_end_index, vote_for=member.curr_vote_for,
                                 role=member.role.value, ledger_end_term=store.ledger_end_term,
                                 committed_index=member.committed_index,
-                                waiting=self.waiting.reason(self.elector.voting.last_tally))
+                                waiting=self.waiting.reason(self.elector.voting.last_tally),
+                                max_body_size=store.max_entry_size - BODY_OFFSET)
 
     def _unless_damaged(self, resp: Any) -> Any:
         """A follower does not acknowledge a match over an entry whose local copy is damaged

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from dledger.demo.failover import Failover
 from dledger.demo.load import LoadResult
+from dledger.spark import install_hint
 
 #: why the client's resends cannot duplicate an entry (printed with the duplicate count)
 RESEND_RULE = ("the client resends an append only when it certainly was not taken (connection refused, "
@@ -100,7 +101,7 @@ def print_report(r, out) -> None:
          f"indexes up to {r.checked_to:,} compared byte for byte, in {r.verify_s:.1f} s)")
     for p in r.problems:
         print(f"  - {p}", file=out)
-    line("latency chart", r.chart or "not written (matplotlib is missing: pip install 'dledger[spark]')")
+    line("latency chart", r.chart or f"not written (matplotlib is missing: {install_hint()})")
     line("store directories", " ".join(r.store_dirs))
 
 
@@ -157,7 +158,7 @@ def run_audit(store_dirs: list[str], out_dir: str, out) -> int:
     try:
         from dledger.spark.audit import run_audit as spark_audit
     except ImportError as exc:  # the spark extra is not installed
-        print(f"replica audit        : skipped ({exc}; pip install 'dledger[spark]')", file=out)
+        print(f"replica audit        : skipped ({exc}; {install_hint()})", file=out)
         return 0
     print("replica audit        : running on Spark (local[*]) ...", file=out, flush=True)
     t0 = time.perf_counter()

@@ -15,9 +15,21 @@ works without the ``spark`` extra.
 
 from __future__ import annotations
 
+import pathlib
+
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-__all__ = ["PUSHDOWN_CONF", "register"]
+__all__ = ["PUSHDOWN_CONF", "install_hint", "register"]
+
+
+def install_hint() -> str:
+    """How to install the ``spark`` extra, for an error that lacks it. dledger is not on the
+    public package index: the extra installs from a checkout (this one, when dledger runs from
+    a checkout's ``src/``)."""
+    root = pathlib.Path(__file__).resolve().parents[3]
+    checkout = str(root) if (root / "pyproject.toml").is_file() and (root / "src" / "dledger").is_dir() \
+        else "/path/to/dledger"
+    return f"pip install -e '{checkout}[spark]' from a checkout of dledger (make installs it in the checkout's .venv)"
 
 
 def register(spark) -> None:

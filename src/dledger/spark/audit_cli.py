@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from dledger.spark.audit import run_audit
     except ImportError as exc:
-        print(f"dledger audit: error: the audit needs the spark extra "
-              f"(pip install 'dledger[spark]'): {exc}", file=sys.stderr)
+        from dledger.spark import install_hint
+
+        print(f"dledger audit: error: the audit needs the spark extra ({exc}): {install_hint()}", file=sys.stderr)
         return EXIT_ERROR
     from dledger.errors import DLedgerError
     from dledger.spark.scan import replica_names
