@@ -50,10 +50,12 @@ def test_status_the_warning_and_the_client_say_why_a_new_group_missing_a_member_
     peers, ports, env, logs = two_of_three
     client = ["--peers", peers, "--group", "g", "--timeout", "3"]
     deadline = time.monotonic() + 40
-    while True:                     # both nodes up and answering (the interpreter's start takes a while)
+    missing = f"not from n2 (127.0.0.1:{ports[2]})"
+    while True:                     # both nodes up, and each has heard from the other (the start takes a while)
         r = dledger("status", "--json", *client, env=env)
         status = json.loads(r.stdout) if r.stdout else {}
-        if all("waiting" in status.get(n, {}) for n in ("n0", "n1")) or time.monotonic() > deadline:
+        if all(missing in (status.get(n, {}).get("waiting") or "") for n in ("n0", "n1")) \
+                or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     for node in ("n0", "n1"):
