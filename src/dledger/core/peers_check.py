@@ -2,13 +2,18 @@
 
 Every vote and heartbeat request carries the sender's members (``VoteRequest.members``,
 ``HeartBeatRequest.members``, written by ``protocol.peers_text``: ``id-address`` pairs sorted by
-id). A receiver whose own members differ (a typo in one port of one node's ``--peers``, a member
-missing from one list) refuses the request with PEERS_MISMATCH and puts its own members in the
-answer, so that both sides know both lists. Each side logs one ERROR line per peer per minute
-naming the entries that differ:
+id). A receiver whose own member *ids* differ (a member missing from one list, an id misspelt)
+refuses the request with PEERS_MISMATCH and puts its own members in the answer, so that both
+sides know both lists. Each side logs one ERROR line per peer per minute naming the entries
+that differ:
 
-    n2: refusing n0: its peers differ from this node's: n1 is localhost:20912 here but
-    localhost:20921 at n0; a group's members must give every node the same --peers
+    n2: refusing n0's requests: its peers differ from this node's: n3 (127.0.0.1:20912) is a
+    member here but not at n0; n1 (127.0.0.1:20912) is not a member here but is at n0; ...
+
+Addresses may differ between members and are not compared: one member may reach another
+through a proxy, a NAT or another name (the proxies of ``tests/transport/test_tcp_processes_faults.py``
+give every node its own addresses for the others). A wrong address is found otherwise: the
+member behind it never answers, and ``core.waiting`` names it with the address this node uses.
 
 A refused request is answered as a vote or a heartbeat that was not given (a refused vote
 counts as no answer); a mismatched member therefore never helps elect a leader. A request that
@@ -32,19 +37,14 @@ MISMATCH_LOG_INTERVAL_MS = 60_000
 
 
 def differences(mine: dict[str, str], theirs: dict[str, str], who: str) -> str:
-    """The entries of two member lists that differ, in words ("n1 is A here but B at n0", "n3
-    is missing here", ...), sorted by member id."""
+    """The members of one list that the other lacks, in words ("n3 (A) is a member here but not
+    at n0", ...), sorted by member id (addresses may differ: they are not compared)."""
     out = []
-    for node_id in sorted(set(mine) | set(theirs)):
-        a, b = mine.get(node_id), theirs.get(node_id)
-        if a == b:
-            continue
-        if a is None:
-            out.append(f"{node_id} ({b}) is not a member here but is at {who}")
-        elif b is None:
-            out.append(f"{node_id} ({a}) is a member here but not at {who}")
+    for node_id in sorted(set(mine) ^ set(theirs)):
+        if node_id in theirs:
+            out.append(f"{node_id} ({theirs[node_id]}) is not a member here but is at {who}")
         else:
-            out.append(f"{node_id} is {a} here but {b} at {who}")
+            out.append(f"{node_id} ({mine[node_id]}) is a member here but not at {who}")
     return "; ".join(out)
 
 
@@ -56,10 +56,21 @@ class PeersCheck:
         self.text = member_state.peers_text
         #: peer -> (its members, as it sent them, when the mismatch was last logged)
         self.mismatched: dict[str, tuple[str, int]] = {}
+        self._ids = frozenset(self.peer_map)
+        #: members texts seen, and whether their ids agree (a peer sends the same text each time)
+        self._seen: dict[str, bool] = {}
 
     def matches(self, theirs: str) -> bool:
-        """Whether members a peer sent agree with this node's (empty: not sent, not checked)."""
-        return not theirs or theirs == self.text
+        """Whether the member ids a peer sent agree with this node's (empty: not sent, not
+        checked; addresses are not compared, see the module docstring)."""
+        if not theirs or theirs == self.text:
+            return True
+        ok = self._seen.get(theirs)
+        if ok is None:
+            if len(self._seen) >= 64:
+                self._seen.clear()
+            ok = self._seen[theirs] = frozenset(parse_peers_text(theirs)) == self._ids
+        return ok
 
     def agreed(self, peer: str) -> None:
         """``peer`` sent members that agree (it was fixed and restarted, say)."""
@@ -81,7 +92,7 @@ class PeersCheck:
         self.mismatched[peer] = (theirs, now)
         log.error("%s: %s: its peers differ from this node's: %s; every member of a group must be given "
                   "the same --peers (this node has %s)", self.self_id, what,
-                  differences(self.peer_map, parse_peers_text(theirs), peer) or "(the same entries, written "
+                  differences(self.peer_map, parse_peers_text(theirs), peer) or "(the same members, written "
                   "differently)", self.text)
 
     def summary(self) -> str:
