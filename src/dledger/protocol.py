@@ -28,7 +28,7 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   ``GetEntriesRequest.read_mode``; a repair pull's answer adds
   ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``); diagnosable elections
   add ``VoteRequest.members``/``HeartBeatRequest.members`` (the sender's members: a receiver
-  whose own differ refuses with PEERS_MISMATCH, and its answer's ``members`` names its own) and
+  whose own member ids differ refuses with PEERS_MISMATCH, and its answer's ``members`` names its own) and
   ``MetadataResponse.waiting`` (why the node knows no leader). Each is at the end of its
   message with a default: a frame from a peer or client that does not send them yet decodes with
   the defaults.
