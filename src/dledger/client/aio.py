@@ -357,11 +357,14 @@ class AsyncDLedgerClient:
     async def transfer_leadership(self, target_id: str) -> LeadershipTransferResponse:
         """Ask the leader to hand leadership to ``target_id``; the leader's answer (SUCCESS once
         ``target_id`` leads; SUCCESS at once when it already does). Asked again, with the
-        leader's current term, after NOT_LEADER, INCONSISTENT_TERM or a lost answer."""
+        leader's current term, after NOT_LEADER, INCONSISTENT_TERM or a lost answer, and after
+        NETWORK_ERROR (the leader could not reach the target: a connection not made yet, say)
+        while time remains; that refusal is the answer when the time runs out."""
         if target_id not in self.peers:
             raise ValueError(f"{target_id!r} is not in peers")
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         attempt, why = 0, "no node named a leader"
+        refused = None
         while self._remaining(deadline) > 0:
             leader = self.leader_id or await self._find_leader(deadline)
             if leader == target_id:
@@ -379,12 +382,16 @@ class AsyncDLedgerClient:
                     if resp.code == Code.SUCCESS:
                         self.leader_id = target_id
                         return resp
-                    if resp.code not in (Code.NOT_LEADER, Code.INCONSISTENT_TERM):
+                    if resp.code == Code.NETWORK_ERROR:
+                        refused = resp              # transient, perhaps: asked again while time remains
+                    elif resp.code not in (Code.NOT_LEADER, Code.INCONSISTENT_TERM):
                         return resp
                     why = f"{leader} answered {Code(resp.code).name}"
                 self.leader_id = None
             await self._backoff(attempt, deadline)
             attempt += 1
+        if refused is not None:
+            return refused
         raise ClusterUnavailableError(f"no leader of group {self.group!r} took the transfer within "
                                       f"{self.timeout_s:g} s ({why})")
 
