@@ -70,9 +70,8 @@ def test_without_the_spark_extra_the_report_says_how_to_install_it_from_the_chec
 
 
 def test_the_chart_marks_the_start_up_stall(tmp_path):
-    pytest.importorskip("matplotlib")
     load, f = _run()
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt                  # the spark extra installs it, as the tests do
     seen = []
     real = plt.Axes.axvspan
 

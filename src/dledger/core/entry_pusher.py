@@ -598,19 +598,25 @@ class EntryPusher:
                         self.member_state.self_id, pr.peer, resp.end_index, pr.match)
             pr.lost_log(resp.end_index, self.store.ledger_end_index)
 
-    def _on_control_response(self, now: int, sent: _ControlSent, resp, higher: int | None, out: list) -> None:
+    def _control_answer(self, now: int, sent, resp, higher: int | None, out: list) -> bool:
+        """The common part of a COMPARE, TRUNCATE or install answer: whether the answer is
+        still this leadership's and the one the follower's outstanding request waits for (it
+        is then marked answered), and sound; a recovering follower's is handed on instead."""
         pr = sent.pr
         if not self._current(pr, sent.term, higher, out):
-            return
+            return False
         if resp is not None and resp.recovering and pr.recovery_starts(resp.incarnation):
             self._peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation, out)
-            return
+            return False
         if sent.seq != pr.control_seq:
-            return
+            return False
         pr.control_answered()
-        end = self.store.ledger_end_index
-        if resp is None or not self._sound(now, pr, resp, pr.epoch, out):
+        return resp is not None and self._sound(now, pr, resp, pr.epoch, out)
+
+    def _on_control_response(self, now: int, sent: _ControlSent, resp, higher: int | None, out: list) -> None:
+        if not self._control_answer(now, sent, resp, higher, out):
             return
+        pr, end = sent.pr, self.store.ledger_end_index
         compared = sent.compared
         if pr.state is DispatchState.COMPARE:
             if resp.code == Code.SUCCESS:
@@ -630,16 +636,7 @@ class EntryPusher:
 
     def _on_install_response(self, now: int, sent: InstallSent, resp, higher: int | None, out: list) -> None:
         pr = sent.pr
-        if not self._current(pr, sent.term, higher, out):
-            return
-        if resp is not None and resp.recovering and pr.recovery_starts(resp.incarnation):
-            self._peer_recovering(now, pr.peer, resp.code == Code.SUCCESS, resp.incarnation, out)
-            return
-        if sent.seq != pr.control_seq:
-            return
-        pr.control_answered()
-        if resp is None or not self._sound(now, pr, resp, pr.epoch, out) \
-                or pr.state is not DispatchState.INSTALL_SNAPSHOT:
+        if not self._control_answer(now, sent, resp, higher, out) or pr.state is not DispatchState.INSTALL_SNAPSHOT:
             return
         me, code = self.member_state.self_id, resp.code
         if code == Code.SUCCESS:
