@@ -148,6 +148,13 @@ class DLedgerConfig:
     disk_space_ratio_to_force_clean: float = 0.85    # delete regardless of age above this
     enable_disk_force_clean: bool = True        # allow forced cleaning
 
+    # -- snapshots (a registered state machine with on_snapshot_save/on_snapshot_load) ----------
+    snapshot_threshold: int = 0                 # applied entries between snapshots (0: never, the
+                                                # default; server.snapshot() still takes one)
+    max_snapshot_reserve_num: int = 3           # snapshots kept; the log is kept back to the oldest
+    snapshot_follower_window_ms: int = 60000    # a leader keeps the entries a follower it heard from
+                                                # within this window needs next (0: none kept for them)
+
     # -- replication ------------------------------------------------------------------------
     max_pending_requests_num: int = 10000       # pending client appends per term (503 above)
     max_wait_ack_time_ms: int = 2500            # a client append fails with 502 after this
@@ -246,6 +253,11 @@ class DLedgerConfig:
                               f"{self.max_clock_drift}: with clock rates within 1 +- d the lease must "
                               f"satisfy lease_ratio * (1 + d) < 1 - d (at most "
                               f"{max_safe_drift(self.lease_ratio):.3f} drift for this ratio)")
+        for name, low in (("snapshot_threshold", 0), ("max_snapshot_reserve_num", 1),
+                          ("snapshot_follower_window_ms", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(name, f"must be an integer of at least {low}, got {value!r}")
         for name in ("disk_space_ratio_to_check_expired", "disk_space_ratio_to_force_clean"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value < 1:

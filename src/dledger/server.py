@@ -57,6 +57,7 @@ from dledger.errors import DISK_ERROR, DISK_FULL, INDEX_OUT_OF_RANGE, DLedgerErr
 from dledger.protocol import SUCCESS, AppendEntryResponse, DLedgerResponseCode as Code, ReadMode
 from dledger.runtime.driver import APPEND, READ, TRANSFER, WRITE, Driver, Op
 from dledger.runtime.log_context import CURRENT, LogContext
+from dledger.snapshot.snapshotter import Snapshotter, can_snapshot
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore, StoreOptions
 from dledger.store.store_io import LOCAL_IO, StoreIO
 
@@ -101,6 +102,8 @@ class DLedgerServer:
         self._clean_timer = None
         self.node: Node | None = None
         self.driver: Driver | None = None
+        #: takes, loads and installs the state machine's snapshots (``dledger.snapshot``), or None
+        self.snapshotter: Snapshotter | None = None
         self.started = False
         self._lock = threading.Lock()
         #: the metrics observer (``dledger.metrics``), or None
@@ -222,9 +225,16 @@ class DLedgerServer:
             for hook in self._append_hooks:
                 self._store.add_append_hook(hook)
             self.log_context.store = self._store
+            applied, needs_snapshot = None, False
+            if can_snapshot(self._state_machine) and getattr(self._store, "store_dir", None):
+                self.snapshotter = Snapshotter(self.config, self._state_machine, self._store.store_dir, rt)
+                applied, needs_snapshot = self.snapshotter.load(self._store)
             self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
-                             now_ms=rt.now_ms())
+                             now_ms=rt.now_ms(), applied_index=applied, needs_snapshot=needs_snapshot)
             self.driver = Driver(self.node, rt, self._transport, health=self._store_failure)
+            if self.snapshotter is not None:
+                self.snapshotter.attach(self.node, self.driver.wake)
+                self.driver.ready_listeners.append(lambda ready: self.snapshotter.maybe_take())
             self.driver.role_change_handlers.extend(self._role_handlers)
             self.driver.halt_handlers.append(self._on_halt)
             self._told_commit = -1
@@ -295,10 +305,22 @@ class DLedgerServer:
             self._cancel_timers()
             self.driver.stop()
             self._transport.close()
+            if self.snapshotter is not None:
+                self.snapshotter.close()
             if self._own_store:
                 self._store.close()
 
         self.runtime.run_sync(stop)
+
+    def snapshot(self) -> Future:
+        """Take a snapshot of the state machine now: a future of its last included index
+        (the applied index when it began). Needs a file store and a state machine with
+        ``on_snapshot_save`` and ``on_snapshot_load``; ``RuntimeError`` otherwise."""
+        self._check_started()
+        if self.snapshotter is None:
+            raise RuntimeError(f"{self.config.self_id} takes no snapshots: it needs a file store and a state "
+                               f"machine with on_snapshot_save and on_snapshot_load")
+        return self.runtime.run_sync(self.snapshotter.take)
 
     # =====================================================================================
     # operations (thread-safe; they run on the runtime's thread)

@@ -236,6 +236,7 @@ class Run:
             ("term save 2", "persist_term", *term(2, "n1")),
             ("leader append in term 2", "batch_append_as_leader", *leader([_body(b"term-2")])),
             ("truncate to entry", "truncate_to_entry", truncate_to_entry, lambda: self._cut_from(19)),
+            # (``remove_prefix`` deletes head segments through the same code as ``clean``)
             ("clean", "clean", lambda: (s.update_committed_index(18), clean()), clean_model),
             ("reset", "reset", reset, lambda: self._drop_through(cut[0], cut=True)),
             ("leader append after the reset", "batch_append_as_leader", *leader([_body(b"after-reset-%d" % i) for i in range(3)])),
@@ -258,7 +259,7 @@ def _refuses_every_write(store, raw) -> None:
              lambda: store.append_as_leader(DLedgerEntry(body=b"x")), lambda: store.flush(),
              lambda: store.flush_if_due(10 ** 10), lambda: store.repair(3, raw[3]),
              lambda: store.truncate(1), lambda: store.truncate_to_entry(DLedgerEntry(index=0, term=1), 1),
-             lambda: store.clean(0), lambda: store.reset(0, 1)]
+             lambda: store.clean(0), lambda: store.remove_prefix(5), lambda: store.reset(0, 1)]
     for call in calls:
         with pytest.raises(DLedgerError) as exc:
             call()
@@ -377,5 +378,5 @@ def test_every_write_entry_point_of_the_file_store_is_gated():
         else:
             assert name in not_writing, f"{name} is neither gated nor known not to write"
     assert gated == {"append_as_leader", "batch_append_as_leader", "batch_append_as_follower", "truncate",
-                     "truncate_to_entry", "reset", "flush", "flush_if_due", "clean", "repair",
+                     "truncate_to_entry", "reset", "flush", "flush_if_due", "clean", "remove_prefix", "repair",
                      "persist_term", "clear_suspect"}

@@ -112,7 +112,12 @@ class _Rpc(NamedTuple):
 
 
 class Node(Stepping):
-    def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0) -> None:
+    def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0,
+                 applied_index: int | None = None, needs_snapshot: bool = False) -> None:
+        """``applied_index``: what the state machine holds already (a snapshot loaded: the
+        node applies only the log after it; default: nothing before the log's first entry);
+        ``needs_snapshot``: the state cannot be rebuilt from this log (see
+        ``StateMachineCaller``)."""
         if not config.peer_map:
             config.validate()
         self.config = config
@@ -120,7 +125,12 @@ class Node(Stepping):
         self.rng = rng
         self.now_ms = now_ms
         self.member_state = member = MemberState(config, store)
-        self.caller = StateMachineCaller(store, state_machine, store.ledger_before_begin_index)
+        if applied_index is None:
+            applied_index = store.ledger_before_begin_index
+        self.caller = StateMachineCaller(store, state_machine, applied_index)
+        self.caller.needs_snapshot = needs_snapshot
+        if not needs_snapshot and member.committed_index < applied_index <= store.ledger_end_index:
+            member.committed_index = applied_index     # a snapshot holds only committed entries
         self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
@@ -334,6 +344,21 @@ class Node(Stepping):
     @property
     def committed_index(self) -> int:
         return self.member_state.committed_index
+
+    def followers_need_from(self, window_ms: int) -> int | None:
+        """On a leader: the lowest index a follower that answered within ``window_ms`` needs
+        next (None: not a leader, or no such follower)."""
+        if self.member_state.role is not Role.LEADER:
+            return None
+        contact = self.elector.heartbeats.contact
+        need = None
+        for peer, pr in self.pusher.progress.items():
+            sent = contact.get(peer, -1)
+            if sent < 0 or self.now_ms - sent > window_ms:
+                continue
+            if need is None or pr.match + 1 < need:
+                need = pr.match + 1
+        return need
 
     @property
     def applied_index(self) -> int:

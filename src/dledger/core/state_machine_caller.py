@@ -2,8 +2,13 @@
 
 Rules:
 - committed entries are applied in index order, each exactly once per process lifetime
-  (``applied_index`` only grows; a restarted node rebuilds its state by replaying the log
-  from its first entry, as DLedger without snapshots);
+  (``applied_index`` only grows; a restarted node rebuilds its state from its newest snapshot
+  and replays the log after it, or replays the log from its first entry without one);
+- applying pauses while a snapshot is being saved (``pause``/``resume``: the entries still
+  commit, the host's appends complete when they are applied after it), and stops while the
+  node waits for a snapshot it cannot rebuild its state without (``needs_snapshot``: its log
+  begins after entries no snapshot here covers); ``restored`` moves ``applied_index`` to a
+  loaded snapshot's index;
 - NOOP and CONFIG_CHANGE entries are not handed to the state machine, but their index counts
   as applied;
 - the state machine runs synchronously inside the core step that advanced the commit index,
@@ -50,6 +55,12 @@ class StateMachine(Protocol):
     def on_shutdown(self) -> None:  # pragma: no cover - protocol
         ...
 
+    # Optional, for snapshots (docs/embedding.md): ``on_snapshot_save(writer)`` writes the state
+    # as of the last applied entry to a binary file-like ``writer``; ``on_snapshot_load(reader)``
+    # replaces the state with what a binary file-like ``reader`` holds; ``snapshot_state()``,
+    # when present, returns a point-in-time view at once and ``on_snapshot_save(writer, view)``
+    # then writes that view while applying goes on.
+
 
 class StateMachineCaller:
     def __init__(self, store: "LogStore", state_machine: StateMachine | None, applied_index: int) -> None:
@@ -60,10 +71,28 @@ class StateMachineCaller:
         self.max_batch = 1024
         #: the committed entry the store could not read last (reported once)
         self.unreadable_index = -1
+        #: snapshot saves in progress that hold applying (``pause``)
+        self.paused = 0
+        #: no snapshot here covers what this log no longer holds: apply nothing until one is
+        #: installed (``restored``)
+        self.needs_snapshot = False
+
+    def pause(self) -> None:
+        self.paused += 1
+
+    def resume(self) -> None:
+        self.paused -= 1
+
+    def restored(self, index: int) -> None:
+        """A snapshot of the state after entry ``index`` was loaded into the state machine."""
+        self.applied_index = index
+        self.needs_snapshot = False
+        self.unreadable_index = -1
 
     def on_committed(self, committed_index: int) -> dict[int, Any]:
         """Apply everything up to ``committed_index``; returns ``{index: resp}`` of set resps."""
-        if committed_index <= self.applied_index or self.error is not None:
+        if committed_index <= self.applied_index or self.error is not None or self.paused or \
+                self.needs_snapshot:
             return {}
         if self.state_machine is None:
             self.applied_index = committed_index

@@ -101,6 +101,15 @@ class Driver:
         self.node.tick(self.runtime.now_ms())
         self.process()
 
+    def wake(self) -> None:
+        """Run the node now and execute its Ready: something outside it changed what it may
+        do (a snapshot finished: applying resumes)."""
+        CURRENT.ctx = self.log_context
+        if self.stopped:
+            return
+        self.node.tick(self.runtime.now_ms())
+        self.process()
+
     def refuse(self, op: Op) -> None:
         """An operation that reached a node no longer running: DISK_ERROR after a halt, else
         the error of a shut-down server."""

@@ -136,4 +136,9 @@ class LogStore(Protocol):
 
     def clean(self, now: float | None = None) -> int: ...
 
+    def remove_prefix(self, upto: int) -> int:
+        """Delete what a snapshot covers: head segments whose entries are all committed and at
+        or below ``upto``. Returns segments deleted (a memory store keeps everything: 0)."""
+        ...
+
     def close(self) -> None: ...

@@ -79,6 +79,9 @@ class DLedgerMemoryStore(StoreBase):
     def clean(self, now: float | None = None) -> int:
         return 0
 
+    def remove_prefix(self, upto: int) -> int:
+        return 0
+
     def _check_open(self) -> None:
         if self.closed:
             raise StoreClosedError("memory store is closed")

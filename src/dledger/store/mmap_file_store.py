@@ -318,6 +318,12 @@ class DLedgerMmapFileStore(LogWriter, LogReader, StoreBase):
         """
         return self._retention.clean(now)
 
+    @writes_to_disk("remove_prefix")
+    def remove_prefix(self, upto: int) -> int:
+        """Delete the head data segments whose entries are all committed and at or below
+        ``upto`` (a snapshot covers them); never the last segment. Returns segments deleted."""
+        return self._retention.remove_prefix(upto)
+
     @property
     def file_reserved_hours(self) -> float:
         return self._retention.file_reserved_hours

@@ -77,21 +77,38 @@ class Retention:
         force = max(base_ratio, data_ratio) > self.ratio_force_clean and self.enable_disk_force_clean
         if not (time_up or check_expired):
             return 0
+        return self._delete_head(lambda first: force or
+                                 os.path.getmtime(first.path) + self.file_reserved_hours * 3600 <= now,
+                                 st.committed_index, "expired", limit=10)
+
+    def remove_prefix(self, upto: int) -> int:
+        """Delete the head segments whose entries are all at or below ``upto`` (and committed):
+        a snapshot covers them. Returns the number of segments deleted; the begin moves to the
+        first entry left (``upto`` or below: a segment holding an entry above it stays whole)."""
+        st = self.state
+        st.check_open()
+        if st.read_only:
+            return 0
+        return self._delete_head(lambda first: True, min(upto, st.committed_index), "covered by a snapshot")
+
+    def _delete_head(self, may_go, upto: int, why: str, limit: int | None = None) -> int:
+        """Delete head data segments (never the last one) while ``may_go(segment)`` holds and
+        every entry in the segment is at or below ``upto``."""
+        st = self.state
         deleted = 0
         data = st.data_list
-        while deleted < 10 and len(data.files) > 1:
+        while (limit is None or deleted < limit) and len(data.files) > 1:
             first, second = data.files[0], data.files[1]
-            expired = os.path.getmtime(first.path) + self.file_reserved_hours * 3600 <= now
-            if not (expired or force):
+            if not may_go(first):
                 break
             next_first = first_index_in(second)
-            if next_first is None or next_first - 1 > st.committed_index:
+            if next_first is None or next_first - 1 > upto:
                 break
             self.flusher.announce_begin(next_first - 1, self.entry_term(next_first - 1), st.committed_index)
             st.cut_epoch += 1
             data.delete_first_file()
             deleted += 1
-            log.info("deleted expired data segment %s", first.path)
+            log.info("deleted data segment %s (%s)", first.path, why)
         if deleted:
             self._revise_before_begin()
             self.flusher.write_checkpoint(st.ledger_end_index if st.checkpoint is None

@@ -1,0 +1,117 @@
+"""State-machine snapshots on the production server in the simulator: taken, trimmed, loaded."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dledger.sim import Cluster
+from dledger.sim.hash_chain import HashChainStateMachine, same_history
+
+
+def chain_cluster(tmp_path, n=3, seed=1, **config):
+    machines: dict[str, HashChainStateMachine] = {}
+    problems: list[str] = []
+    incarnations: dict[str, int] = {}
+
+    def factory(node_id):
+        incarnations[node_id] = incarnations.get(node_id, 0) + 1
+        sm = HashChainStateMachine(node_id, problems)
+        machines[f"{node_id}#{incarnations[node_id]}"] = sm
+        return sm
+
+    c = Cluster(n, seed=seed, store="file", base_dir=tmp_path, state_machine_factory=factory, **config)
+    return c, machines, problems
+
+
+def append_many(c, count, size=200, tag=b"x"):
+    futs = [c.append(tag + i.to_bytes(4, "big") * (size // 4)) for i in range(count)]
+    assert c.run_until(lambda: all(f.done() for f in futs), 60_000)
+    assert all(f.exception() is None for f in futs), [f.exception() for f in futs if f.exception()][:3]
+    return futs
+
+
+def snapshot_dirs(c, node_id):
+    base = os.path.join(c.servers[node_id].store.store_dir, "snapshot")
+    return sorted(int(n.split("_")[1]) for n in os.listdir(base) if n.startswith("snapshot_"))
+
+
+def test_threshold_takes_snapshots_and_trims_the_log(tmp_path):
+    c, machines, problems = chain_cluster(tmp_path, snapshot_threshold=200, max_snapshot_reserve_num=2,
+                                          mapped_file_size_for_entry_data=64 * 1024)
+    assert c.run_until(lambda: c.leader() is not None)
+    append_many(c, 1500)
+    c.run_for(2000)
+    for node_id in c.ids:
+        kept = snapshot_dirs(c, node_id)
+        assert 1 <= len(kept) <= 2, (node_id, kept)
+        store = c.servers[node_id].store
+        # the log keeps back to the oldest kept snapshot, and no further back than a segment
+        assert 0 <= store.ledger_before_begin_index <= min(kept), (node_id, kept, store.ledger_before_begin_index)
+    assert not problems and not same_history(machines)
+    c.check()
+
+
+def test_restart_loads_the_newest_snapshot_and_replays_only_after_it(tmp_path):
+    c, machines, problems = chain_cluster(tmp_path, snapshot_threshold=100,
+                                          mapped_file_size_for_entry_data=64 * 1024)
+    assert c.run_until(lambda: c.leader() is not None)
+    append_many(c, 700)
+    c.run_for(2000)
+    follower = next(i for i in c.ids if i != c.leader())
+    newest = snapshot_dirs(c, follower)[-1]
+    c.crash(follower)
+    c.restart(follower)
+    sm = machines[f"{follower}#2"]
+    assert sm.snapshots_loaded == [newest]
+    append_many(c, 50, tag=b"y")
+    c.run_for(2000)
+    # only what follows the snapshot was applied again
+    assert min(i for i in sm.states if i != newest) > newest
+    assert not problems and not same_history(machines)
+    c.check()
+
+
+def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path):
+    c, machines, problems = chain_cluster(tmp_path, snapshot_threshold=100, max_snapshot_reserve_num=3,
+                                          mapped_file_size_for_entry_data=64 * 1024)
+    assert c.run_until(lambda: c.leader() is not None)
+    append_many(c, 700)
+    c.run_for(2000)
+    follower = next(i for i in c.ids if i != c.leader())
+    kept = snapshot_dirs(c, follower)
+    assert len(kept) >= 2
+    c.crash(follower)
+    data = os.path.join(c.servers[follower].store.store_dir, "snapshot", f"snapshot_{kept[-1]}", "data")
+    with open(data, "r+b") as f:
+        f.seek(10)
+        b = f.read(1)
+        f.seek(10)
+        f.write(bytes([b[0] ^ 0x40]))
+    c.restart(follower)
+    sm = machines[f"{follower}#2"]
+    assert sm.snapshots_loaded == [kept[-2]]
+    append_many(c, 30, tag=b"z")
+    c.run_for(2000)
+    assert not problems and not same_history(machines)
+    c.check()
+
+
+def test_server_snapshot_returns_its_index(tmp_path):
+    c, machines, problems = chain_cluster(tmp_path)
+    assert c.run_until(lambda: c.leader() is not None)
+    append_many(c, 40)
+    leader = c.leader()
+    fut = c.servers[leader].snapshot()
+    assert c.run_until(fut.done)
+    index = fut.result()
+    assert index == c.servers[leader].node.applied_index
+    assert snapshot_dirs(c, leader) == [index]
+
+
+def test_snapshot_needs_a_state_machine_that_saves(tmp_path):
+    c = Cluster(3, seed=2, store="file", base_dir=tmp_path)
+    assert c.run_until(lambda: c.leader() is not None)
+    with pytest.raises(RuntimeError, match="takes no snapshots"):
+        c.servers[c.leader()].snapshot()
