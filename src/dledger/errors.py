@@ -53,6 +53,9 @@ class DLedgerResponseCode(IntEnum):
     NEWER_INSTALL_SNAPSHOT_REQUEST_EXIST = 422
     #: dledger's own: the sender's members (``--peers``) differ from the receiver's; refused
     PEERS_MISMATCH = 430
+    #: dledger's own: this follower cannot rebuild its state machine from its log; it needs
+    #: the leader's snapshot (``core.snapshot_receiver``)
+    SNAPSHOT_NEEDED = 431
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

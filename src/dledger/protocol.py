@@ -32,14 +32,17 @@ Names and fields follow Java DLedger's protocol classes in snake_case. Differenc
   ``MetadataResponse.waiting`` (why the node knows no leader). Each is at the end of its
   message with a default: a frame from a peer or client that does not send them yet decodes with
   the defaults.
-- ``InstallSnapshotRequest`` (Java's code 51006) moves a follower's log start for a commit log
-  (no state machine): it carries no snapshot (``data`` stays empty; a non-empty one is answered
-  UNSUPPORTED), only ``last_included_index``/``last_included_term`` (the leader's before-begin
-  index and its term) and the added ``next_pos`` (the leader's position of the entry after it),
-  ``commit_index`` and ``incarnation`` (as a push). Java streams snapshot data in it instead.
-  The answer adds ``end_index`` (the follower's log end), ``recovering`` and ``incarnation``. A
-  follower with a state machine refuses it with INSTALL_SNAPSHOT_ERROR (snapshots are not
-  implemented yet). It passes the term gate as a push does.
+- ``InstallSnapshotRequest`` (Java's code 51006) moves a follower's log start. For a commit
+  log (no state machine) it carries no snapshot (``data`` empty, ``total_size`` -1), only
+  ``last_included_index``/``last_included_term`` (the leader's before-begin index and its term)
+  and the added ``next_pos`` (the leader's position of the entry after it), ``commit_index`` and
+  ``incarnation`` (as a push). For a state machine it streams the leader's snapshot of
+  ``last_included_index`` in chunks, one request each: ``data`` at ``offset`` with its
+  ``chunk_crc``, and the whole snapshot's ``total_size`` and ``data_crc`` (Java sends the whole
+  snapshot in one request, unchecked). The answer adds ``end_index`` (the follower's log end),
+  ``recovering``, ``incarnation`` and ``received`` (the snapshot bytes the follower holds
+  durably: the next chunk starts there, also after a broken connection). It passes the term gate
+  as a push does.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by
@@ -361,6 +364,12 @@ class InstallSnapshotRequest(RequestOrResponse):
     commit_index: int = -1
     #: the incarnation of the recovering follower it goes to (see ``PushEntryRequest``)
     incarnation: int = 0
+    #: a state-machine snapshot's chunk (``data``): the snapshot's size (-1: no snapshot, the
+    #: log start moves alone) and CRC-32, and this chunk's offset in it and CRC-32
+    total_size: int = -1
+    data_crc: int = -1
+    offset: int = 0
+    chunk_crc: int = -1
 
 
 @_dc
@@ -370,6 +379,8 @@ class InstallSnapshotResponse(RequestOrResponse):
     #: the follower is recovering (see ``HeartBeatResponse``), and its incarnation
     recovering: bool = False
     incarnation: int = 0
+    #: the snapshot bytes the follower holds durably: the next chunk starts there (-1: none)
+    received: int = -1
 
 
 #: (class, request code) by wire tag. Tags are stable: append only.
@@ -436,8 +447,9 @@ _ADDED_FIELDS = {VoteRequest: ("unanimous", "members"), VoteResponse: ("recoveri
                  HeartBeatResponse: ("recovering", "incarnation", "members"), PushEntryRequest: ("incarnation",),
                  PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),
                  PullEntriesResponse: ("absent", "recovering"),
-                 InstallSnapshotRequest: ("next_pos", "commit_index", "incarnation"),
-                 InstallSnapshotResponse: ("end_index", "recovering", "incarnation"),
+                 InstallSnapshotRequest: ("next_pos", "commit_index", "incarnation", "total_size", "data_crc",
+                                          "offset", "chunk_crc"),
+                 InstallSnapshotResponse: ("end_index", "recovering", "incarnation", "received"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index",
                                     "waiting", "max_body_size")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}

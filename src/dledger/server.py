@@ -230,7 +230,8 @@ class DLedgerServer:
                 self.snapshotter = Snapshotter(self.config, self._state_machine, self._store.store_dir, rt)
                 applied, needs_snapshot = self.snapshotter.load(self._store)
             self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
-                             now_ms=rt.now_ms(), applied_index=applied, needs_snapshot=needs_snapshot)
+                             now_ms=rt.now_ms(), applied_index=applied, needs_snapshot=needs_snapshot,
+                             snapshots=self.snapshotter.files if self.snapshotter is not None else None)
             self.driver = Driver(self.node, rt, self._transport, health=self._store_failure)
             if self.snapshotter is not None:
                 self.snapshotter.attach(self.node, self.driver.wake)

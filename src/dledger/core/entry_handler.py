@@ -40,8 +40,10 @@ Rules:
   heartbeats, ``HeardLeader``);
 - an install (``InstallSnapshotRequest``, admitted as a push) moves this log's start to the
   leader's when the leader no longer holds what this follower needs (``core.log_start``); a
-  node with a state machine refuses it (INSTALL_SNAPSHOT_ERROR: it cannot skip entries
-  without a snapshot, not implemented yet);
+  node with a state machine refuses one without a snapshot (INSTALL_SNAPSHOT_ERROR: it cannot
+  skip entries), and takes the leader's snapshot in chunks instead (``core.snapshot_receiver``);
+- a node whose state machine cannot be rebuilt from its log (``StateMachineCaller.needs_snapshot``)
+  answers every APPEND, COMPARE and TRUNCATE SNAPSHOT_NEEDED, so the leader sends its snapshot;
 - a recovering follower (``core.rejoin``) marks every answer ``recovering`` (with its
   ``incarnation``); before each SUCCESS it asks recovery whether it has now caught up
   (``on_push_success``, told the incarnation the push names; it may clear the flag durably
@@ -68,6 +70,8 @@ from dledger.protocol import (DLedgerResponseCode as Code, InstallSnapshotReques
 
 if TYPE_CHECKING:
     from dledger.core.rejoin import Rejoin
+    from dledger.core.snapshot_receiver import SnapshotReceiver
+    from dledger.core.state_machine_caller import StateMachineCaller
     from dledger.store import LogStore
 
 log = logging.getLogger(__name__)
@@ -86,13 +90,16 @@ class WaitingPush(NamedTuple):
 
 class EntryHandler:
     def __init__(self, member_state: MemberState, store: "LogStore", config, *, recovery: "Rejoin",
-                 state_machine: bool = False) -> None:
+                 caller: "StateMachineCaller", receiver: "SnapshotReceiver | None" = None) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
         self.recovery = recovery
         #: a state machine is registered: the log start cannot move without a snapshot
-        self.state_machine = state_machine
+        self.state_machine = caller.state_machine is not None
+        #: applying (``needs_snapshot``: SNAPSHOT_NEEDED to pushes), and the snapshot installs
+        self.caller = caller
+        self.receiver = receiver
         #: parked APPENDs by first index
         self.waiting: dict[int, WaitingPush] = {}
         self.matched_term = -1
@@ -118,7 +125,7 @@ class EntryHandler:
                                  type=req.type, end_index=store.ledger_end_index, recovering=recovering,
                                  incarnation=self.recovery.incarnation if recovering else 0, **kw)
 
-    def _install_answer(self, req: InstallSnapshotRequest, code: int) -> InstallSnapshotResponse:
+    def _install_answer(self, req: InstallSnapshotRequest, code: int, received: int = -1) -> InstallSnapshotResponse:
         member, store = self.member_state, self.store
         if code == Code.SUCCESS and store.suspect is not None:
             self.recovery.on_push_success(req.term, req.commit_index, self.matched_term, self.matched_index,
@@ -128,7 +135,8 @@ class EntryHandler:
                                        leader_id=member.leader_id, code=code,
                                        term=member.curr_term if code == Code.EXPIRED_TERM else req.term,
                                        end_index=store.ledger_end_index, recovering=recovering,
-                                       incarnation=self.recovery.incarnation if recovering else 0)
+                                       incarnation=self.recovery.incarnation if recovering else 0,
+                                       received=received)
 
     def _verified(self, term: int, index: int) -> None:
         if self.matched_term != term:
@@ -174,6 +182,8 @@ class EntryHandler:
         pushes it drained or superseded, which go first."""
         self._verified(req.term, -1)            # (verified in this leader's term: nothing yet)
         t = req.type
+        if self.caller.needs_snapshot and t != PushEntryType.COMMIT:
+            return self._answer(req, Code.SNAPSHOT_NEEDED), NONE
         if t == PushEntryType.APPEND:
             if req.count <= 0 or not req.entries:
                 return self._answer(req, Code.UNEXPECTED_ARGUMENT), NONE
@@ -245,13 +255,22 @@ class EntryHandler:
         self._verified(req.term, -1)
         me = self.member_state.self_id
         index, term = req.last_included_index, req.last_included_term
+        if req.total_size >= 0:
+            if self.receiver is None:
+                log.error("%s: leader %s sends a snapshot, but this node takes none: refused", me, req.leader_id)
+                return self._install_answer(req, Code.INSTALL_SNAPSHOT_ERROR), replies
+            code, received = self.receiver.receive(req, max(self.matched_index, self.member_state.committed_index))
+            if code == Code.SUCCESS and received == req.total_size:
+                self._verified(req.term, index)
+                self.commit_hint(req.term, req.commit_index)
+            return self._install_answer(req, code, received), replies
         if req.data:
             return self._install_answer(req, Code.UNSUPPORTED), replies
         if self.state_machine:
             log.error("%s: leader %s asks to move this log's start past entries this node needs (its log "
                       "begins after %d, this one ends at %d): a node with a state machine cannot skip them "
-                      "without a snapshot (not implemented yet): refused", me, req.leader_id, index,
-                      self.store.ledger_end_index)
+                      "without a snapshot (the leader takes none: has it a state machine that saves "
+                      "snapshots?): refused", me, req.leader_id, index, self.store.ledger_end_index)
             return self._install_answer(req, Code.INSTALL_SNAPSHOT_ERROR), replies
         store = self.store
         before = (store.ledger_before_begin_index, store.ledger_end_index)

@@ -58,6 +58,7 @@ from dledger.core.peers_check import PeersCheck
 from dledger.core.rejoin import Rejoin
 from dledger.core.peer_repair import Repairer
 from dledger.core.round_trip import RoundTrips
+from dledger.core.snapshot_receiver import SnapshotReceiver
 from dledger.core.state_machine_caller import StateMachineCaller
 from dledger.core.step import RESPONSE_OF, Stepping, _Get, _PeerReply, _Remote
 from dledger.core.waiting import Waiting
@@ -113,11 +114,12 @@ class _Rpc(NamedTuple):
 
 class Node(Stepping):
     def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0,
-                 applied_index: int | None = None, needs_snapshot: bool = False) -> None:
+                 applied_index: int | None = None, needs_snapshot: bool = False, snapshots=None) -> None:
         """``applied_index``: what the state machine holds already (a snapshot loaded: the
         node applies only the log after it; default: nothing before the log's first entry);
         ``needs_snapshot``: the state cannot be rebuilt from this log (see
-        ``StateMachineCaller``)."""
+        ``StateMachineCaller``); ``snapshots``: this node's ``FileSnapshotStore`` when its state
+        machine saves and loads snapshots (it installs the leader's and sends its own)."""
         if not config.peer_map:
             config.validate()
         self.config = config
@@ -138,7 +140,8 @@ class Node(Stepping):
         self.elector = LeaderElector(member, config, rng, now_ms=now_ms, recovery=recovery,
                                      round_trips=self.round_trips)
         self.pusher = EntryPusher(member, store, config)
-        self.handler = EntryHandler(member, store, config, recovery=recovery, state_machine=state_machine is not None)
+        receiver = SnapshotReceiver(store, snapshots, self.caller) if snapshots is not None else None
+        self.handler = EntryHandler(member, store, config, recovery=recovery, caller=self.caller, receiver=receiver)
         self.tail = DamagedTail(member, store)
         self.repairer = Repairer(member, store, now_ms=now_ms)
         #: members that disagree on the group's members refuse each other (core/peers_check.py)

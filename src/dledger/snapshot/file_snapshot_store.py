@@ -243,9 +243,9 @@ class InstallTarget:
     def complete(self) -> bool:
         return self.meta.data_size is not None and self.received == self.meta.data_size
 
-    def finish(self) -> SnapshotMeta:
-        """Check the whole data against the meta and move it into place; returns the meta. A
-        mismatch discards what was received (the install starts again from 0) and raises
+    def verify(self) -> tuple[int, int]:
+        """Check the whole data against the meta; returns its (size, CRC-32). A mismatch
+        discards what was received (the install starts again from 0) and raises
         ``CorruptSnapshotError``."""
         meta = self.meta
         size, crc = file_crc(self.data_path) if os.path.exists(self.data_path) else (0, 0)
@@ -254,6 +254,16 @@ class InstallTarget:
             raise CorruptSnapshotError(f"received {meta} has {size} bytes, CRC {crc:#010x}; the leader's has "
                                        f"{meta.data_size} bytes, CRC {meta.data_crc:#010x}",
                                        path=self.data_path)
+        return size, crc
+
+    def finish(self, *, verified: bool = False) -> SnapshotMeta:
+        """Check the whole data against the meta (``verify``; skipped when ``verified``: a
+        ``verify`` just passed) and move it into place; returns the meta."""
+        meta = self.meta
+        if verified and meta.checked:
+            size, crc = meta.data_size, meta.data_crc
+        else:
+            size, crc = self.verify()
         final_meta = SnapshotMeta(meta.last_included_index, meta.last_included_term, size, crc)
         _write_file_durably(os.path.join(self.dir, META_FILE_NAME), final_meta.encode())
         target = os.path.join(self.dir, INSTALL_TARGET_FILE_NAME)
