@@ -26,7 +26,8 @@ from dledger.store import DLedgerMemoryStore
 CORE = pathlib.Path(__file__).resolve().parents[2] / "src" / "dledger" / "core"
 
 #: where the node builds its parts: every class constructed in these constructors is a component
-BUILDERS = {"node.py": "Node", "leader_elector.py": "LeaderElector"}
+#: (the elector and the pusher build the parts they compose)
+BUILDERS = {"node.py": "Node", "leader_elector.py": "LeaderElector", "entry_pusher.py": "EntryPusher"}
 
 
 def sources() -> dict[str, ast.Module]:
@@ -84,7 +85,7 @@ def test_the_builders_build_the_components_we_know():
     built = components(trees, core_classes(trees))
     assert {"MemberState", "StateMachineCaller", "Rejoin", "RoundTrips", "LeaderElector", "EntryPusher",
             "EntryHandler", "DamagedTail", "Repairer", "ReadIndex", "Voting", "Heartbeats",
-            "LeadershipTransfer"} <= built
+            "LeadershipTransfer", "InstallDispatch", "PushRanges"} <= built
 
 
 def test_no_component_constructor_is_passed_a_callable_in_the_source():
@@ -170,8 +171,8 @@ def test_a_node_hands_its_components_no_callable_and_they_hold_none(monkeypatch)
     for node in w.nodes.values():
         elector = node.elector
         parts = [node.member_state, node.recovery, node.round_trips, node.caller, elector, elector.voting,
-                 elector.heartbeats, elector.reads, elector.transfer, node.pusher, node.handler, node.tail,
-                 node.repairer]
+                 elector.heartbeats, elector.reads, elector.transfer, node.pusher, node.pusher.installs,
+                 node.pusher.ranges, node.handler, node.tail, node.repairer]
         held = [(type(p).__name__, k) for p in parts for k, v in fields(p).items() if is_callback(v)]
         assert held == [], f"{node.self_id}: components hold callbacks: {held}"
 

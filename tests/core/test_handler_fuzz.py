@@ -16,7 +16,8 @@ What must hold, for every message:
   or leader that is not a peer, or a term/index out of bounds) changes nothing: term, vote,
   role, log end and commit index stay as they were;
 - whatever arrives: terms stay incrementable, the commit index never goes back nor beyond
-  the log, committed entries keep their bytes;
+  the log, committed entries keep their bytes (an install from the node's leader may move its
+  log start past some: those are gone here, and only those);
 - the cluster keeps serving: afterwards a leader is elected and an append commits.
 """
 
@@ -44,7 +45,7 @@ REQUESTS = [VoteRequest, HeartBeatRequest, PushEntryRequest, AppendEntryRequest,
             GetEntriesRequest, MetadataRequest, PullEntriesRequest, LeadershipTransferRequest,
             InstallSnapshotRequest]
 RESPONSES = [cls for cls, _ in MESSAGE_TYPES if cls not in REQUESTS]
-PEER_REQUESTS = (VoteRequest, HeartBeatRequest, PushEntryRequest, LeadershipTransferRequest)
+PEER_REQUESTS = (VoteRequest, HeartBeatRequest, PushEntryRequest, LeadershipTransferRequest, InstallSnapshotRequest)
 CLIENT_REQUESTS = (AppendEntryRequest, BatchAppendEntryRequest, MetadataRequest)
 COMMITTED = 4
 #: entries the leader and one follower hold that the lagging follower misses
@@ -207,13 +208,15 @@ def _must_refuse(node, env: Envelope) -> bool:
             return True
     if isinstance(req, GetEntriesRequest) and req.read_mode == ReadMode.RAFT_LOG_READ:
         return False                         # a log read appends a NOOP on the leader, as ``read`` does
-    if isinstance(req, (GetEntriesRequest, PullEntriesRequest, InstallSnapshotRequest)):
-        return True                          # reads or unsupported: never a state change
+    if isinstance(req, (GetEntriesRequest, PullEntriesRequest)):
+        return True                          # reads: never a state change
     return False
 
 
-def _committed_bytes(node) -> list[bytes]:
-    return [bytes(node.store.get_raw(i)) for i in range(node.committed_index + 1)]
+def _committed_bytes(node) -> dict[int, bytes]:
+    """The committed entries the node holds (after its log's begin), by index."""
+    store = node.store
+    return {i: bytes(store.get_raw(i)) for i in range(store.ledger_before_begin_index + 1, node.committed_index + 1)}
 
 
 def _deliver_one(w: Wired, env: Envelope) -> list:
@@ -270,6 +273,7 @@ def _fuzz(w: Wired, roles: dict, messages: list) -> None:
             continue
         node = w.nodes[env.dst]
         before, committed = _state(node), _committed_bytes(node)
+        before_begin = node.store.ledger_before_begin_index
         refuse = _must_refuse(node, env)
         answers = _deliver_one(w, env)
         # only documented answers, one at most, each able to cross the wire
@@ -287,7 +291,10 @@ def _fuzz(w: Wired, roles: dict, messages: list) -> None:
         term, _vote, _role, end, commit = after
         assert term >= before[0] and term <= max(PEER_TERM_BOUND, before[0] + TERM_STEP)
         assert before[4] <= commit <= end, (env, before, after)
-        assert _committed_bytes(node)[:len(committed)] == committed
+        held = _committed_bytes(node)
+        begin = node.store.ledger_before_begin_index
+        assert {i: held[i] for i in committed if i > begin} == {i: b for i, b in committed.items() if i > begin}
+        assert begin == before_begin or isinstance(env.msg, InstallSnapshotRequest), (env, before_begin, begin)
         w.deliver()
 
 

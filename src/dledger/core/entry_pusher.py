@@ -18,10 +18,10 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
   ``peer_push_quota`` bytes per second; when idle, a COMMIT push forwards the commit index.
 
 A follower that needs an entry at or below this leader's before-begin index (retention or a
-reset removed it here) has its log start moved to this leader's instead (INSTALL_SNAPSHOT,
-``core.log_start``), one install in flight, resent after ``max_push_timeout_ms``; then it is
-truncated after that index and pushed to as usual. The ranges read for pushes are forgotten
-whenever the log's begin moves, so none is served from a segment retention deleted.
+reset removed it here) is brought forward by the installs instead (INSTALL_SNAPSHOT,
+``core.install_dispatch``); then it is truncated after that index and pushed to as usual.
+The ranges read for pushes are forgotten whenever the log's begin moves, so none is served
+from a segment retention deleted (``core.push_ranges``).
 
 Pending appends (``pending[term]``, a queue in index order) complete with SUCCESS once
 committed (and applied), with WAIT_QUORUM_ACK_TIMEOUT after ``max_wait_ack_time_ms``, with EXPIRED_TERM
@@ -40,11 +40,12 @@ follower answers SUCCESS (it follows) and this leader's log holds no entry of it
 no-op is appended, since the follower clears its flag only after verifying one (a new
 cluster's empty log never needs it: its new members clear by themselves).
 
-State: the member state, the store and the config. Every public method returns its intents
-(``core.intents``): the pushes to send (``Send``, with a context the node hands back with the
-answer to ``on_answer``), appends completed or failed (``Complete``, ``Fail``), and
-``StepDown`` when an answer to a push of this leadership says it is behind (the term gate
-names the higher term, ``core.term_gate``).
+State: the member state, the store, the config, and two parts built here from those: the
+records read for pushes (``PushRanges``) and the installs (``InstallDispatch``). Every
+public method returns its intents (``core.intents``): the pushes to send (``Send``, with a
+context the node hands back with the answer to ``on_answer``), appends completed or failed
+(``Complete``, ``Fail``), and ``StepDown`` when an answer to a push of this leadership says
+it is behind (the term gate names the higher term, ``core.term_gate``).
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dledger.core.follower_progress import DispatchState, FollowerProgress
+from dledger.core.follower_progress import DispatchState, FollowerProgress, retry_delay
+from dledger.core.install_dispatch import InstallDispatch, InstallSent
 from dledger.core.intents import Complete, Fail, Send, StepDown
-from dledger.core.log_start import InstallSent, install_request
 from dledger.core.member_state import MemberState, Role, RoleEvent
+from dledger.core.push_ranges import PushRanges
 from dledger.entry import BODY_OFFSET, MAGIC_NOOP, MAGIC_NORMAL
 from dledger.errors import DLedgerError
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, PushEntryRequest,
@@ -69,15 +71,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LAG_FOR_QUOTA = 1000
-
-
-class _Range(NamedTuple):
-    """Encoded records read for a push: ``count`` entries, the last one of ``last_term``."""
-
-    raw: bytes
-    count: int
-    last_term: int
-    pre_term: int
 
 
 class _ControlSent(NamedTuple):
@@ -127,20 +120,17 @@ class EntryPusher:
         self.cfg = config
         self.term = -1
         self.progress: dict[str, FollowerProgress] = {}
-        # the last ranges read for pushes, shared by the dispatchers: a leader's log only grows
-        # at its end while it leads, so a range read for one follower is valid for the others
-        # while the log's begin stays where it was when they were read (``_ranges_begin``)
-        self._ranges: dict[int, _Range] = {}
-        self._ranges_begin = -1
-        #: the last refusal code of an install logged per follower (one line per streak)
-        self._install_refusals: dict[str, int] = {}
+        #: the records read for pushes, shared by the dispatchers (core.push_ranges)
+        self.ranges = PushRanges(store, config)
+        #: bringing forward a follower behind this leader's begin (core.install_dispatch)
+        self.installs = InstallDispatch(member_state, store, config)
         self.pending: dict[int, deque[Pending]] = {}
 
     # =====================================================================================
     # roles
     # =====================================================================================
     def on_role_change(self, now: int, change) -> None:
-        self._ranges = {}
+        self.ranges.forget()
         if change.role is Role.LEADER:
             self.term = change.term
             end = self.store.ledger_end_index
@@ -161,7 +151,7 @@ class EntryPusher:
         table = self.pending.get(member.curr_term)
         while table and table[-1].last_index >= index:
             out.append(Fail(table.pop().token, Code.DISK_ERROR))
-        self._ranges = {}
+        self.ranges.forget()
         end = store.ledger_end_index
         window = self.cfg.max_push_in_flight
         self.progress = {p: FollowerProgress(p, end + 1, window) for p in member.remote_peer_ids}
@@ -352,15 +342,11 @@ class EntryPusher:
             if now - pr.control_sent_ms < self.cfg.max_push_timeout_ms:
                 return
             pr.give_up_control()                # give up on the outstanding one, resend
-        begin = store.ledger_before_begin_index
-        if begin >= 0 and (state is DispatchState.COMPARE and pr.next - 1 <= begin
-                           or state is DispatchState.TRUNCATE and pr.match < begin):
-            # the follower needs an entry at or below this leader's begin, which it no longer
-            # holds (retention, a reset): move the follower's log start instead (core.log_start)
+        if self.installs.needed(pr):
             pr.behind_begin()
             state = pr.state
         if state is DispatchState.INSTALL_SNAPSHOT:
-            self._dispatch_install(now, pr, out)
+            out.extend(self.installs.dispatch(now, pr, self.term))
             return
         if state is DispatchState.COMPARE:
             compare_index = pr.next - 1
@@ -392,26 +378,6 @@ class EntryPusher:
         seq = pr.control_sent(now)
         out.append(Send(pr.peer, req, _ControlSent(pr, seq, self.term, compared)))
 
-    def _dispatch_install(self, now: int, pr: FollowerProgress, out: list) -> None:
-        """Send the install that moves ``pr``'s log start to this leader's (one in flight)."""
-        me = self.member_state.self_id
-        try:
-            req = install_request(self.member_state, self.store, pr.peer, self.term,
-                                  pr.incarnation if pr.recovering else 0)
-        except DLedgerError as exc:
-            log.warning("%s: cannot read its first entry for %s: %s", me, pr.peer, exc)
-            pr.pause_until(now + self.cfg.max_push_timeout_ms)
-            return
-        if isinstance(req, str):
-            log.info("%s: %s needs entries before this leader's log begins, but no install yet: %s", me, pr.peer, req)
-            pr.pause_until(now + self.cfg.max_push_timeout_ms)
-            return
-        log.info("%s: %s needs entries this leader no longer holds (its log begins after %d, term %d): moving "
-                 "its log start there, next entry at position %d", me, pr.peer, req.last_included_index,
-                 req.last_included_term, req.next_pos)
-        seq = pr.control_sent(now)
-        out.append(Send(pr.peer, req, InstallSent(pr, seq, self.term, req.last_included_index)))
-
     def _dispatch_append(self, now: int, pr: FollowerProgress, out: list) -> None:
         cfg, store = self.cfg, self.store
         if pr.inflights and now - pr.inflights.oldest().sent_ms >= cfg.max_push_timeout_ms:
@@ -420,16 +386,17 @@ class EntryPusher:
         term = self.term
         while pr.next <= end and not pr.inflights.full():
             if pr.next <= store.ledger_before_begin_index:
-                # the next entry to push is gone here (retention, a reset): move its log start
+                # the next entry to push is gone here (retention, a reset): bring the follower
+                # forward (``InstallDispatch.needed`` judges the same for COMPARE and TRUNCATE)
                 pr.behind_begin()
-                self._dispatch_install(now, pr, out)
+                out.extend(self.installs.dispatch(now, pr, term))
                 return
             lagging = end - pr.next > LAG_FOR_QUOTA
             if lagging and pr.quota_spent(now, cfg.peer_push_quota):
                 return
             first = pr.next
             try:
-                raw, count, last_term, pre_term = self._read_range(first)
+                raw, count, last_term, pre_term = self.ranges.read(first)
             except DLedgerError as exc:
                 log.warning("%s: cannot read entries from %d for %s: %s", self.member_state.self_id, first,
                             pr.peer, exc)
@@ -461,31 +428,6 @@ class EntryPusher:
             out.append(Send(pr.peer, self._request(pr, PushEntryType.COMMIT, pre_log_index=at, pre_log_term=at_term),
                             _CommitSent(pr, term, pr.match, pr.epoch)))
 
-    def _read_range(self, first: int) -> _Range:
-        """The records to push from ``first`` (cached). When the store refuses the range (a
-        damaged record in it), the first record alone is tried, so that a follower still gets
-        what precedes the damage; a damaged record itself is never pushed."""
-        store, cfg = self.store, self.cfg
-        if store.ledger_before_begin_index != self._ranges_begin:
-            # the log's head moved (retention, a reset): what was read before is not served
-            self._ranges = {}
-            self._ranges_begin = store.ledger_before_begin_index
-        cached = self._ranges.get(first)
-        if cached is not None:
-            return cached
-        try:
-            raw, count = store.get_raw_range(first, cfg.max_batch_append_size, cfg.max_batch_append_count)
-        except DLedgerError:
-            if cfg.max_batch_append_count == 1:
-                raise
-            raw, count = store.get_raw_range(first, cfg.max_batch_append_size, 1)
-        last_term = store.get_entry_term(first + count - 1)
-        pre_term = store.get_entry_term(first - 1) if first > 0 else -1
-        if len(self._ranges) >= 256:
-            del self._ranges[next(iter(self._ranges))]
-        rng = self._ranges[first] = _Range(raw, count, last_term, pre_term)
-        return rng
-
     def _current(self, pr: FollowerProgress, term: int, higher: int | None, out: list) -> bool:
         """Whether an answer to a push of leadership ``term`` to ``pr`` is still this leader's
         to act on; one saying this leader is behind (``higher``, ``core.term_gate``) deposes it."""
@@ -496,12 +438,6 @@ class EntryPusher:
             out.append(StepDown(higher, RoleEvent.HIGHER_TERM_SEEN))
             return False
         return True
-
-    def _retry_delay(self, code: int) -> int:
-        """NOT_FOLLOWER right after an election means the push overtook the first heartbeat:
-        retry soon. Anything else: after a heartbeat interval."""
-        interval = self.cfg.heart_beat_time_interval_ms
-        return max(1, interval // 10) if code == Code.NOT_FOLLOWER else interval
 
     def _next_after_mismatch(self, compared: int, resp) -> int:
         """The next ``next`` (COMPARE asks at ``next - 1``) after the follower's entry ``compared``
@@ -580,7 +516,8 @@ class EntryPusher:
         elif kind is _ControlSent:
             self._on_control_response(now, ctx, resp, higher, out)
         elif kind is InstallSent:
-            self._on_install_response(now, ctx, resp, higher, out)
+            if self._control_answer(now, ctx, resp, higher, out):
+                self.installs.on_answer(now, ctx, resp)
         else:
             self._on_commit_response(now, ctx, resp, higher, out)
         return out
@@ -626,32 +563,13 @@ class EntryPusher:
                 pr.compare_mismatch(max(0, min(new, pr.next - 1)))     # strictly downwards
             else:
                 pr.compare_refused()
-                pr.pause_until(now + self._retry_delay(resp.code))
+                pr.pause_until(now + retry_delay(resp.code, self.cfg.heart_beat_time_interval_ms))
         elif pr.state is DispatchState.TRUNCATE:
             if resp.code == Code.SUCCESS:
                 pr.truncated()
             else:
                 pr.truncate_refused(end)
-                pr.pause_until(now + self._retry_delay(resp.code))
-
-    def _on_install_response(self, now: int, sent: InstallSent, resp, higher: int | None, out: list) -> None:
-        pr = sent.pr
-        if not self._control_answer(now, sent, resp, higher, out) or pr.state is not DispatchState.INSTALL_SNAPSHOT:
-            return
-        me, code = self.member_state.self_id, resp.code
-        if code == Code.SUCCESS:
-            self._install_refusals.pop(pr.peer, None)
-            log.info("%s: %s now begins after %d (its log ends at %d): pushing from %d", me, pr.peer,
-                     sent.index, resp.end_index, sent.index + 1)
-            pr.installed(sent.index)
-            return
-        if self._install_refusals.get(pr.peer) != code:
-            self._install_refusals[pr.peer] = code
-            log.warning("%s: %s refused to move its log start to %d: %s", me, pr.peer, sent.index,
-                        Code.of(code).name)
-        pr.install_refused(self.store.ledger_end_index)
-        pr.pause_until(now + max(self._retry_delay(code), self.cfg.max_push_timeout_ms
-                                 if code == Code.INSTALL_SNAPSHOT_ERROR else 0))
+                pr.pause_until(now + retry_delay(resp.code, self.cfg.heart_beat_time_interval_ms))
 
     def _on_append_response(self, now: int, sent: _AppendSent, resp, higher: int | None, out: list) -> None:
         pr = sent.pr
@@ -667,7 +585,7 @@ class EntryPusher:
             pass                                  # the first copy will be answered
         else:
             pr.push_refused()                     # resend from the match index
-            pr.pause_until(now + self._retry_delay(code))
+            pr.pause_until(now + retry_delay(code, self.cfg.heart_beat_time_interval_ms))
 
     def fail_all(self, code: int) -> list[Fail]:
         out = [Fail(p.token, code) for table in self.pending.values() for p in table]

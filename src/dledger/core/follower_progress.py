@@ -47,6 +47,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from dledger.core.transitions import TransitionTable
+from dledger.protocol import DLedgerResponseCode as Code
 
 
 class DispatchState(Enum):
@@ -339,3 +340,10 @@ class FollowerProgress:
     def recovery_ends(self) -> None:
         """The follower answered without ``recovering``: its water mark counts again."""
         self.recovering = False
+
+
+def retry_delay(code: int, heartbeat_interval_ms: int) -> int:
+    """How long a dispatcher waits after a refusal ``code``: NOT_FOLLOWER right after an
+    election means the push overtook the first heartbeat, so soon; anything else a heartbeat
+    interval."""
+    return max(1, heartbeat_interval_ms // 10) if code == Code.NOT_FOLLOWER else heartbeat_interval_ms

@@ -19,15 +19,16 @@ own instead, with an ``InstallSnapshotRequest`` that carries no snapshot:
 - an entry the follower verified against this leader, or committed, is never dropped: an
   install that would is refused (a stale or bogus request).
 
-The leader's side builds the request (``install_request``); the pusher sends it and walks
-its dispatcher (``core.follower_progress``: INSTALL_SNAPSHOT). The follower's side is
+The leader's side builds the request (``install_request``); the install dispatch sends it
+and handles its answer (``core.install_dispatch``), its dispatcher in INSTALL_SNAPSHOT
+(``core.follower_progress``). The follower's side is
 ``check_install`` (nonsense is the peer's fault) and ``move_log_start``; the entry handler
 answers (``core.entry_handler``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
 from dledger.entry import decode_header
 from dledger.errors import INCONSISTENT_STATE, DLedgerError, PeerProtocolError
@@ -35,16 +36,6 @@ from dledger.protocol import InstallSnapshotRequest
 
 if TYPE_CHECKING:
     from dledger.store import LogStore
-
-
-class InstallSent(NamedTuple):
-    """An install of the log start after ``index`` sent to ``pr`` in leadership ``term``; its
-    answer counts only while ``seq`` is the progress's ``control_seq``."""
-
-    pr: Any
-    seq: int
-    term: int
-    index: int
 
 
 # -- the leader ---------------------------------------------------------------------------------
