@@ -115,3 +115,70 @@ def test_snapshot_needs_a_state_machine_that_saves(tmp_path):
     assert c.run_until(lambda: c.leader() is not None)
     with pytest.raises(RuntimeError, match="takes no snapshots"):
         c.servers[c.leader()].snapshot()
+
+
+def behind_cluster(tmp_path, seed=3, padding=0, **config):
+    """A cluster whose follower was down while the leader trimmed its log past it."""
+    settings = dict(snapshot_threshold=100, mapped_file_size_for_entry_data=64 * 1024,
+                    snapshot_follower_window_ms=1000)
+    settings.update(config)
+    c, machines, problems = chain_cluster(tmp_path, seed=seed, **settings)
+    for sm in machines.values():
+        sm.padding = padding
+    assert c.run_until(lambda: c.leader() is not None)
+    append_many(c, 50)
+    leader = c.leader()
+    follower = next(i for i in c.ids if i != leader)
+    c.crash(follower)
+    c.run_for(3000)
+    append_many(c, 1200, tag=b"b")
+    c.run_for(3000)
+    lstore = c.servers[leader].store
+    assert lstore.ledger_before_begin_index > 50, "the leader trimmed past the follower"
+    return c, machines, problems, leader, follower
+
+
+def test_a_follower_down_past_the_trimmed_log_catches_up_from_a_snapshot(tmp_path):
+    c, machines, problems, leader, follower = behind_cluster(tmp_path)
+    c.restart(follower)
+    lstore = c.servers[leader].store
+    assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 20_000)
+    sm = machines[f"{follower}#2"]
+    assert sm.snapshots_loaded and sm.snapshots_loaded[-1] > 50
+    append_many(c, 30, tag=b"c")
+    c.run_for(2000)
+    assert not problems and not same_history(machines)
+    c.check()
+
+
+def test_a_wiped_follower_catches_up_from_a_snapshot(tmp_path):
+    import shutil
+    c, machines, problems, leader, follower = behind_cluster(tmp_path, seed=5)
+    shutil.rmtree(os.path.join(str(tmp_path), f"dledger-{follower}"))
+    c.restart(follower)
+    lstore = c.servers[leader].store
+    assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 20_000)
+    assert machines[f"{follower}#2"].snapshots_loaded
+    assert not problems and not same_history(machines)
+    c.check()
+
+
+def test_a_broken_install_resumes_where_the_durable_bytes_end(tmp_path, caplog):
+    # a snapshot of about 2 MiB in chunks of 128 KiB: the follower restarts mid-way
+    c, machines, problems, leader, follower = behind_cluster(
+        tmp_path, seed=7, padding=2 << 20, max_frame_bytes=192 * 1024, max_batch_append_size=64 * 1024)
+    c.restart(follower)
+    tmp = os.path.join(str(tmp_path), f"dledger-{follower}", "snapshot", "install_tmp", "data")
+    assert c.run_until(lambda: os.path.exists(tmp) and os.path.getsize(tmp) > 300 * 1024, 20_000)
+    c.crash(follower)
+    part = os.path.getsize(tmp)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="dledger.core.snapshot_receiver"):
+        c.restart(follower)
+        lstore = c.servers[leader].store
+        assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 30_000)
+    assert any(f"resuming the install" in r.getMessage() and f"at byte {part}" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records][:5]
+    assert machines[f"{follower}#3"].snapshots_loaded
+    assert not problems and not same_history(machines)
+    c.check()

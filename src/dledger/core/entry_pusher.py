@@ -114,7 +114,7 @@ class Pending:
 
 
 class EntryPusher:
-    def __init__(self, member_state: MemberState, store: "LogStore", config) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", config, snapshots=None) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
@@ -123,7 +123,7 @@ class EntryPusher:
         #: the records read for pushes, shared by the dispatchers (core.push_ranges)
         self.ranges = PushRanges(store, config)
         #: bringing forward a follower behind this leader's begin (core.install_dispatch)
-        self.installs = InstallDispatch(member_state, store, config)
+        self.installs = InstallDispatch(member_state, store, config, snapshots)
         self.pending: dict[int, deque[Pending]] = {}
 
     # =====================================================================================
@@ -555,6 +555,9 @@ class EntryPusher:
             return
         pr, end = sent.pr, self.store.ledger_end_index
         compared = sent.compared
+        if resp.code == Code.SNAPSHOT_NEEDED and self.installs.snapshots is not None:
+            pr.behind_begin()                   # it cannot rebuild its state from its log
+            return
         if pr.state is DispatchState.COMPARE:
             if resp.code == Code.SUCCESS:
                 pr.on_compare_match(compared)
@@ -583,6 +586,8 @@ class EntryPusher:
             pr.append_inconsistent(self.store.ledger_end_index)
         elif code == Code.REPEATED_PUSH:
             pass                                  # the first copy will be answered
+        elif code == Code.SNAPSHOT_NEEDED and self.installs.snapshots is not None:
+            pr.behind_begin()                     # it cannot rebuild its state from its log
         else:
             pr.push_refused()                     # resend from the match index
             pr.pause_until(now + retry_delay(code, self.cfg.heart_beat_time_interval_ms))

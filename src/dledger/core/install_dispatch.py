@@ -24,12 +24,25 @@ pushed to. Its dispatcher takes ``BEHIND_BEGIN`` to INSTALL_SNAPSHOT
   state machine refuses until snapshots exist). A run of the same refusal from one follower
   is logged once.
 
-This is where streamed state-machine snapshots belong when they come: choosing between moving
-the log start and sending a snapshot, the per-follower transfer (which snapshot, the offset of
-the next chunk), a chunk in flight as the one outstanding install, its answer moving the
-offset on. The follower's side stays in ``core.log_start`` and ``core.entry_handler``.
+A leader whose state machine takes snapshots (``snapshots``: its ``FileSnapshotStore``) sends
+its newest snapshot instead, streamed (the follower's side: ``core.snapshot_receiver``):
 
-State: the member state, the store, the config, and the last refusal logged per follower.
+- one chunk of at most ``SNAPSHOT_CHUNK`` bytes (and what a frame carries beside the
+  envelope's ``FRAME_HEADROOM``) per request, with
+  its CRC and the whole snapshot's size and CRC, read from the snapshot's file as it is sent
+  (nothing is held whole); the chunk is the one outstanding install, so one install runs per
+  follower and a lost chunk is sent again after ``max_push_timeout_ms``;
+- each answer names the bytes the follower holds durably (``received``): the next chunk
+  starts there, so an install resumes after a broken connection, a lost answer or a restart
+  of either side (the same snapshot: a newer one starts the follower afresh); the follower's
+  last answer, with every byte received and the snapshot loaded, is ``INSTALLED`` as above;
+- a follower that answers a push SNAPSHOT_NEEDED (it cannot rebuild its state from its own
+  log) is taken to INSTALL_SNAPSHOT by the pusher too;
+- with no snapshot yet (or one older than this leader's log start), nothing is sent:
+  ``snapshot_wanted`` asks the server's snapshotter to take one, and the follower waits.
+
+State: the member state, the store, the config, the snapshots, the offset of each follower's
+transfer, and the last refusal logged per follower.
 It returns its intents (``Send``, with an ``InstallSent`` context); it never compares a term a
 peer sent (the pusher's common answer handling and ``core.term_gate`` do).
 """
@@ -39,37 +52,54 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, NamedTuple
 
+from dledger.config import FRAME_HEADROOM
 from dledger.core.follower_progress import DispatchState, FollowerProgress, retry_delay
 from dledger.core.intents import Send
 from dledger.core.log_start import install_request
 from dledger.core.member_state import MemberState
+from dledger.entry import crc32, decode_header
 from dledger.errors import DLedgerError
-from dledger.protocol import DLedgerResponseCode as Code, InstallSnapshotResponse
+from dledger.protocol import DLedgerResponseCode as Code, InstallSnapshotRequest, InstallSnapshotResponse
 
 if TYPE_CHECKING:
+    from dledger.snapshot import FileSnapshotStore
     from dledger.store import LogStore
 
 #: the pusher's logger: the install lines keep the name operators know (docs/operations.md)
 log = logging.getLogger("dledger.core.entry_pusher")
 
 
+#: the largest snapshot chunk in one install request
+SNAPSHOT_CHUNK = 1 << 20
+
+
 class InstallSent(NamedTuple):
     """An install of the log start after ``index`` sent to ``pr`` in leadership ``term``; its
-    answer counts only while ``seq`` is the progress's ``control_seq``."""
+    answer counts only while ``seq`` is the progress's ``control_seq``. A snapshot's chunk
+    names its ``offset`` (-1: no snapshot)."""
 
     pr: FollowerProgress
     seq: int
     term: int
     index: int
+    offset: int = -1
 
 
 class InstallDispatch:
-    def __init__(self, member_state: MemberState, store: "LogStore", config) -> None:
+    def __init__(self, member_state: MemberState, store: "LogStore", config,
+                 snapshots: "FileSnapshotStore | None" = None) -> None:
         self.member_state = member_state
         self.store = store
         self.cfg = config
+        #: this leader's snapshots (None: a commit log, whose installs move the log start only)
+        self.snapshots = snapshots
         #: the last refusal code of an install logged per follower (one line per streak)
         self._refusals: dict[str, int] = {}
+        #: per follower: (the snapshot's index, the offset of its next chunk)
+        self._transfers: dict[str, tuple[int, int]] = {}
+        #: a follower waits for a snapshot and there is none to send: take one
+        self.snapshot_wanted = False
+        self.chunk = max(1, min(SNAPSHOT_CHUNK, config.max_frame_bytes - FRAME_HEADROOM))
 
     def needed(self, pr: FollowerProgress) -> bool:
         """Whether the COMPARE or TRUNCATE due to ``pr`` needs an entry at or below this
@@ -82,6 +112,8 @@ class InstallDispatch:
     def dispatch(self, now: int, pr: FollowerProgress, term: int) -> list[Send]:
         """The install that moves ``pr``'s log start to this leader's (of leadership ``term``),
         or nothing yet (``pr`` paused)."""
+        if self.snapshots is not None:
+            return self._dispatch_chunk(now, pr, term)
         me, cfg = self.member_state.self_id, self.cfg
         try:
             req = install_request(self.member_state, self.store, pr.peer, term,
@@ -100,13 +132,67 @@ class InstallDispatch:
         seq = pr.control_sent(now)
         return [Send(pr.peer, req, InstallSent(pr, seq, term, req.last_included_index))]
 
+    # -- snapshots -------------------------------------------------------------------------------
+    def _dispatch_chunk(self, now: int, pr: FollowerProgress, term: int) -> list[Send]:
+        me, cfg, store = self.member_state.self_id, self.cfg, self.store
+        meta = next(self.snapshots.metas(), None)
+        begin = store.ledger_before_begin_index
+        if meta is None or meta.last_included_index < begin or not meta.checked:
+            why = "no snapshot here" if meta is None else f"the newest, {meta}, cannot be sent"
+            log.info("%s: %s needs this leader's snapshot, but %s yet: one is taken", me, pr.peer, why)
+            self.snapshot_wanted = True
+            pr.pause_until(now + cfg.max_push_timeout_ms)
+            return []
+        index = meta.last_included_index
+        try:
+            next_pos = snapshot_next_pos(store, index)
+        except DLedgerError as exc:
+            log.warning("%s: cannot read entry %d for %s: %s", me, index, pr.peer, exc)
+            next_pos = None
+        if next_pos is None:
+            pr.pause_until(now + cfg.max_push_timeout_ms)
+            return []
+        held, offset = self._transfers.get(pr.peer, (-1, 0))
+        if held != index:
+            offset = 0
+            log.warning("%s: %s needs entries this leader's log no longer holds: sending it %s (%d bytes)",
+                        me, pr.peer, meta, meta.data_size)
+        offset = min(offset, meta.data_size)
+        try:
+            with self.snapshots.open_reader(meta) as reader:
+                reader.seek(offset)
+                data = reader.read(min(self.chunk, meta.data_size - offset))
+        except OSError as exc:
+            log.error("%s: cannot read %s for %s: %s", me, meta, pr.peer, exc)
+            pr.pause_until(now + cfg.max_push_timeout_ms)
+            return []
+        self._transfers[pr.peer] = (index, offset)
+        member = self.member_state
+        req = InstallSnapshotRequest(group=member.group, local_id=me, remote_id=pr.peer, leader_id=me, term=term,
+                                     last_included_index=index, last_included_term=meta.last_included_term,
+                                     data=data, next_pos=next_pos, commit_index=member.committed_index,
+                                     incarnation=pr.incarnation if pr.recovering else 0,
+                                     total_size=meta.data_size, data_crc=meta.data_crc, offset=offset,
+                                     chunk_crc=crc32(data))
+        seq = pr.control_sent(now)
+        return [Send(pr.peer, req, InstallSent(pr, seq, term, index, offset))]
+
     def on_answer(self, now: int, sent: InstallSent, resp: InstallSnapshotResponse) -> None:
         """The follower's answer to ``sent``, which the pusher judged current and sound."""
         pr = sent.pr
         if pr.state is not DispatchState.INSTALL_SNAPSHOT:
             return
         me, code, cfg = self.member_state.self_id, resp.code, self.cfg
+        if sent.offset >= 0 and resp.received >= 0 and code in (Code.SUCCESS, Code.INSTALL_SNAPSHOT_ERROR):
+            index, _ = self._transfers.get(pr.peer, (sent.index, 0))
+            self._transfers[pr.peer] = (sent.index, resp.received)
+            total = next((m.data_size for m in self.snapshots.metas() if m.last_included_index == sent.index), -1)
+            if code == Code.SUCCESS and resp.received != total:
+                return                          # the next chunk goes from ``received``
+            if code == Code.INSTALL_SNAPSHOT_ERROR:
+                return                          # a chunk refused (its CRC): sent again from ``received``
         if code == Code.SUCCESS:
+            self._transfers.pop(pr.peer, None)
             self._refusals.pop(pr.peer, None)
             log.info("%s: %s now begins after %d (its log ends at %d): pushing from %d", me, pr.peer,
                      sent.index, resp.end_index, sent.index + 1)
@@ -119,3 +205,15 @@ class InstallDispatch:
         pr.install_refused(self.store.ledger_end_index)
         pr.pause_until(now + max(retry_delay(code, cfg.heart_beat_time_interval_ms),
                                  cfg.max_push_timeout_ms if code == Code.INSTALL_SNAPSHOT_ERROR else 0))
+
+
+def snapshot_next_pos(store: "LogStore", index: int) -> int | None:
+    """This leader's position of entry ``index + 1`` (where a follower installing a snapshot of
+    ``index`` places its next entry): that entry's, or past the end of entry ``index`` when it
+    is the last; None when this log holds neither."""
+    if index < store.ledger_end_index:
+        return decode_header(store.get_raw(index + 1)).pos
+    if index == store.ledger_end_index and index > store.ledger_before_begin_index:
+        h = decode_header(store.get_raw(index))
+        return h.pos + h.size
+    return None

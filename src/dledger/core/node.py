@@ -139,7 +139,7 @@ class Node(Stepping):
         self.round_trips = RoundTrips()
         self.elector = LeaderElector(member, config, rng, now_ms=now_ms, recovery=recovery,
                                      round_trips=self.round_trips)
-        self.pusher = EntryPusher(member, store, config)
+        self.pusher = EntryPusher(member, store, config, snapshots)
         receiver = SnapshotReceiver(store, snapshots, self.caller) if snapshots is not None else None
         self.handler = EntryHandler(member, store, config, recovery=recovery, caller=self.caller, receiver=receiver)
         self.tail = DamagedTail(member, store)

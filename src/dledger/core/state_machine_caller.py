@@ -76,6 +76,8 @@ class StateMachineCaller:
         #: no snapshot here covers what this log no longer holds: apply nothing until one is
         #: installed (``restored``)
         self.needs_snapshot = False
+        #: the index of the last snapshot loaded by ``restored`` (-1: none)
+        self.restored_index = -1
 
     def pause(self) -> None:
         self.paused += 1
@@ -86,6 +88,7 @@ class StateMachineCaller:
     def restored(self, index: int) -> None:
         """A snapshot of the state after entry ``index`` was loaded into the state machine."""
         self.applied_index = index
+        self.restored_index = index
         self.needs_snapshot = False
         self.unreadable_index = -1
 
@@ -98,6 +101,14 @@ class StateMachineCaller:
             self.applied_index = committed_index
             return {}
         results: dict[int, Any] = {}
+        if self.applied_index < self.store.ledger_before_begin_index:
+            # the entries after what was applied are gone from this log: only a snapshot can
+            # bring the state forward (never skip them)
+            log.error("entries %d..%d were never applied and this log no longer holds them: applying "
+                      "waits for the leader's snapshot", self.applied_index + 1,
+                      self.store.ledger_before_begin_index)
+            self.needs_snapshot = True
+            return results
         while self.applied_index < committed_index and self.error is None:
             lo = self.applied_index + 1
             hi = min(committed_index, self.applied_index + self.max_batch)

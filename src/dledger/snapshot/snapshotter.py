@@ -112,7 +112,17 @@ class Snapshotter:
         node = self.node
         if self.saving >= 0 or self._closed or node is None:
             return
-        if self.threshold > 0 and node.caller.applied_index >= self.due_at:
+        restored = node.caller.restored_index
+        if restored > self.last_index:          # the leader's snapshot was installed here
+            self.last_index = restored
+            self.due_at = restored + self.threshold
+            self.kept = [m.last_included_index for m in self.files.metas()]
+        installs = node.pusher.installs
+        if installs.snapshot_wanted:
+            installs.snapshot_wanted = False   # a follower waits for a snapshot this leader lacks
+            if node.caller.applied_index > self.last_index:
+                self.take()
+        elif self.threshold > 0 and node.caller.applied_index >= self.due_at:
             self.take()
         elif self.kept and node.now_ms >= self._trim_at_ms and min(self.kept) > node.store.ledger_before_begin_index:
             self.trim()
