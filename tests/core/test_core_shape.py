@@ -243,10 +243,10 @@ def test_the_check_finds_a_term_comparison_planted_in_a_part(planted):
                                      "timeout=election_timeout_ms"])
 def test_the_check_finds_a_callback_planted_in_a_builder(planted):
     source = (CORE / "node.py").read_text()
-    assert "self.pusher = EntryPusher(member, store, config)" in source
+    assert "self.pusher = EntryPusher(member, store, config, snapshots)" in source
     trees = sources()
-    trees["node.py"] = ast.parse(source.replace("self.pusher = EntryPusher(member, store, config)",
-                                                f"self.pusher = EntryPusher(member, store, config, {planted})"))
+    trees["node.py"] = ast.parse(source.replace("self.pusher = EntryPusher(member, store, config, snapshots)",
+                                                f"self.pusher = EntryPusher(member, store, config, snapshots, {planted})"))
     trees["node.py"].body.insert(0, ast.parse("def election_timeout_ms(config): ...").body[0])
     found = [f.split("EntryPusher(... ")[1] for f in callables_handed(trees) if "EntryPusher(" in f]
     assert found == [planted.split("=")[1] + " ...)"]
