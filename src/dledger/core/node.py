@@ -134,6 +134,7 @@ class Node(Stepping):
         if not needs_snapshot and member.committed_index < applied_index <= store.ledger_end_index:
             member.committed_index = applied_index     # a snapshot holds only committed entries
         self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
+        recovery.waits_for_snapshot = needs_snapshot
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
@@ -449,9 +450,11 @@ class Node(Stepping):
         if not self.stopped:
             self._apply(now, self.tail.pump(now, self.pusher.progress))
         self._apply(now, self.pusher.pump(now))
-        if self.member_state.committed_index > self.caller.applied_index:
-            results = self.caller.on_committed(self.member_state.committed_index)
-            self._apply(now, self.pusher.complete_applied(self.caller.applied_index, results))
+        caller = self.caller
+        if self.member_state.committed_index > caller.applied_index:
+            results = caller.on_committed(self.member_state.committed_index)
+            self._apply(now, self.pusher.complete_applied(caller.applied_index, results))
+        self.recovery.waits_for_snapshot = caller.needs_snapshot
 
     def _unsettled(self) -> str:
         member = self.member_state

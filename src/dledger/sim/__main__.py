@@ -8,6 +8,7 @@ examples:
   python -m dledger.sim swarm --seeds 50 --store file             # real store directories, power loss
                                                                   # and the other storage faults
   python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, same runs
+  python -m dledger.sim swarm --seeds 200 --store file --snapshots  # snapshots, trimmed logs, installs
   python -m dledger.sim --seed 17                                 # the same as "swarm --seed 17"
   python -m dledger.sim soak                                      # the wide sweep on every core (soak --help)
 """
@@ -38,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
                    help="pass envelopes by reference instead of through the wire codec (faster, same runs)")
     p.add_argument("--no-storage-faults", action="store_true",
                    help="file stores: draw no storage fault beyond crash and power loss")
+    p.add_argument("--snapshots", action="store_true",
+                   help="file stores: the key-value machine takes snapshots, logs are trimmed behind them, "
+                        "followers catch up by installs; snapshot faults strike too")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
@@ -50,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "swarm":
         argv = argv[1:]
     args = parser().parse_args(argv)
+    if args.snapshots and args.store != "file":
+        parser().error("--snapshots needs --store file (a memory store keeps no snapshots)")
     seeds = [args.seed] if args.seed is not None else list(range(args.first_seed, args.first_seed + args.seeds))
     failed: list[int] = []
     unknown = 0
@@ -58,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, seed in enumerate(seeds):
         opts = SwarmOptions.from_seed(seed, nodes=args.nodes, durability=args.durability, store=args.store,
                                       codec=not args.no_codec, safety_ms=args.safety_ms,
-                                      storage_faults=not args.no_storage_faults)
+                                      storage_faults=not args.no_storage_faults, snapshots=args.snapshots)
         try:
             r = run_swarm(opts)
         except SwarmFailure as exc:
@@ -73,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"reads {dict(sorted(c.history.read_counts().items()))}; "
                       f"key-value ops {len(r.kv.ops())}: {r.verdict.describe()}; "
                       f"nemesis {r.nemesis}; committed {len(c.committed_log())} entries")
+                if opts.snapshots:
+                    print(f"snapshots {r.snapshots}")
                 if opts.store == "file":
                     print(f"storage faults {r.disk}; halts (failed store) {[(t, n) for t, n, _r in c.halts]}; "
                           f"refused to open {[(t, n) for t, n, _r in c.refusals]}")

@@ -27,8 +27,11 @@ an index, the client waits until that node has applied up to it, then reads the 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgpack
 
 from dledger.protocol import DLedgerResponseCode as Code
 from dledger.sim.checkers import RecordingStateMachine
@@ -79,6 +82,35 @@ class KVStateMachine(RecordingStateMachine):
         for a in entries:
             cmd = decode(bytes(a.entry.body))
             a.resp = None if cmd is None else self.apply_command(cmd)
+
+
+class SnapshotKVStateMachine(KVStateMachine):
+    """The key-value machine with snapshots (the swarm's ``--snapshots``): a snapshot holds its
+    registers, the last index applied and a SHA-256 chain over every entry applied
+    (``digests``: the chain after each index, as ``sim.hash_chain``), so that applied exactly
+    once, in order, across snapshots and installs is checked exactly (``same_history``)."""
+
+    def __init__(self, node_id: str, problems: list[str] | None = None) -> None:
+        super().__init__(node_id, problems)
+        self.digest = b"\0" * 32
+        #: the chain after each index applied here (and after a loaded snapshot's index)
+        self.states: dict[int, bytes] = {}
+
+    def on_apply(self, entries) -> None:
+        super().on_apply(entries)
+        digest, states = self.digest, self.states
+        for a in entries:
+            digest = hashlib.sha256(digest + a.index.to_bytes(8, "big") + bytes(a.entry.body)).digest()
+            states[a.index] = digest
+        self.digest = digest
+
+    def on_snapshot_save(self, writer) -> None:
+        writer.write(msgpack.packb([self.last, self.digest, self.state]))
+
+    def on_snapshot_load(self, reader) -> None:
+        last, digest, state = msgpack.unpackb(reader.read())
+        self.last, self.digest, self.state = last, digest, dict(state)
+        self.states[last] = digest
 
 
 @dataclass

@@ -50,6 +50,7 @@ from dledger.sim.disk import SlowSync
 from dledger.sim.kv import KVRecorder, KVStateMachine, encode_cas, encode_put
 from dledger.sim.linearizability import CheckResult, Verdict
 from dledger.sim.network import NetworkOptions
+from dledger.sim.snapshot_faults import SnapshotFaults
 from dledger.sim.swarm_options import CLIENT_OPS, NEMESIS_ACTIONS, SwarmOptions
 
 READ_MODES = (ReadMode.RAFT_LOG_READ, ReadMode.READ_INDEX_READ, ReadMode.LEASE_READ, ReadMode.UNSAFE_READ)
@@ -71,6 +72,8 @@ class SwarmResult:
     #: how often each storage fault struck (bit flips, full disks, failing msyncs, crashes
     #: inside a write), besides the cluster's ``halts`` and ``refusals``
     disk: dict[str, int] = field(default_factory=dict)
+    #: with ``--snapshots``: snapshots taken on demand and snapshot files damaged
+    snapshots: dict[str, int] = field(default_factory=dict)
 
     @property
     def now_ms(self) -> int:
@@ -121,8 +124,12 @@ class _Swarm:
         ids = [f"n{i}" for i in range(opts.nodes)]
         rates = ({i: 1 + self.rng.uniform(-opts.clock_drift, opts.clock_drift) for i in ids}
                  if opts.clock_drift else None)
+        #: the seed's snapshots (``--snapshots``; ``sim/snapshot_faults.py``), or None
+        self.snaps = SnapshotFaults(opts) if opts.snapshots else None
+        extra = self.snaps.config() if self.snaps is not None else {}
         self.c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir, network=net,
-                         state_machine_factory=KVStateMachine, durability=opts.durability, clock_rates=rates)
+                         state_machine_factory=self.snaps.factory if self.snaps is not None else KVStateMachine,
+                         durability=opts.durability, clock_rates=rates, **extra)
         self.kv = KVRecorder()
         self.clients = [_Client(i) for i in range(opts.clients)]
         self.next_cid = opts.clients
@@ -368,6 +375,8 @@ class _Swarm:
             if c.crashed:
                 victim = rng.choice(sorted(c.crashed))
                 self.flip_at_rest(victim)
+                if self.snaps is not None:
+                    self.snaps.flip_at_rest(c, victim)
                 c.restart(victim)
             elif rng.random() < 0.3:
                 c.restart(rng.choice(ids))
@@ -383,6 +392,8 @@ class _Swarm:
                 timeout = c.config_for(ids[0]).max_heart_beat_leak * c.config_for(ids[0]).heart_beat_time_interval_ms
                 c.processes[rng.choice(live)].pause(rng.randint(10, 3 * timeout))
         self.disk_strike()
+        if self.snaps is not None:
+            self.snaps.strike(c)
 
     # -- phases ---------------------------------------------------------------------------
     def safety_phase(self) -> None:
@@ -444,6 +455,8 @@ def run_swarm(opts: SwarmOptions, base_dir=None) -> SwarmResult:
         swarm.safety_phase()
         swarm.liveness_phase()
         swarm.c.check()
+        if swarm.snaps is not None and (problems := swarm.snaps.problems()):
+            raise InvariantViolation("I10 applied exactly once across snapshots: " + "; ".join(problems[:10]))
         verdict = swarm.kv.check()
         if verdict.result is CheckResult.ILLEGAL:
             raise InvariantViolation(f"I9 key-value history not linearizable:\n{verdict.describe()}")
@@ -451,7 +464,8 @@ def run_swarm(opts: SwarmOptions, base_dir=None) -> SwarmResult:
         raise SwarmFailure(failure_report(opts, str(exc), swarm)) from None
     except Exception as exc:
         raise SwarmFailure(failure_report(opts, f"the simulation crashed: {exc!r}", swarm)) from exc
-    return SwarmResult(opts, swarm.c, swarm.kv, verdict, swarm.nemesis_counts, swarm.disk_counts)
+    return SwarmResult(opts, swarm.c, swarm.kv, verdict, swarm.nemesis_counts, swarm.disk_counts,
+                       swarm.snaps.counts if swarm.snaps is not None else {})
 
 
 def failure_report(opts: SwarmOptions, what: str, swarm: "_Swarm | None") -> str:

@@ -99,6 +99,20 @@ class SwarmOptions:
     #: False: none of the storage faults above is drawn (the runs of before they existed)
     storage_faults: bool = True
 
+    # -- snapshots (``--snapshots``, file stores) --------------------------------------------
+    #: the key-value machine takes snapshots and the log is trimmed behind them (small data
+    #: segments), so followers catch up by installs; off: the runs of before they existed
+    snapshots: bool = False
+    snapshot_threshold: int = 0
+    snapshot_reserve: int = 3
+    snapshot_window_ms: int = 60_000
+    #: probability per nemesis strike that a random live node takes a snapshot now
+    snapshot_now: float = 0.0
+    #: probability, per restart of ``snapshot_flip_victim``, that a bit of its newest snapshot
+    #: (data or meta) flips at rest first
+    snapshot_flip: float = 0.0
+    snapshot_flip_victim: str | None = None
+
     # -- nemesis ---------------------------------------------------------------------------
     #: mean virtual time between two nemesis strikes
     fault_every_ms: int = 500
@@ -126,7 +140,8 @@ class SwarmOptions:
 
     @classmethod
     def from_seed(cls, seed: int, *, nodes: int = 3, durability: str = "page_cache", store: str = "memory",
-                  codec: bool = True, safety_ms: int | None = None, storage_faults: bool = True) -> "SwarmOptions":
+                  codec: bool = True, safety_ms: int | None = None, storage_faults: bool = True,
+                  snapshots: bool = False) -> "SwarmOptions":
         """Every field not given drawn from ``seed`` (the draw order is fixed: append new
         draws at the end so existing seeds keep their runs)."""
         if store not in ("memory", "file"):
@@ -165,6 +180,14 @@ class SwarmOptions:
             pause=rng.choice([0.0, 0.0, 0.1, 0.3]), clock_drift=rng.choice([0.0, 0.0, 0.01, 0.05]),
             storage_faults=storage_faults,
         )
+        if snapshots and store == "file":
+            # drawn from their own source: the fields above keep their values
+            srng = random.Random(f"swarm-snapshots/{seed}/{nodes}/{durability}")
+            drawn = dataclasses.replace(
+                drawn, snapshots=True, snapshot_threshold=srng.choice([3, 10, 30, 100]),
+                snapshot_reserve=srng.choice([1, 2, 3]), snapshot_window_ms=srng.choice([0, 0, 300, 3_000]),
+                snapshot_now=srng.choice([0.0, 0.1, 0.3]), snapshot_flip=srng.choice([0.0, 0.0, 0.3, 1.0]),
+                snapshot_flip_victim=srng.choice(ids))
         if store != "file" or not storage_faults:
             return drawn
         # the storage faults, drawn after everything above (file stores only)
@@ -178,7 +201,8 @@ class SwarmOptions:
         return (f"python -m dledger.sim swarm --seed {self.seed} --nodes {self.nodes} "
                 f"--durability {self.durability} --store {self.store} --safety-ms {self.safety_ms}"
                 + ("" if self.codec else " --no-codec")
-                + ("" if self.storage_faults else " --no-storage-faults"))
+                + ("" if self.storage_faults else " --no-storage-faults")
+                + (" --snapshots" if self.snapshots else ""))
 
     def describe(self) -> str:
         """Every field, one per line (the failure report)."""
