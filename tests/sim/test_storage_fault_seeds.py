@@ -106,6 +106,10 @@ FIXED_LONG: dict[tuple, str] = {
                           "entries after it as an interrupted append, not suspect; n3 then voted for "
                           "a leader without them. Units are now written after the data sync, and "
                           "such a cut reports LOST_TAIL",
+    (2300248, 3, "fsync"): "I4 at the step, committed entry 0 replaced: a bit flipped at rest in the term "
+                           "field of n2's only entry, which its index unit still named; recovery took the "
+                           "first record for a torn first append, cut it without reporting LOST_TAIL, and "
+                           "n2 helped elect a leader without it",
     (564518, 3, "fsync"): "I4 at the step, committed entry 110 replaced: a lost write of a synced sector "
                           "took n2's last entries and left a zero header where entry 110 began; "
                           "recovery read a clean end, erased the units that still named it and did "

@@ -518,13 +518,15 @@ class _Planner(RecoveryScan):
                 self.warn("store %s: entry %d is gone from %s at offset %d, yet its index unit "
                           "is on disk (a lost write of synced data): entries from %d on may "
                           "have been acknowledged", self.store_dir, k, where[0], where[1], k)
-            if (bad and self.durability is FSYNC and (last_index >= 0 or unvouched)
+            if (bad and self.durability is FSYNC and (last_index >= 0 or unvouched or self.unit_names(k, pos))
                     and bad_file is not None
                     and not never_written(bad_file, pos - bad_file.file_from_offset)):
                 # fsync mode, a bad last record without the trace of unwritten bytes (or an
-                # intact first one whose index nothing vouches for): it may be an acknowledged
-                # entry damaged in place. It is cut (the node must reopen) and the store
-                # reports that acknowledged entries may be lost.
+                # intact first one whose index nothing vouches for, or a first one whose index
+                # unit is on disk and names it: units are written after their record's sync,
+                # seed 2300248): it may be an acknowledged entry damaged in place. It is cut
+                # (the node must reopen) and the store reports that acknowledged entries may
+                # be lost.
                 self.lost_tail = True
             if self.page_cache_kept and self.durability is PAGE_CACHE and bad_file is not None and (
                     (bad and (last_index >= 0 or unvouched) and not never_written(bad_file, pos - bad_file.file_from_offset))
@@ -542,6 +544,11 @@ class _Planner(RecoveryScan):
         if self.rebuilt:
             self.warn("store %s: rebuilt %d index units from the data", self.store_dir, len(self.rebuilt))
         return self.plan(pos, last_index, last_term, bad, cp)
+
+    def unit_names(self, k: int, pos: int) -> bool:
+        """Is entry ``k``'s index unit on disk, naming an entry ``k`` at position ``pos``?"""
+        unit = self.unit_at(k) if k >= 0 else None
+        return unit is not None and unit.index == k and unit.pos == pos and unit.size > 0
 
     # -- the plan --------------------------------------------------------------------------
     def rebuild_keeps_head(self) -> bool:
