@@ -1,0 +1,102 @@
+"""The swarm with snapshots (``--snapshots``, file stores): the key-value machine takes
+snapshots, logs are trimmed behind them, followers catch up by streamed installs, and snapshot
+files are damaged now and then, mixed with every other fault of the seed
+(``sim/snapshot_faults.py``). Each seed also checks applied exactly once across snapshots and
+installs (every key-value machine of every incarnation holds the same hash chain at every index
+it reached).
+
+A fixed list in each configuration, a few seeds with the long safety phase (where logs grow
+past several snapshots and segments), and fresh seeds drawn at every run as
+``test_fresh_seeds.py`` draws them (``DLEDGER_FRESH_SEED=N`` replays a draw).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dledger.sim import SwarmOptions, run_swarm
+from dledger.sim.soak import CONFIGS
+from helpers.swarm_lists import assert_seed_keeps_every_invariant
+from sim.test_fresh_seeds import FIRST_DRAWN
+
+LONG_MS = 10_000
+FIXED = ([(s, 3, "page_cache", None) for s in range(5000, 5030)] + [(s, 3, "fsync", None) for s in range(5000, 5030)]
+         + [(s, 5, "page_cache", None) for s in range(5000, 5010)] + [(s, 5, "fsync", None) for s in range(5000, 5010)]
+         + [(s, nodes, durability, LONG_MS) for s in range(5100, 5103) for nodes, durability in CONFIGS])
+#: drawn apart from the other fresh seeds' range
+FRESH = [(FIRST_DRAWN + 500_000_000 + k, nodes, durability, LONG_MS if k else None)
+         for k in range(2) for nodes, durability in CONFIGS]
+
+
+def _id(key) -> str:
+    seed, nodes, durability, safety = key
+    return f"{seed}-{nodes}f-{'pc' if durability == 'page_cache' else 'fs'}{'-long' if safety else ''}"
+
+
+def _run(key, tmp_path):
+    seed, nodes, durability, safety = key
+    opts = SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store="file", safety_ms=safety,
+                                  snapshots=True)
+    assert opts.snapshots and opts.snapshot_threshold > 0
+    return run_swarm(opts, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("key", FIXED + FRESH, ids=[_id(k) for k in FIXED + FRESH])
+def test_a_snapshot_seed_keeps_every_invariant(key, tmp_path):
+    assert_seed_keeps_every_invariant(lambda: _run(key, tmp_path))
+
+
+def test_snapshot_options_leave_every_other_field_as_the_seed_draws_it():
+    for seed in range(20):
+        plain = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file")
+        snap = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file", snapshots=True)
+        fields = {f.name for f in dataclasses.fields(SwarmOptions) if not f.name.startswith("snapshot")}
+        assert {f: getattr(plain, f) for f in fields} == {f: getattr(snap, f) for f in fields}
+        assert "--snapshots" in snap.reproduce() and "--snapshots" not in plain.reproduce()
+
+
+def test_the_snapshot_swarm_installs_trims_and_checks_the_hash_chain(tmp_path, monkeypatch):
+    """Over long seeds the run really trims logs and installs snapshots, and a state machine
+    whose state after loading a snapshot is not the one saved is caught (I10)."""
+    import hashlib
+    import logging
+
+    from dledger.sim import SwarmFailure
+    from dledger.sim.kv import SnapshotKVStateMachine
+
+    seen = {"installed the leader": 0, "dropped": 0}
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            for k in seen:
+                if k in record.getMessage():
+                    seen[k] += 1
+
+    handler = Count(logging.INFO)
+    root = logging.getLogger("dledger")
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        seed = None
+        for seed in range(200, 220):
+            before = seen["installed the leader"]
+            _run((seed, 3, "fsync", LONG_MS), tmp_path / str(seed)).close()
+            if seen["installed the leader"] > before and seen["dropped"]:
+                break
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old)
+    assert seen["installed the leader"] > 0 and seen["dropped"] > 0, seen
+
+    load = SnapshotKVStateMachine.on_snapshot_load
+
+    def load_one_entry_twice(self, reader):   # as if the snapshot's last entry were applied again
+        load(self, reader)
+        self.digest = hashlib.sha256(self.digest).digest()
+
+    monkeypatch.setattr(SnapshotKVStateMachine, "on_snapshot_load", load_one_entry_twice)
+    with pytest.raises(SwarmFailure, match="I10 applied exactly once across snapshots"):
+        _run((seed, 3, "fsync", LONG_MS), tmp_path / "mutated")
