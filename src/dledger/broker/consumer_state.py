@@ -19,9 +19,12 @@ entry of its own term that commits, at the latest).
   in log order, on the runtime thread: first for the records already dispatched (those the log
   still retains), then for each new one as it is dispatched.
 
-Records are applied after each dispatch batch, reading the new units of the system topic's
-consume queue. A record that does not decode (a put to the system topic by some other writer)
-is logged and passed over. The offsets table is saved with the dispatch checkpoint
+Records are applied after each dispatch batch, in the order of the system topic's consume
+queue: the dispatch kept their bodies from its one parse of each message
+(``ReputService.keep_bodies_of``); a record it did not keep (dispatched before this process
+started applying, or before a subscriber asked) is read from the log through its unit. A
+record that does not decode (a put to the system topic by some other writer) is logged and
+passed over. The offsets table is saved with the dispatch checkpoint
 (``consumer_offsets.json``: the table and how many records it covers, written atomically), so
 offsets committed before the retained part of the log survive; on open, the records after the
 saved count are applied again (applying a record twice gives the same table). Subscribers of
@@ -70,6 +73,8 @@ class ConsumerState:
         #: how many records of the system topic's queue the table covers (applied)
         self.applied = 0
         self._subscribers: dict[str, list[Callable[[dict], None]]] = {}
+        # the dispatch hands over the bodies of the records it dispatches (no second parse)
+        commit_log.reput.keep_bodies_of = (SYSTEM_TOPIC, 0)
         self._load()
 
     # -- writes (any thread; the master only) --------------------------------------------
@@ -113,40 +118,55 @@ class ConsumerState:
     # -- applying (runtime thread) ----------------------------------------------------------
     def catch_up(self) -> None:
         """Apply the records dispatched since the last call (after each dispatch batch)."""
-        cq = self.log.reput.queues.get((SYSTEM_TOPIC, 0))      # every queue on disk is open
+        reput = self.log.reput
+        kept = reput.take_kept()
+        cq = reput.queues.get((SYSTEM_TOPIC, 0))      # every queue on disk is open
         if cq is None or cq.max_offset <= self.applied:
             return
-        for kind, record in self._records(self.applied, cq.max_offset):
+        for kind, record in self._records(self.applied, cq.max_offset, kept):
             self._apply(kind, record)
         self.applied = cq.max_offset
 
-    def _records(self, begin: int, end: int):
-        """``(kind, record)`` of the system topic's records ``begin .. end - 1`` (those the
-        store still holds; the ones that do not decode are logged and passed over)."""
+    def _records(self, begin: int, end: int, kept: dict | None = None):
+        """``(kind, record)`` of the system topic's records ``begin .. end - 1``: their bodies
+        from ``kept`` (queue offset -> (physical offset, body), as the dispatch kept them), the
+        others read from the log (those the store still holds). The ones that do not decode are
+        logged and passed over."""
         cq = self.log.reput.find_queue(SYSTEM_TOPIC, 0)
         if cq is None:
             return
         store = self.log.server.store
         q = begin
+        units, first = [], begin                  # units read from the queue, the first of ``first``
         while q < end:
-            units = cq.units(q, min(_READ_UNITS, end - q))
-            if not units:
-                return
-            for phys, size, _tags in units:
-                q += 1
+            if kept and q in kept:
+                phys, body = kept[q]
+            else:
+                if not first <= q < first + len(units):
+                    units, first = cq.units(q, min(_READ_UNITS, end - q)), q
+                    if not units:
+                        return
+                phys, size, _tags = units[q - first]
                 raw = read_at(store, phys, size)
                 if raw is None:           # trimmed by retention
+                    q += 1
                     continue
                 try:
                     body = decode(raw, inflate=False).body
-                    doc = msgpack.unpackb(body, raw=False)
-                    kind, record = doc["k"], doc["r"]
-                    if not isinstance(kind, str) or not isinstance(record, dict):
-                        raise ValueError("not a {k: str, r: map} record")
-                except (MessageFormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-                    log.warning("%s: consumer-state record %d at %d passed over: %s", SYSTEM_TOPIC, q - 1, phys, exc)
+                except MessageFormatError as exc:
+                    log.warning("%s: consumer-state record %d at %d passed over: %s", SYSTEM_TOPIC, q, phys, exc)
+                    q += 1
                     continue
-                yield kind, record
+            q += 1
+            try:
+                doc = msgpack.unpackb(body, raw=False)
+                kind, record = doc["k"], doc["r"]
+                if not isinstance(kind, str) or not isinstance(record, dict):
+                    raise ValueError("not a {k: str, r: map} record")
+            except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+                log.warning("%s: consumer-state record %d at %d passed over: %s", SYSTEM_TOPIC, q - 1, phys, exc)
+                continue
+            yield kind, record
 
     def _apply(self, kind: str, record: dict) -> None:
         if kind == OFFSET:

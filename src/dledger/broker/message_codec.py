@@ -375,9 +375,11 @@ _MIN_MESSAGE = 92                      # what ``locate`` asks for: the shortest 
 def dispatch_fields(buf, start: int = 0, end: int | None = None):
     """What the reput service needs of the message at ``buf[start:end]``, read from its bytes
     at their fixed places, without copying the body nor the hosts' text: ``(topic, queue id,
-    queue offset, store timestamp, TAGS, KEYS, UNIQ_KEY)`` (an absent property is None); None when
-    the bytes are not one whole message of the length they claim. Everything is read inside
-    ``[start, end)``; ``buf`` may hold other bytes around it (a run of log records).
+    queue offset, store timestamp, TAGS, KEYS, UNIQ_KEY, body at, body length)`` (an absent
+    property is None; the stored body is ``buf[start + at:start + at + length]``, so that a
+    reader of bodies needs no second parse); None when the bytes are not one whole message of
+    the length they claim. Everything is read inside ``[start, end)``; ``buf`` may hold other
+    bytes around it (a run of log records).
 
     Accepted exactly when ``decode(..., inflate=False)`` accepts the bytes and the topic is not
     empty (``locate``'s rule, which the append hook follows); the three properties are the
@@ -400,6 +402,7 @@ def dispatch_fields(buf, start: int = 0, end: int | None = None):
         store_timestamp, body_len = tail.unpack_from(buf, start + 48)
     else:
         off = _DISPATCH_HEAD.size
+    body_at = off
     off += body_len
     if body_len < 0 or off + 3 > n:
         return None
@@ -420,11 +423,11 @@ def dispatch_fields(buf, start: int = 0, end: int | None = None):
     if props_len < 0 or off + 2 + props_len != n:
         return None
     if not props_len:
-        return topic, queue_id, queue_offset, store_timestamp, None, None, None
+        return topic, queue_id, queue_offset, store_timestamp, None, None, None, body_at, body_len
     try:
         props = parse_properties(buf[start + off + 2:end].decode("utf-8"))
     except UnicodeDecodeError:
         return None
     get = props.get
     return (topic, queue_id, queue_offset, store_timestamp, get(PROPERTY_TAGS), get(PROPERTY_KEYS),
-            get(PROPERTY_UNIQ_KEY))
+            get(PROPERTY_UNIQ_KEY), body_at, body_len)

@@ -7,7 +7,9 @@ every record checked against its index unit and CRC, no entry object per index; 
 layout is read by ``entry.iter_record_bodies``). Each NORMAL entry whose body is a message (``message_codec.dispatch_fields``, which reads only
 the fields dispatch needs) becomes one consume-queue unit (physical offset = entry position +
 the 48-byte entry header, size, tags hash code) at the queue offset stamped in the message, and
-index keys for its UNIQ_KEY and KEYS. Other entries (NOOP, membership, bodies that are not
+index keys for its UNIQ_KEY and KEYS. Each message is parsed once, there: a reader of one
+queue's bodies (``keep_bodies_of``: the consumer state's records) takes them from that parse
+(``take_kept``), never parsing the message again. Other entries (NOOP, membership, bodies that are not
 messages) are passed over. Blank padding at segment ends is never seen: the runs hold records
 only. A record that fails its check raises ``CorruptStoreError`` (the store notes the damage)
 and the walk stops before it, as it would reading entry by entry.
@@ -25,7 +27,9 @@ for, means dispatching everything again.
 Listeners: ``on_dispatch(physical_offset, store_timestamp)`` is called for each message as it
 is dispatched; ``on_dispatch_batch(dispatched)`` once per batch, after the checkpoint, with the
 batch's ``(physical_offset, store_timestamp)`` pairs (cheaper for a listener that only
-measures). Both are off (None) by default.
+measures). Both are off (None) by default. With ``keep_bodies_of`` set to a (topic, queue id),
+the stored bodies of that queue's messages are kept by unit (queue offset) as they are
+dispatched, until ``take_kept`` hands them over (after each batch).
 
 A replica whose log begins after index 0 (it caught up past the leader's retention: the
 entries before were never in its log) starts a queue again at the first message it holds
@@ -76,6 +80,10 @@ class ReputService:
         self._log_start: tuple[int, int] | None = None
         #: whether anything was dispatched since the last checkpoint
         self.dirty = False
+        #: the queue whose message bodies are kept for ``take_kept`` (off: None)
+        self.keep_bodies_of: tuple[str, int] | None = None
+        #: queue offset -> (physical offset, stored body) of that queue's messages dispatched
+        self._kept: dict[int, tuple[int, bytes]] = {}
         self._recover()
 
     # -- checkpoint -----------------------------------------------------------------------
@@ -156,6 +164,12 @@ class ReputService:
             return self.queue(topic, queue_id)
         return None
 
+    def take_kept(self) -> dict[int, tuple[int, bytes]]:
+        """The kept bodies of ``keep_bodies_of``'s messages dispatched since the last call, by
+        queue offset: ``(physical offset, stored body)``."""
+        kept, self._kept = self._kept, {}
+        return kept
+
     def max_queue_offsets(self) -> dict[tuple[str, int], int]:
         return {key: cq.max_offset for key, cq in self.queues.items() if cq.max_offset}
 
@@ -198,6 +212,7 @@ class ReputService:
         listener = self.on_dispatch
         done = [] if listener is not None or dispatched is not None else None
         keyed = []
+        keep = self.keep_bodies_of
         next_index = self.next_index
         next_pos = self.next_physical_offset
         try:
@@ -206,7 +221,7 @@ class ReputService:
                 if magic == MAGIC_NORMAL and end > body:
                     found = fields(records, body, end)
                     if found is not None:
-                        topic, queue_id, queue_offset, store_timestamp, tags, keys, uniq = found
+                        topic, queue_id, queue_offset, store_timestamp, tags, keys, uniq, at, length = found
                         offset = pos + BODY_OFFSET
                         cq = queues.get((topic, queue_id))
                         if cq is None:
@@ -229,6 +244,8 @@ class ReputService:
                             if len(codes) >= _TAG_CODES_MAX:
                                 codes.clear()
                             code = codes[tags] = tags_hash_code(tags)
+                        if keep is not None and (topic, queue_id) == keep:
+                            self._kept[cq.max_offset] = (offset, bytes(records[body + at:body + at + length]))
                         cq.put_next(offset, size - BODY_OFFSET, code)
                         if uniq or keys:
                             keyed.append((topic, uniq, keys, offset, store_timestamp))
