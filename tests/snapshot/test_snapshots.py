@@ -7,34 +7,8 @@ import os
 import pytest
 
 from dledger.sim import Cluster
-from dledger.sim.hash_chain import HashChainStateMachine, same_history
-
-
-def chain_cluster(tmp_path, n=3, seed=1, **config):
-    machines: dict[str, HashChainStateMachine] = {}
-    problems: list[str] = []
-    incarnations: dict[str, int] = {}
-
-    def factory(node_id):
-        incarnations[node_id] = incarnations.get(node_id, 0) + 1
-        sm = HashChainStateMachine(node_id, problems)
-        machines[f"{node_id}#{incarnations[node_id]}"] = sm
-        return sm
-
-    c = Cluster(n, seed=seed, store="file", base_dir=tmp_path, state_machine_factory=factory, **config)
-    return c, machines, problems
-
-
-def append_many(c, count, size=200, tag=b"x"):
-    futs = [c.append(tag + i.to_bytes(4, "big") * (size // 4)) for i in range(count)]
-    assert c.run_until(lambda: all(f.done() for f in futs), 60_000)
-    assert all(f.exception() is None for f in futs), [f.exception() for f in futs if f.exception()][:3]
-    return futs
-
-
-def snapshot_dirs(c, node_id):
-    base = os.path.join(c.servers[node_id].store.store_dir, "snapshot")
-    return sorted(int(n.split("_")[1]) for n in os.listdir(base) if n.startswith("snapshot_"))
+from dledger.sim.hash_chain import same_history
+from helpers.snapshot_cluster import append_many, behind_cluster, chain_cluster, snapshot_dirs
 
 
 def test_threshold_takes_snapshots_and_trims_the_log(tmp_path):
@@ -117,27 +91,6 @@ def test_snapshot_needs_a_state_machine_that_saves(tmp_path):
         c.servers[c.leader()].snapshot()
 
 
-def behind_cluster(tmp_path, seed=3, padding=0, **config):
-    """A cluster whose follower was down while the leader trimmed its log past it."""
-    settings = dict(snapshot_threshold=100, mapped_file_size_for_entry_data=64 * 1024,
-                    snapshot_follower_window_ms=1000)
-    settings.update(config)
-    c, machines, problems = chain_cluster(tmp_path, seed=seed, **settings)
-    for sm in machines.values():
-        sm.padding = padding
-    assert c.run_until(lambda: c.leader() is not None)
-    append_many(c, 50)
-    leader = c.leader()
-    follower = next(i for i in c.ids if i != leader)
-    c.crash(follower)
-    c.run_for(3000)
-    append_many(c, 1200, tag=b"b")
-    c.run_for(3000)
-    lstore = c.servers[leader].store
-    assert lstore.ledger_before_begin_index > 50, "the leader trimmed past the follower"
-    return c, machines, problems, leader, follower
-
-
 def test_a_follower_down_past_the_trimmed_log_catches_up_from_a_snapshot(tmp_path):
     c, machines, problems, leader, follower = behind_cluster(tmp_path)
     c.restart(follower)
@@ -181,4 +134,17 @@ def test_a_broken_install_resumes_where_the_durable_bytes_end(tmp_path, caplog):
                for r in caplog.records), [r.getMessage() for r in caplog.records][:5]
     assert machines[f"{follower}#3"].snapshots_loaded
     assert not problems and not same_history(machines)
+    c.check()
+
+
+def test_age_logs_runs_retention_as_if_time_had_passed(tmp_path):
+    c = Cluster(3, seed=4, store="file", base_dir=tmp_path, record_applies=False,
+                mapped_file_size_for_entry_data=16 * 1024, file_reserved_hours=1,
+                delete_when=";".join(str(h) for h in range(24)))     # every hour deletes
+    assert c.run_until(lambda: c.leader() is not None)
+    append_many(c, 300)
+    c.run_for(500)
+    assert c.age_logs(0.5) == 0                     # not expired yet
+    assert c.age_logs(2) > 0
+    assert all(c.servers[i].store.ledger_before_begin_index >= 0 for i in c.live())
     c.check()

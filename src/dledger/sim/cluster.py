@@ -41,6 +41,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+import time
 from concurrent.futures import Future, InvalidStateError
 from typing import Callable
 
@@ -242,6 +243,35 @@ class Cluster:
             return
         self.power[node_id].arm(writes)
         self._armed[node_id] = (power, torn)
+
+    def crash_here(self, node_id: str) -> None:
+        """Kill ``node_id`` at this very point of the step it runs (``store="file"``): called
+        from inside the node's code (a test patches a function to call it), it raises
+        ``SimulatedCrash``; what the step did before stays on disk, nothing after it happens."""
+        if node_id not in self.power:
+            raise ValueError("a crash inside a step needs store='file'")
+        self._armed[node_id] = (False, False)
+        self.power[node_id].fired = True
+        raise SimulatedCrash(f"{node_id} killed inside its step")
+
+    def snapshot(self, node_id: str) -> Future:
+        """Have ``node_id`` take a snapshot now (``DLedgerServer.snapshot``): a future of its
+        last included index."""
+        return self.servers[node_id].snapshot()
+
+    def age_logs(self, hours: float, node_ids=None) -> int:
+        """Run retention on the live nodes (or ``node_ids``) as if ``hours`` had passed: each
+        store's ``clean`` with the machine's clock that far ahead (file ages are the files' real
+        modification times, which the simulated wall clock knows nothing of; the store still
+        deletes only in its ``delete_when`` hours or when its disk is full enough). Returns the
+        segments deleted."""
+        deleted = 0
+        for node_id in (node_ids if node_ids is not None else self.live()):
+            server = self.servers[node_id]
+            server.store.update_committed_index(server.node.committed_index)
+            # file ages are the files' real modification times: the machine's clock, moved on
+            deleted += server.store.clean(time.time() + hours * 3600)
+        return deleted
 
     def _disarm(self, node_id: str) -> None:
         if self._armed.pop(node_id, None) is not None:

@@ -136,11 +136,11 @@ class Snapshotter:
             self._waiters.append(fut)
             return fut
         index = node.caller.applied_index
-        if index <= self.last_index:
-            fut.set_result(self.last_index)
-            return fut
         if node.caller.needs_snapshot or index < 0:
             fut.set_exception(RuntimeError("nothing applied to take a snapshot of"))
+            return fut
+        if index <= self.last_index:
+            fut.set_result(self.last_index)
             return fut
         self.due_at = index + self.threshold
         store = node.store
@@ -173,7 +173,7 @@ class Snapshotter:
         try:
             work()
             return pending.commit()
-        except BaseException:
+        except Exception:
             pending.abort()
             raise
 
@@ -239,7 +239,7 @@ class Snapshotter:
         def call() -> tuple:
             try:
                 return fn(), None
-            except BaseException as exc:   # handed to ``done``
+            except Exception as exc:       # handed to ``done`` (a crash of the process is not)
                 return None, exc
 
         if not getattr(rt, "background_flush", False):
