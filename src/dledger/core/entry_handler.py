@@ -41,7 +41,8 @@ Rules:
 - an install (``InstallSnapshotRequest``, admitted as a push) moves this log's start to the
   leader's when the leader no longer holds what this follower needs (``core.log_start``); a
   node with a state machine refuses one without a snapshot (INSTALL_SNAPSHOT_ERROR: it cannot
-  skip entries), and takes the leader's snapshot in chunks instead (``core.snapshot_receiver``);
+  skip entries) unless it holds the begin entry the install names (then it drops nothing), and
+  takes the leader's snapshot in chunks instead (``core.snapshot_receiver``);
 - a node whose state machine cannot be rebuilt from its log (``StateMachineCaller.needs_snapshot``)
   answers every APPEND, COMPARE and TRUNCATE SNAPSHOT_NEEDED, so the leader sends its snapshot;
 - a recovering follower (``core.rejoin``) marks every answer ``recovering`` (with its
@@ -266,7 +267,7 @@ class EntryHandler:
             return self._install_answer(req, code, received), replies
         if req.data:
             return self._install_answer(req, Code.UNSUPPORTED), replies
-        if self.state_machine:
+        if self.state_machine and not self._holds(index, term):
             log.error("%s: leader %s asks to move this log's start past entries this node needs (its log "
                       "begins after %d, this one ends at %d): a node with a state machine cannot skip them "
                       "without a snapshot (the leader takes none: has it a state machine that saves "
@@ -288,6 +289,17 @@ class EntryHandler:
         self._verified(req.term, index)
         self.commit_hint(req.term, req.commit_index)
         return self._install_answer(req, Code.SUCCESS), replies
+
+    def _holds(self, index: int, term: int) -> bool:
+        """Does this log hold entry ``index`` of ``term`` (so moving its start to there drops
+        nothing)?"""
+        store = self.store
+        if not store.ledger_before_begin_index <= index <= store.ledger_end_index:
+            return False
+        try:
+            return store.get_entry_term(index) == term
+        except DLedgerError:
+            return False
 
     # -- APPEND ---------------------------------------------------------------------------
     def _append(self, req: PushEntryRequest) -> PushEntryResponse:

@@ -38,8 +38,10 @@ its newest snapshot instead, streamed (the follower's side: ``core.snapshot_rece
   last answer, with every byte received and the snapshot loaded, is ``INSTALLED`` as above;
 - a follower that answers a push SNAPSHOT_NEEDED (it cannot rebuild its state from its own
   log) is taken to INSTALL_SNAPSHOT by the pusher too;
-- with no snapshot yet (or one older than this leader's log start), nothing is sent:
-  ``snapshot_wanted`` asks the server's snapshotter to take one, and the follower waits.
+- with no snapshot yet (or one older than this leader's log start), ``snapshot_wanted`` asks
+  the server's snapshotter to take one; meanwhile the bare log-start move is sent, which a
+  follower that holds this leader's begin entry (same term) takes without losing anything (its
+  state machine skips nothing), and others refuse until the snapshot comes.
 
 State: the member state, the store, the config, the snapshots, the offset of each follower's
 transfer, and the last refusal logged per follower.
@@ -139,10 +141,19 @@ class InstallDispatch:
         begin = store.ledger_before_begin_index
         if meta is None or meta.last_included_index < begin or not meta.checked:
             why = "no snapshot here" if meta is None else f"the newest, {meta}, cannot be sent"
-            log.info("%s: %s needs this leader's snapshot, but %s yet: one is taken", me, pr.peer, why)
+            log.info("%s: %s needs this leader's snapshot, but %s yet: one is taken; meanwhile its log "
+                     "start is moved if it holds this leader's begin", me, pr.peer, why)
             self.snapshot_wanted = True
-            pr.pause_until(now + cfg.max_push_timeout_ms)
-            return []
+            try:
+                req = install_request(self.member_state, store, pr.peer, term, pr.incarnation if pr.recovering else 0)
+            except DLedgerError:
+                req = "unreadable"
+            if isinstance(req, str):
+                pr.pause_until(now + cfg.max_push_timeout_ms)
+                return []
+            # a follower that holds the begin entry (same term) keeps its log and needs no data
+            seq = pr.control_sent(now)
+            return [Send(pr.peer, req, InstallSent(pr, seq, term, req.last_included_index))]
         index = meta.last_included_index
         try:
             next_pos = snapshot_next_pos(store, index)

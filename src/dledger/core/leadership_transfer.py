@@ -20,7 +20,9 @@ The transferee:
   follower, EXPIRED_TERM past it.
 
 A leader with ``preferred_leader_ids`` checks every ``preferred_leader_check_interval_ms``
-whether a live preferred member is close enough behind, and transfers to the closest.
+whether a live preferred member is close enough behind, and transfers to the closest. A leader
+whose state machine waits for a snapshot (only a leader sends one) hands leadership to the
+member furthest ahead that does not wait for one too (``hand_over``), as often.
 
 State: member state and config. Who asked is a token (a host's, or one standing for a peer's
 request, which the node answers over the network). The decisions are intents
@@ -76,6 +78,8 @@ class LeadershipTransfer:
         self.take_leadership_task: TakeLeadershipTask | None = None
         self.transfer_wait: TransferWait | None = None
         self.next_preferred_check_ms = now_ms + config.preferred_leader_check_interval_ms
+        #: when a leader that cannot apply next tries to hand leadership over (``hand_over``)
+        self.next_hand_over_ms = now_ms
 
     # -- the old leader -----------------------------------------------------------------------
     def answer(self, req: LeadershipTransferRequest, code: int) -> LeadershipTransferResponse:
@@ -167,6 +171,30 @@ class LeadershipTransfer:
                                             term=member.curr_term, transfer_id=member.self_id, transferee_id=best)
             return self.start(now, req, None, water_marks[best])[1]
         return NONE
+
+    def hand_over(self, now: int, water_marks: Mapping[str, int], exclude) -> tuple:
+        """This leader cannot apply what it commits (its state machine waits for a snapshot,
+        which only a leader sends): transfer to the live member furthest ahead, not in
+        ``exclude`` (members that wait for a snapshot too), when close enough. Tried once per
+        ``preferred_leader_check_interval_ms``."""
+        if now < self.next_hand_over_ms:
+            return NONE
+        self.next_hand_over_ms = now + self.cfg.preferred_leader_check_interval_ms
+        member = self.member_state
+        if member.transferee is not None:
+            return NONE
+        best = max((p for p in member.remote_peer_ids if member.peers_live.get(p) and p not in exclude),
+                   key=lambda p: water_marks.get(p, -1), default=None)
+        if best is None:
+            return NONE
+        lag = member.ledger_end_index - water_marks.get(best, -1)
+        if lag >= self.cfg.max_leadership_transfer_wait_index:
+            return NONE
+        log.warning("%s: this leader's state machine waits for a snapshot, which only a leader sends: handing "
+                    "leadership to %s (%d entries behind)", member.self_id, best, lag)
+        req = LeadershipTransferRequest(group=member.group, local_id=member.self_id, remote_id=member.self_id,
+                                        term=member.curr_term, transfer_id=member.self_id, transferee_id=best)
+        return self.start(now, req, None, water_marks.get(best, -1))[1]
 
     # -- the transferee -----------------------------------------------------------------------
     def wait_to_take(self, now: int, req: LeadershipTransferRequest, token: Any):

@@ -42,6 +42,7 @@ fully before the next; answers to its own requests go to the part that owns thei
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -76,6 +77,8 @@ if TYPE_CHECKING:
 #: needs (a pass is repeated only for a role change made during the one before, and an entry
 #: point makes a few at most)
 MAX_SETTLE_PASSES = 64
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -134,7 +137,6 @@ class Node(Stepping):
         if not needs_snapshot and member.committed_index < applied_index <= store.ledger_end_index:
             member.committed_index = applied_index     # a snapshot holds only committed entries
         self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
-        recovery.waits_for_snapshot = needs_snapshot
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
@@ -454,7 +456,13 @@ class Node(Stepping):
         if self.member_state.committed_index > caller.applied_index:
             results = caller.on_committed(self.member_state.committed_index)
             self._apply(now, self.pusher.complete_applied(caller.applied_index, results))
-        self.recovery.waits_for_snapshot = caller.needs_snapshot
+        if caller.unreadable_index > caller.applied_index and not caller.needs_snapshot \
+                and self.handler.receiver is not None and self.repairer.beyond_peers(caller.unreadable_index):
+            log.error("%s: committed entry %d is damaged here and no peer holds a copy (the leader's log "
+                      "begins after it): applying waits for the leader's snapshot",
+                      self.member_state.self_id, caller.unreadable_index)
+            caller.needs_snapshot = True
+
 
     def _unsettled(self) -> str:
         member = self.member_state

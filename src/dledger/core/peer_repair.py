@@ -16,7 +16,9 @@ pushed to a follower. This component makes the refusal temporary when a good cop
   is the same entry (CRC, index, term, pos, size against the local index unit: by Raft's log
   matching, one index and term name one entry, and replicas are byte-identical); a copy that
   fails is logged and the next peer is asked. An entry no peer holds intact stays refused:
-  unavailable, never wrong.
+  unavailable, never wrong. ``beyond_peers`` says when every peer answered without a copy and
+  the leader's log no longer reaches it (its snapshot covers it): a node with a state machine
+  then waits for the leader's snapshot instead (``StateMachineCaller.needs_snapshot``).
 - **answering**: ``handle_pull`` answers a peer's ``PullEntriesRequest`` with the encoded record
   of ``begin_index`` if this node reads it intact (any role; the asker checks it), else with
   no record; the record of ``begin_index + 1``, read in the same step, follows it when intact
@@ -73,6 +75,10 @@ class Repairer:
         self._asking: dict[int, tuple[str, int]] = {}
         #: damaged entry -> how many peers were asked so far (picks the next one)
         self._turn: dict[int, int] = {}
+        #: damaged entry -> the peers that answered without a copy, and those whose log
+        #: begins after it
+        self._no_copy: dict[int, set[str]] = {}
+        self._gone: dict[int, set[str]] = {}
         self._repair_at = now_ms
         #: the last look found nothing damaged: no wake-up is needed for repair
         self._idle = False
@@ -127,6 +133,8 @@ class Repairer:
         for index in [i for i in self._asking if i not in damaged]:
             del self._asking[index]
             self._turn.pop(index, None)
+            self._no_copy.pop(index, None)
+            self._gone.pop(index, None)
         if not damaged:
             # looked at again on the first event after a step (reads elsewhere may note
             # damage: a push, applying, a client's get), or when a scrub pass ends
@@ -197,9 +205,20 @@ class Repairer:
             log.warning("%s: entry %d repaired from %s's copy", self.member_state.self_id, index, peer)
             return
         # no usable copy there: ask the next peer at once
+        self._no_copy.setdefault(index, set()).add(peer)
+        if resp.code == Code.INDEX_LESS_THAN_LOCAL_BEGIN:
+            self._gone.setdefault(index, set()).add(peer)
         if self._asking.get(index, (None,))[0] == peer:
             self._asking[index] = (peer, now - ASK_RETRY_MS)
             self._repair_at = min(self._repair_at, now)
+
+    def beyond_peers(self, index: int) -> bool:
+        """Has every peer answered the pull of damaged entry ``index`` without a copy, the
+        leader among them because its log begins after it?"""
+        member = self.member_state
+        lead = member.leader_id
+        return (lead is not None and lead in self._gone.get(index, ())
+                and self._no_copy.get(index, set()) >= set(member.remote_peer_ids))
 
     def damaged_up_to(self, index: int) -> bool:
         """Is an entry at or below ``index`` damaged here (not to be counted as matching)?"""

@@ -92,9 +92,6 @@ class Rejoin:
         self.incarnation = 0
         #: whether this node knows a term at least as high as any it may have voted in
         self.term_known = self.reason not in _TERM_LOST
-        #: this node's state machine cannot apply until a leader installs a snapshot
-        #: (``StateMachineCaller.needs_snapshot``, kept in step by the node): it does not stand
-        self.waits_for_snapshot = False
         #: peer -> (its answer, whether the query was sent after ``settled_ms``)
         self.answers: dict[str, tuple[MetadataResponse, bool]] = {}
         #: queries sent from then on count toward a partial set of answers (see the docstring)
@@ -120,9 +117,8 @@ class Rejoin:
         return getattr(self.store, "failed", None) is not None
 
     def may_stand(self) -> bool:
-        """Whether this node may run a vote round (not while its state machine waits for a
-        leader's snapshot: a leader must be able to apply what it commits)."""
-        return not self.failed and not self.waits_for_snapshot and (self.term_known or not self.recovering)
+        """Whether this node may run a vote round."""
+        return not self.failed and (self.term_known or not self.recovering)
 
     def may_vote(self, unanimous: bool) -> bool:
         """Whether this node may grant a vote in a round that is ``unanimous`` or not."""

@@ -56,6 +56,7 @@ import logging
 from typing import Any
 
 from dledger.core import term_gate
+from dledger.core.follower_progress import DispatchState
 from dledger.core.intents import Follow, HeardLeader, StepDown
 from dledger.core.member_state import Role, RoleEvent
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
@@ -361,6 +362,9 @@ class Stepping:
         if member.role is Role.LEADER and self.config.preferred_leader_ids \
                 and elector.transfer.preferred_check_due(now):
             self._apply(now, elector.transfer.check_preferred(now, self.pusher.water_marks()))
+        if member.role is Role.LEADER and self.caller.needs_snapshot:
+            installing = {p for p, pr in self.pusher.progress.items() if pr.state is DispatchState.INSTALL_SNAPSHOT}
+            self._apply(now, elector.transfer.hand_over(now, self.pusher.water_marks(), installing))
 
     def _tick_follower(self, now: int) -> None:
         """A follower that heard no leader for an election timeout stands for election, probing
