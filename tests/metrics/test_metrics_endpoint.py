@@ -248,3 +248,46 @@ def test_has_leader_leader_changes_build_info_and_the_process_collectors_are_scr
         value(s, "dledger_leader_changes_total", group="g", node=n) > before[n] for n in IDS))
     assert all(value(s, "dledger_leader_changes_total", group="g", node=n) > before[n] for n in IDS), s
     assert value(s, "dledger_role", group="g", node=target, role="leader") == 1
+
+
+class Snapshotting:
+    def __init__(self):
+        self.total = 0
+
+    def on_apply(self, entries):
+        self.total += len(entries)
+
+    def on_snapshot_save(self, writer):
+        writer.write(str(self.total).encode())
+
+    def on_snapshot_load(self, reader):
+        self.total = int(reader.read())
+
+
+def test_snapshots_are_counted_and_their_index_shown(tmp_path):
+    from dledger import DLedgerConfig
+    from dledger.runtime.asyncio_runtime import AsyncioRuntime
+    port = free_ports(1)[0]
+    rt = AsyncioRuntime()
+    server = DLedgerServer(DLedgerConfig(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}",
+                                         store_base_dir=str(tmp_path)), runtime=rt, state_machine=Snapshotting())
+    endpoint = serve(0, [server], host="127.0.0.1")
+    try:
+        server.startup()
+        assert server.wait_for_leader(WAIT) == "n0"
+        s = scrape(endpoint.url)
+        assert value(s, "dledger_snapshot_index", group="g", node="n0") == -1
+        assert value(s, "dledger_snapshots_taken_total", group="g", node="n0") == 0
+        for _ in range(3):
+            assert server.append(b"x").result(WAIT).ok
+        index = server.snapshot().result(WAIT)
+        s = scrape(endpoint.url)
+        assert value(s, "dledger_snapshot_index", group="g", node="n0") == index == 2
+        assert value(s, "dledger_snapshots_kept", group="g", node="n0") == 1
+        assert value(s, "dledger_snapshots_taken_total", group="g", node="n0") == 1
+        assert value(s, "dledger_snapshots_installed_total", group="g", node="n0") == 0
+        assert value(s, "dledger_waits_for_snapshot", group="g", node="n0") == 0
+    finally:
+        endpoint.close()
+        server.shutdown()
+        rt.close()

@@ -76,8 +76,9 @@ class StateMachineCaller:
         #: no snapshot here covers what this log no longer holds: apply nothing until one is
         #: installed (``restored``)
         self.needs_snapshot = False
-        #: the index of the last snapshot loaded by ``restored`` (-1: none)
+        #: the index of the last snapshot loaded by ``restored`` (-1: none), and how many were
         self.restored_index = -1
+        self.restores = 0
 
     def pause(self) -> None:
         self.paused += 1
@@ -89,6 +90,7 @@ class StateMachineCaller:
         """A snapshot of the state after entry ``index`` was loaded into the state machine."""
         self.applied_index = index
         self.restored_index = index
+        self.restores += 1
         self.needs_snapshot = False
         self.unreadable_index = -1
 

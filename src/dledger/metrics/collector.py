@@ -110,6 +110,10 @@ class DLedgerCollector:
                                             "Entries of append requests that succeeded", labels=list(LABELS))
         bytes_total = CounterMetricFamily("dledger_appended_bytes",
                                           "Body bytes of append requests that succeeded", labels=list(LABELS))
+        snapshots_taken = CounterMetricFamily("dledger_snapshots_taken",
+                                              "Snapshots this process took of its state machine", labels=list(LABELS))
+        snapshots_installed = CounterMetricFamily("dledger_snapshots_installed",
+                                                  "Leader's snapshots this process installed", labels=list(LABELS))
         gauges = {name: GaugeMetricFamily(name, doc, labels=list(LABELS)) for name, doc in (
             ("dledger_term", "The node's current term"),
             ("dledger_ledger_end_index", "Index of the last entry in the node's log (-1: empty)"),
@@ -120,6 +124,9 @@ class DLedgerCollector:
             ("dledger_apply_lag_entries", "Committed entries not applied yet"),
             ("dledger_halted", "1 when the node halted because its disk failed"),
             ("dledger_has_leader", "1 while the node knows its group's leader (itself included), else 0"),
+            ("dledger_snapshot_index", "Last included index of the node's newest snapshot (-1: none)"),
+            ("dledger_snapshots_kept", "Snapshots the node keeps on disk"),
+            ("dledger_waits_for_snapshot", "1 while the node's state machine waits for the leader's snapshot"),
         )}
         role = GaugeMetricFamily("dledger_role", "1 for the node's current role, 0 for the others",
                                  labels=[*LABELS, "role"])
@@ -145,14 +152,32 @@ class DLedgerCollector:
             _add(fams["apply_latency"], labels, m.apply_latency, MS)
             _add(fams["apply_entries"], labels, m.apply_entries)
             self._gauges(m, labels, gauges, role, match, lag)
+            self._snapshots(m, labels, gauges, snapshots_taken, snapshots_installed)
         yield from fams.values()
         yield leader_changes
         yield entries_total
         yield bytes_total
+        yield snapshots_taken
+        yield snapshots_installed
         yield from gauges.values()
         yield role
         yield match
         yield lag
+
+    @staticmethod
+    def _snapshots(m: NodeMetrics, labels, gauges, taken, installed) -> None:
+        server = m.server
+        if server is None or not server.started or server.node is None:
+            return
+        snap = server.snapshotter
+        caller = server.node.caller
+        gauges["dledger_waits_for_snapshot"].add_metric(labels, 1 if caller.needs_snapshot else 0)
+        installed.add_metric(labels, caller.restores)
+        if snap is None:
+            return
+        gauges["dledger_snapshot_index"].add_metric(labels, snap.last_index)
+        gauges["dledger_snapshots_kept"].add_metric(labels, len(snap.kept))
+        taken.add_metric(labels, snap.taken)
 
     @staticmethod
     def _gauges(m: NodeMetrics, labels, gauges, role, match, lag) -> None:

@@ -62,6 +62,8 @@ class Snapshotter:
         #: the snapshot being taken: its index, or -1
         self.saving = -1
         self._waiters: list[Future] = []
+        #: snapshots taken by this process (metrics)
+        self.taken = 0
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         #: an automatic snapshot is due once the applied index reaches it
@@ -193,6 +195,7 @@ class Snapshotter:
         else:
             self.last_index = meta.last_included_index
             self.kept = [m.last_included_index for m in self.files.metas()]
+            self.taken += 1
             log.info("took %s (%d bytes)", meta, meta.data_size)
             self.trim()
             for fut in waiters:
