@@ -1,17 +1,20 @@
 """Fixed store workloads for counting instructions: leader batches, single appends, push
-reads and follower batch writes, all with 128 B bodies, on the production file store.
+reads, follower batch writes and entry reads, all with 128 B bodies, on the production file store.
 
 Wall-clock rates on a shared 2-core machine move by a factor of two between runs; the number of
 instructions a fixed workload executes does not. With no argument the script runs every workload
 under valgrind's callgrind (Debian package ``valgrind``) and prints the instructions of each, net
 of the ``none`` workload (interpreter start, imports, opening a store):
 
-    python benchmarks/bench_store_instructions.py            # the table (about a minute)
+    python benchmarks/bench_store_instructions.py            # the table (a few minutes)
     python benchmarks/bench_store_instructions.py batch      # one workload, to run under a profiler
 
 Workloads: ``batch`` 40 leader batches of 1,000; ``single`` 20,000 single leader appends;
 ``pushread`` the 40,000 entries read back for pushes in ranges of up to 1,000; ``follower``
-the same ranges written to a follower store.
+the same ranges written to a follower store; ``read`` the 40,000 entries read back one by one
+(``iter_entries``, as committed entries are applied); ``term`` the term of each of them
+(``get_entry_term``, which the core asks around every push and vote). The last four include
+the 40 batches that wrote the entries.
 """
 import os
 import shutil
@@ -23,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from dledger.entry import DLedgerEntry  # noqa: E402
 from dledger.store import DLedgerMmapFileStore  # noqa: E402
 
-WORKLOADS = ("none", "batch", "single", "pushread", "follower")
+WORKLOADS = ("none", "batch", "single", "pushread", "follower", "read", "term")
 
 
 def count(workload: str) -> int:
@@ -61,6 +64,16 @@ try:
     elif what == "single":
         for _ in range(20000):
             s.append_as_leader(DLedgerEntry(body=body))
+    elif what == "read":
+        for _ in range(40):
+            s.batch_append_as_leader([body] * 1000)
+        for _entry in s.iter_entries():
+            pass
+    elif what == "term":
+        for _ in range(40):
+            s.batch_append_as_leader([body] * 1000)
+        for i in range(40000):
+            s.get_entry_term(i)
     else:
         for _ in range(40):
             s.batch_append_as_leader([body] * 1000)

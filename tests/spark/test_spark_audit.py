@@ -96,7 +96,7 @@ def test_lagging_replica_is_reported(dl, tmp_path):
 def test_flipped_bit_is_found(dl, tmp_path):
     paths = replicas(tmp_path)
     with open_store(paths[1]) as st:
-        unit = st._index_unit(50)
+        unit = st._reader.index_unit(50)
     seg = os.path.join(paths[1], "data", f"{unit.pos - unit.pos % DATA_FILE_SIZE:020d}")
     flip_byte(seg, unit.pos % DATA_FILE_SIZE + BODY_OFFSET + 5, 0x10)
     report = run_audit(paths, spark=dl, out_dir=str(tmp_path / "out"))

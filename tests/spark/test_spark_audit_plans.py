@@ -79,7 +79,7 @@ def test_tasks_and_shuffle_agree(dl, tmp_path, monkeypatch, case):
 def test_a_flipped_bit_gives_the_same_report_by_either_plan(dl, tmp_path, monkeypatch):
     paths = three(tmp_path)
     with open_store(paths[2]) as st:
-        unit = st._index_unit(120)
+        unit = st._reader.index_unit(120)
     seg = os.path.join(paths[2], "data", f"{unit.pos - unit.pos % DATA_FILE_SIZE:020d}")
     flip_byte(seg, unit.pos % DATA_FILE_SIZE + BODY_OFFSET + 3, 0x04)
     by_tasks, by_shuffle = both_plans(paths, dl, monkeypatch)

@@ -136,7 +136,7 @@ def test_torn_tail_is_left_out_as_the_store_leaves_it_out(dl, tmp_path):
     write_store(d, bodies(50, seed=9))
     with open_store(d) as st:
         end = st.ledger_end_index
-        last = st._index_unit(end)
+        last = st._reader.index_unit(end)
     # a record head after the end that runs past the file: a torn write
     seg = os.path.join(d, "data", f"{last.pos - last.pos % DATA_FILE_SIZE:020d}")
     off = last.pos % DATA_FILE_SIZE + last.size
@@ -159,7 +159,7 @@ def test_damaged_entries_are_reported_in_columns_not_raised(dl, tmp_path):
     d = str(tmp_path / "dledger-n0")
     write_store(d, bodies(80, seed=11, lo=20), committed=79)
     with open_store(d) as st:
-        u10, u40 = st._index_unit(10), st._index_unit(40)
+        u10, u40 = st._reader.index_unit(10), st._reader.index_unit(40)
     seg = lambda pos: os.path.join(d, "data", f"{pos - pos % DATA_FILE_SIZE:020d}")  # noqa: E731
     flip_byte(seg(u10.pos), u10.pos % DATA_FILE_SIZE + BODY_OFFSET + 3)  # a body bit
     flip_byte(seg(u40.pos), u40.pos % DATA_FILE_SIZE + 1, 0x40)         # the magic
@@ -265,7 +265,7 @@ def test_a_damaged_mid_log_record_is_read_with_the_damage_in_its_row(tmp_path):
     write_store(d, bodies(120, seed=23, lo=20))
     os.remove(os.path.join(d, "checkpoint"))    # no trusted prefix: recovery scans the tail
     with open_store(d) as st:
-        unit = st._index_unit(110)
+        unit = st._reader.index_unit(110)
     seg = os.path.join(d, "data", f"{unit.pos - unit.pos % DATA_FILE_SIZE:020d}")
     flip_byte(seg, unit.pos % DATA_FILE_SIZE + 2, 0x20)     # entry 110's size field
     info = scan.store_info(d)

@@ -124,7 +124,7 @@ def test_joined_leader_batches_write_the_same_bytes_as_the_record_loop(batches, 
     try:
         stores = [DLedgerMmapFileStore.open(os.path.join(base, name), data_file_size=data_file_size,
                                             index_file_size=32 * 16) for name in ("joined", "loop")]
-        stores[1]._append_leader_joined = lambda *a: None
+        stores[1]._writer._append_leader_joined = lambda *a: None
         for s in stores:
             s.persist_term(1, None)
         for k, sizes in enumerate(batches):
@@ -144,10 +144,10 @@ def test_joined_leader_batches_write_the_same_bytes_as_the_record_loop(batches, 
 def _reference_range(store, begin, max_bytes, max_count):
     out, nbytes = [store.get_raw(begin)], 0
     nbytes = len(out[0])
-    pos = store._index_unit(begin).pos + nbytes
+    pos = store._reader.index_unit(begin).pos + nbytes
     i = begin + 1
     while i <= store.ledger_end_index and len(out) < max_count:
-        unit = store._index_unit(i)
+        unit = store._reader.index_unit(i)
         if unit.pos != pos or nbytes + unit.size > max_bytes:
             break
         out.append(store.get_raw(i))
@@ -186,7 +186,7 @@ def test_raw_ranges_equal_a_record_by_record_read(sizes, reads, reopen):
 # which reads for a push are checked
 # ---------------------------------------------------------------------------------------
 def _damage_body(store, index):
-    unit = store._index_unit(index)
+    unit = store._reader.index_unit(index)
     f = store.data_list.find_file(unit.pos)
     at = unit.pos - f.file_from_offset + BODY_OFFSET
     f.mm[at] ^= 0xFF

@@ -1,9 +1,12 @@
 """LogReader: the file store's reads (``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin: it reads
-``data_list``, ``index_list`` and, in the shared state (``self._state``, ``state.py``), the
-bounds, ``index_overrides`` and ``written_from``; it changes nothing but the notes of damaged
-entries (``damaged``).
+A part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``): it holds the shared state
+(``state.StoreState``), reads its ``data_list`` and ``index_list`` and, there, the bounds,
+``index_overrides`` and ``written_from``; it changes nothing but the notes of damaged entries
+(``damaged``). The façade's reads (``get``, ``get_raw``, ``get_raw_range``,
+``get_entry_term``, ``verify``) are this part's methods, bound on the store when it is built
+(no call layer between a caller and the read); the cut and repair parts find entries through
+``index_unit`` and ``read_entry``.
 
 Rules:
 - an entry is found through its index unit, and its record must agree with that unit
@@ -30,13 +33,23 @@ from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE,
 from dledger.errors import (INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE, CorruptEntryError,
                             CorruptStoreError, DLedgerError)
 from dledger.store.mmap_file import MmapFile
+from dledger.store.state import StoreState
 
 
 class LogReader:
-    """Reading the file store (mixin of ``DLedgerMmapFileStore``)."""
+    """Reading the file store (a part of ``DLedgerMmapFileStore``)."""
 
-    def _index_unit(self, index: int) -> IndexUnit:
-        unit = self._state.index_overrides.get(index) if self._state.index_overrides else None
+    def __init__(self, state: StoreState) -> None:
+        self.state = state
+        self.data_list = state.data_list
+        self.index_list = state.index_list
+        self.data_path = state.data_path
+        self.index_path = state.index_path
+
+    def index_unit(self, index: int) -> IndexUnit:
+        """Entry ``index``'s index unit (a rebuilt one kept in memory wins), checked to name
+        the entry; else ``CorruptStoreError``."""
+        unit = self.state.index_overrides.get(index) if self.state.index_overrides else None
         if unit is not None:
             return unit
         pos = index * INDEX_UNIT_SIZE
@@ -51,16 +64,16 @@ class LogReader:
         return unit
 
     def _check_range(self, index: int) -> None:
-        self._state.check_open()
-        if index < 0 or index > self._state.ledger_end_index:
-            raise DLedgerError(f"index {index} out of range (end {self._state.ledger_end_index})",
+        self.state.check_open()
+        if index < 0 or index > self.state.ledger_end_index:
+            raise DLedgerError(f"index {index} out of range (end {self.state.ledger_end_index})",
                                INDEX_OUT_OF_RANGE)
-        if index <= self._state.ledger_before_begin_index:
+        if index <= self.state.ledger_before_begin_index:
             raise DLedgerError(f"index {index} is before the log's begin "
-                               f"{self._state.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
+                               f"{self.state.ledger_before_begin_index + 1}", INDEX_LESS_THAN_LOCAL_BEGIN)
 
     def _locate(self, index: int) -> tuple[IndexUnit, MmapFile, int]:
-        unit = self._index_unit(index)
+        unit = self.index_unit(index)
         f = self.data_list.find_file(unit.pos)
         if f is None or unit.pos - f.file_from_offset + unit.size > f.wrote_position:
             raise CorruptStoreError(f"index unit {index} points outside the data ({unit.pos}, "
@@ -72,12 +85,14 @@ class LogReader:
         (the entry then joins ``damaged()`` until it is repaired)."""
         self._check_range(index)
         try:
-            return self._read_entry(index)
+            return self.read_entry(index)
         except CorruptStoreError as exc:
-            self._state.note_damage(index, exc)
+            self.state.note_damage(index, exc)
             raise
 
-    def _read_entry(self, index: int) -> DLedgerEntry:
+    def read_entry(self, index: int) -> DLedgerEntry:
+        """Entry ``index`` read and checked (``CorruptStoreError`` when it fails a check), its
+        range not checked and its damage not noted (the repair part reads with it)."""
         unit, f, off = self._locate(index)
         try:
             entry = decode(f.mm, off, limit=f.wrote_position, path=f.path, base=f.file_from_offset)
@@ -105,7 +120,7 @@ class LogReader:
 
     def _has_crc(self, index: int) -> bool:
         """Does the record of ``index`` carry a body CRC? (False when it cannot be read.)"""
-        if index <= self._state.ledger_before_begin_index:
+        if index <= self.state.ledger_before_begin_index:
             return False
         try:
             _unit, f, off = self._locate(index)
@@ -116,7 +131,7 @@ class LogReader:
     def get_raw(self, index: int) -> bytes:
         """The encoded record of ``index`` exactly as stored (header checked, CRC checked)."""
         entry = self.get(index)
-        unit = self._index_unit(index)
+        unit = self.index_unit(index)
         return self.data_list.get_data(unit.pos, entry.size)
 
     def get_raw_range(self, begin_index: int, max_bytes: int, max_count: int = 1 << 30, *,
@@ -131,15 +146,15 @@ class LogReader:
         ``CorruptStoreError``, as ``get`` does.
         """
         self._check_range(begin_index)
-        end = min(self._state.ledger_end_index, begin_index + max_count - 1)
+        end = min(self.state.ledger_end_index, begin_index + max_count - 1)
         try:
             first_unit, f, off = self._locate(begin_index)
         except CorruptStoreError as exc:
-            self._state.note_damage(begin_index, exc)
+            self.state.note_damage(begin_index, exc)
             raise
         units = [first_unit]
         nbytes = first_unit.size
-        if end > begin_index and not self._state.index_overrides:
+        if end > begin_index and not self.state.index_overrides:
             # Extend within the same data segment as far as the limits allow, from the
             # following index units read in one slice per index segment.
             upos = (begin_index + 1) * INDEX_UNIT_SIZE
@@ -157,14 +172,14 @@ class LogReader:
         elif end > begin_index:
             expect_pos = first_unit.pos + nbytes
             while begin_index + len(units) <= end:
-                unit = self._index_unit(begin_index + len(units))
+                unit = self.index_unit(begin_index + len(units))
                 if unit.pos != expect_pos or nbytes + unit.size > max_bytes:
                     break
                 units.append(unit)
                 nbytes += unit.size
                 expect_pos += unit.size
         chunk = f.read(off, nbytes)
-        if checked or begin_index < self._state.written_from:
+        if checked or begin_index < self.state.written_from:
             self._verify_chunk(chunk, begin_index, units, f.path, off)
         # else: written through this store object since it was opened (leader records encoded
         # here, follower records checked before they were written); the followers check every
@@ -209,22 +224,22 @@ class LogReader:
                     or not matches_unit(unit, magic, size, index, term, pos, body_crc)
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
                 exc = CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
-                self._state.note_damage(i, exc)
+                self.state.note_damage(i, exc)
                 raise exc
             off += size
             i += 1
 
     def get_entry_term(self, index: int) -> int:
         """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""
-        if index == self._state.ledger_before_begin_index:
-            return self._state.ledger_before_begin_term
+        if index == self.state.ledger_before_begin_index:
+            return self.state.ledger_before_begin_term
         self._check_range(index)
-        return self._index_unit(index).term
+        return self.index_unit(index).term
 
     def verify(self, progress: Callable[[int], None] | None = None) -> list[CorruptStoreError]:
         """Read and check every entry; returns the errors found (empty when the log is sound)."""
         errors: list[CorruptStoreError] = []
-        for i in range(self._state.ledger_before_begin_index + 1, self._state.ledger_end_index + 1):
+        for i in range(self.state.ledger_before_begin_index + 1, self.state.ledger_end_index + 1):
             try:
                 self.get(i)
             except CorruptStoreError as exc:

@@ -1,9 +1,13 @@
 """LogWriter: the file store's write paths (leader single and batch, follower batch).
 
-Part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``), as a mixin: it reads
-``data_list``, ``index_list``, ``term_file``, ``durability``, ``max_entry_size`` and the
-bounds of the shared state (``self._state``, ``state.py``), and moves
-``ledger_end_index``/``ledger_end_term`` there.
+A part of ``DLedgerMmapFileStore`` (see ``mmap_file_store.py``): it holds the shared state
+(``state.StoreState``), writes records into its ``data_list`` and index units into its
+``index_list``, reads the current term from its ``term_file``, and moves
+``ledger_end_index``/``ledger_end_term`` there. It owns the append hooks. Its settings
+(``durability``, the largest entry) come from ``StoreOptions``; ``truncate_index_to`` (the cut
+part's) cuts the index list back when an append is undone. The façade's append entry points
+carry the write gate (``store_io.writes_to_disk``) and call ``append_leader`` and
+``append_follower`` here.
 
 Rules:
 - leaders stamp each record's ``pos`` with its local position; a follower's batch is checked
@@ -24,15 +28,17 @@ Rules:
 
 The loops here are the store's hot paths (see docs/architecture.md, "Why the hot path looks
 the way it does"): segment state is kept in locals, and batches go column-wise where that wins.
+The objects fixed for the store's life (the segment lists, the term file, the settings) are the
+part's own attributes, so a per-entry path reads them in one step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate, chain, repeat, starmap
 from operator import add
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_NORMAL, MIN_BLANK_LEN,
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_LEN,
                            RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, IndexUnit, crc32)
 from dledger.errors import (DISK_ERROR, DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM,
                             DLedgerError, EntryTooLargeError, ReadOnlyStoreError)
@@ -41,77 +47,76 @@ from dledger.store.follower_batch import plan_follower_batch
 from dledger.store.log_store import AppendBatchResult, AppendHook
 from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import zero_header_at
-from dledger.store.store_io import writes_to_disk
+from dledger.store.options import StoreOptions
+from dledger.store.state import StoreState
 
 _ZERO8 = bytes(MIN_BLANK_LEN)
 
 
 class LogWriter:
-    """Appending to the file store (mixin of ``DLedgerMmapFileStore``)."""
+    """Appending to the file store (a part of ``DLedgerMmapFileStore``)."""
+
+    def __init__(self, state: StoreState, options: StoreOptions,
+                 truncate_index_to: Callable[[int], None]) -> None:
+        self.state = state
+        self.data_list = state.data_list
+        self.index_list = state.index_list
+        self.term_file = state.term_file
+        self.read_only = state.read_only
+        self.store_dir = state.store_dir
+        self.durability = options.durability
+        #: the largest record accepted (``StoreOptions.entry_size_limit``)
+        self.max_entry_size = options.entry_size_limit
+        #: cut the index list back to entry ``i`` (the cut part's, ``Cut.truncate_index_to``)
+        self.truncate_index_to = truncate_index_to
+        self.hooks: list[AppendHook] = []
+        self._encode_buf = bytearray()
 
     def add_append_hook(self, hook: AppendHook) -> None:
-        """``hook(entry, record, body_offset)`` runs on the leader before a record is written.
-
-        ``record`` is a writable view of the whole encoded record (index, term and pos already
-        set); the hook may change body bytes in place. The CRC is computed afterwards, over the
-        final body. The view is only valid during the call.
-        """
-        if hook not in self._hooks:
-            self._hooks.append(hook)
+        """Run ``hook`` on every leader append (see ``DLedgerMmapFileStore.add_append_hook``)."""
+        if hook not in self.hooks:
+            self.hooks.append(hook)
 
     def _check_append(self) -> None:
-        self._state.check_open()
+        self.state.check_open()
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.store_dir} is opened read-only")
-        if self._state.failed is not None:
-            self._state.check_not_failed()
-        if self._state.is_disk_full:
+        if self.state.failed is not None:
+            self.state.check_not_failed()
+        if self.state.is_disk_full:
             raise DLedgerError(f"disk full: store {self.store_dir} refuses appends", DISK_FULL)
-        expected = (self._state.ledger_end_index + 1) * INDEX_UNIT_SIZE
+        expected = (self.state.ledger_end_index + 1) * INDEX_UNIT_SIZE
         if self.index_list.max_wrote_position() != expected and self.index_list.files:
             raise DLedgerError(f"index list at {self.index_list.max_wrote_position()}, expected "
                                f"{expected}", DISK_ERROR)
 
     def _ensure_index_start(self) -> None:
         if not self.index_list.files:
-            self.index_list.rebuild_with_pos((self._state.ledger_end_index + 1) * INDEX_UNIT_SIZE)
+            self.index_list.rebuild_with_pos((self.state.ledger_end_index + 1) * INDEX_UNIT_SIZE)
 
-    @writes_to_disk("leader append")
-    def append_as_leader(self, entry: DLedgerEntry) -> DLedgerEntry:
-        """Append one entry as leader: index, term (the current term) and pos are assigned here.
-
-        Returns the same entry with ``index``, ``term``, ``pos``, ``size``, ``body_crc`` set
-        and ``body`` holding the bytes as written (after hooks).
-        """
-        self._append_leader((entry.body,), entry.magic, [entry])
-        return entry
-
-    @writes_to_disk("leader append")
-    def batch_append_as_leader(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendBatchResult:
-        """Append many bodies in one call (one fsync in ``fsync`` mode)."""
-        return self._append_leader(bodies, magic, None)
-
-    def _append_leader(self, bodies: Sequence[bytes], magic: int,
-                       entries: list[DLedgerEntry] | None) -> AppendBatchResult:
+    def append_leader(self, bodies: Sequence[bytes], magic: int,
+                      entries: list[DLedgerEntry] | None) -> AppendBatchResult:
+        """Append ``bodies`` as leader (index, term, pos assigned here); ``entries``: the
+        entries they came from, filled in as written (a single append), or None (a batch)."""
         self._check_append()
         if magic not in VALID_MAGICS:
             raise ValueError(f"invalid magic {magic}")
         if not bodies:
-            return AppendBatchResult(self._state.ledger_end_index + 1, self.term_file.term, [])
+            return AppendBatchResult(self.state.ledger_end_index + 1, self.term_file.term, [])
         limit = self.max_entry_size - BODY_OFFSET
         if max(map(len, bodies)) > limit:
             big = next(i for i, b in enumerate(bodies) if len(b) > limit)
             raise EntryTooLargeError(f"entry body of {len(bodies[big])} bytes exceeds the maximum "
                                      f"of {limit} bytes (max_entry_size {self.max_entry_size})")
         term = self.term_file.term
-        if term < self._state.ledger_end_term:
+        if term < self.state.ledger_end_term:
             raise DLedgerError(f"current term {term} is below the last entry's term "
-                               f"{self._state.ledger_end_term}", INCONSISTENT_TERM)
+                               f"{self.state.ledger_end_term}", INCONSISTENT_TERM)
         self._ensure_index_start()
-        first_index = index = self._state.ledger_end_index + 1
+        first_index = index = self.state.ledger_end_index + 1
         data, idx = self.data_list, self.index_list
         start_pos = data.max_wrote_position()
-        if not self._hooks and entries is None and len(bodies) > 1:
+        if not self.hooks and entries is None and len(bodies) > 1:
             result = self._append_leader_joined(bodies, magic, term, first_index, start_pos)
             if result is not None:
                 return result
@@ -119,7 +124,7 @@ class LogWriter:
         add = positions.append
         pack_rec = RECORD_PREFIX.pack_into
         pack_idx = INDEX_UNIT.pack_into
-        hooks = self._hooks
+        hooks = self.hooks
         # The loop keeps each segment's state in locals and writes it back on segment switches
         # and at the end: attribute traffic was a third of the per-entry cost. It packs its own
         # index units rather than handing them to _write_index_units: that helper's list, zip
@@ -220,29 +225,29 @@ class LogWriter:
         ``start_pos`` on: move the log end, mark it, and sync in fsync mode: the data, then the
         index units (``deferred``: written only now, after the data sync), then the index (a
         failed sync puts the log end back and fails the store)."""
-        before = self._state.ledger_end_index, self._state.ledger_end_term
-        self._state.ledger_end_index = last_index
-        self._state.ledger_end_term = last_term
+        before = self.state.ledger_end_index, self.state.ledger_end_term
+        self.state.ledger_end_index = last_index
+        self.state.ledger_end_term = last_term
         self._mark_end(df)
         if self.durability is FSYNC:
             try:
                 self.data_list.sync_from(start_pos)
             except OSError as exc:
-                self._state.ledger_end_index, self._state.ledger_end_term = before
-                raise self._state.sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
+                self.state.ledger_end_index, self.state.ledger_end_term = before
+                raise self.state.sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
             if deferred:
                 try:
                     self._write_index_units(deferred, 0, len(deferred))
                 except Exception:
                     # a full disk at a new index segment: the append changes nothing
-                    self._state.ledger_end_index, self._state.ledger_end_term = before
+                    self.state.ledger_end_index, self.state.ledger_end_term = before
                     self._cut_back(start_pos)
                     raise
             try:
                 self.index_list.sync_from(first_index * INDEX_UNIT_SIZE)
             except OSError as exc:
-                self._state.ledger_end_index, self._state.ledger_end_term = before
-                raise self._state.sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
+                self.state.ledger_end_index, self.state.ledger_end_term = before
+                raise self.state.sync_failed(f"msync of entries {first_index}..{last_index}", exc) from exc
 
     def _cut_back(self, start_pos: int) -> None:
         """An append raised before it counted its entries (a full disk at a segment's creation,
@@ -255,10 +260,10 @@ class LogWriter:
             if data.files and data.max_wrote_position() > start_pos:
                 data.truncate_offset(start_pos)
                 zero_header_at(data, start_pos)
-            if idx.files and idx.max_wrote_position() > (self._state.ledger_end_index + 1) * INDEX_UNIT_SIZE:
-                self._cut.truncate_index_to(self._state.ledger_end_index + 1)
+            if idx.files and idx.max_wrote_position() > (self.state.ledger_end_index + 1) * INDEX_UNIT_SIZE:
+                self.truncate_index_to(self.state.ledger_end_index + 1)
         except OSError as exc:
-            self._state.fail(f"msync while undoing a refused append failed: {exc}")
+            self.state.fail(f"msync while undoing a refused append failed: {exc}")
 
     def _write_hooked(self, df: MmapFile, wp: int, body: bytes, magic: int, index: int, term: int,
                       pos: int, entries: list[DLedgerEntry] | None, k: int) -> None:
@@ -271,7 +276,7 @@ class LogWriter:
         entry = entries[k] if entries is not None else DLedgerEntry(body=body, magic=magic)
         entry.index, entry.term, entry.pos, entry.size, entry.magic = index, term, pos, size, magic
         with memoryview(buf) as whole, whole[:size] as view:
-            for hook in self._hooks:
+            for hook in self.hooks:
                 hook(entry, view, BODY_OFFSET)
         final_body = bytes(buf[BODY_OFFSET:size])
         crc = crc32(final_body)
@@ -286,28 +291,23 @@ class LogWriter:
         if f is not None and f.wrote_position + MIN_BLANK_LEN <= f.file_size:
             f.mm[f.wrote_position:f.wrote_position + MIN_BLANK_LEN] = _ZERO8
 
-    @writes_to_disk("follower append")
-    def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
-        """Append encoded records exactly as they lie in the leader's data file.
-
-        ``records`` is a bytes-like object of consecutive records (blank records in it are
-        skipped: this store writes its own padding, at the same places). Everything is checked
-        before anything is written; a bad batch changes nothing. Returns the new end index.
-        """
+    def append_follower(self, records, leader_term: int) -> int:
+        """Append encoded records exactly as they lie in the leader's data file (see
+        ``DLedgerMmapFileStore.batch_append_as_follower``). Returns the new end index."""
         self._check_append()
         if leader_term != self.term_file.term:
             raise DLedgerError(f"leader term {leader_term} differs from local term "
                                f"{self.term_file.term}", INCONSISTENT_TERM)
         view = memoryview(records)
         data = self.data_list
-        has_position = bool(data.files) or (self._state.ledger_end_index < 0 and self._state.ledger_before_begin_index < 0)
-        plan = plan_follower_batch(view, expect_index=self._state.ledger_end_index + 1,
-                                   last_term=self._state.ledger_end_term, leader_term=leader_term,
+        has_position = bool(data.files) or (self.state.ledger_end_index < 0 and self.state.ledger_before_begin_index < 0)
+        plan = plan_follower_batch(view, expect_index=self.state.ledger_end_index + 1,
+                                   last_term=self.state.ledger_end_term, leader_term=leader_term,
                                    next_pos=data.max_wrote_position() if has_position else None,
                                    file_size=data.mapped_file_size, max_entry_size=self.max_entry_size)
         units = plan.units
         if not units:
-            return self._state.ledger_end_index
+            return self.state.ledger_end_index
         first = IndexUnit._make(units[0])
         if not data.files and first.pos != 0:
             data.rebuild_with_pos(first.pos)
@@ -338,7 +338,7 @@ class LogWriter:
             raise
         last = IndexUnit._make(units[done - 1])
         self._end_append(df, first_index, last.index, last.term, start_pos, units[:done] if deferring else None)
-        return self._state.ledger_end_index
+        return self.state.ledger_end_index
 
     def _write_index_units(self, units: list[tuple], k: int, end: int) -> None:
         """Append the index units ``units[k:end]`` (``(magic, pos, size, index, term)`` tuples),

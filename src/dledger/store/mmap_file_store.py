@@ -12,18 +12,20 @@ segment lists, the term file, the bounds, the checkpoint, the failed flag) from 
 (``options.StoreOptions``), then the parts that hold that state; it owns ``load`` (which
 applies what ``recovery.recover`` planned), ``close`` and the term and suspect state. Its
 public bounds (``ledger_end_index``, ``failed``, ...) are views of the shared state. The
-behaviour is split by concern, one module each:
+behaviour is split by concern into parts, one module each, each holding that one state:
 
-- ``flusher.Flusher`` (a part): ``flush``, ``flush_if_due``, the checkpoint;
-- ``retention.Retention`` (a part): ``clean`` (expired segments, the disk-full guard);
-- ``cut.Cut`` (a part): ``truncate``, ``truncate_to_entry``, ``reset``;
-- ``repair.Repair`` (a part): ``damaged``, ``repair`` (damaged entries, rewritten in place once proven);
-- ``log_writer.LogWriter`` (a mixin): leader and follower appends;
-- ``log_reader.LogReader`` (a mixin): ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``.
+- ``log_writer.LogWriter``: leader and follower appends, the append hooks;
+- ``log_reader.LogReader``: ``get``, ``get_raw``, ``get_raw_range``, terms, ``verify``;
+- ``flusher.Flusher``: ``flush``, ``flush_if_due``, the checkpoint;
+- ``retention.Retention``: ``clean`` (expired segments, the disk-full guard);
+- ``cut.Cut``: ``truncate``, ``truncate_to_entry``, ``reset``;
+- ``repair.Repair``: ``damaged``, ``repair`` (damaged entries, rewritten in place once proven).
 
 The façade's write entry points carry the write gate (``store_io.writes_to_disk``) and
-delegate to the parts; the two mixins (the per-entry hot paths) read the shared state
-through ``self._state``.
+delegate to the parts. The per-entry hot paths gain no call layer: a gated append method calls
+the writer's ``append_leader`` / ``append_follower`` (the loops themselves), and the reads are
+the reader's own methods, bound on the store when it is built (``store.get`` is the bound
+``LogReader.get``), not methods that forward to them.
 
 Invariants kept by every mutation:
 - entries ``ledger_before_begin_index < i <= ledger_end_index`` are contiguous, their terms do
@@ -65,10 +67,10 @@ import errno
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 
-from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAX_TERM, DLedgerEntry
+from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_NORMAL, MAX_TERM, DLedgerEntry
 from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_TERM, CorruptStoreError, DLedgerError
 from dledger.store.base import StoreBase
 from dledger.store.checkpoint import CHECKPOINT_FILE_NAME
@@ -108,7 +110,7 @@ def _shared(name: str, doc: str) -> property:
     return property(attrgetter(f"_state.{name}"), put, doc=doc)
 
 
-class DLedgerMmapFileStore(LogWriter, LogReader, StoreBase):
+class DLedgerMmapFileStore(StoreBase):
     """The file store. Construct, then ``load()`` (or use ``open()``), then append and read."""
 
     def __init__(self, store_dir: str, options: StoreOptions | None = None, *,
@@ -142,11 +144,18 @@ class DLedgerMmapFileStore(LogWriter, LogReader, StoreBase):
                                       index_path=self.index_path, data_list=self.data_list,
                                       index_list=self.index_list, term_file=self.term_file)
         self._flusher = Flusher(st, o)
-        self._retention = Retention(st, self._flusher, o, disk_usage, self.get_entry_term)
-        self._cut = Cut(st, self._flusher, self, self._index_unit)
-        self._repair = Repair(st, self, self._read_entry)
-        self._hooks: list[AppendHook] = []
-        self._encode_buf = bytearray()
+        reader = self._reader = LogReader(st)
+        self._retention = Retention(st, self._flusher, o, disk_usage, reader.get_entry_term)
+        self._cut = Cut(st, self._flusher, self, reader.index_unit)
+        self._repair = Repair(st, self, reader.read_entry)
+        self._writer = LogWriter(st, o, self._cut.truncate_index_to)
+        # The reads are the reader's own methods, bound here: a read costs no call layer more
+        # than a method of the store (a method forwarding to them would: docs/benchmarks.md).
+        self.get = reader.get
+        self.get_raw = reader.get_raw
+        self.get_raw_range = reader.get_raw_range
+        self.get_entry_term = reader.get_entry_term
+        self.verify = reader.verify
         self._lock = StoreLock(store_dir, lambda: st.closed)
         self._suspect: SuspectReason | None = None
 
@@ -160,12 +169,64 @@ class DLedgerMmapFileStore(LogWriter, LogReader, StoreBase):
     loaded = _shared("loaded", "``load`` completed.")
     closed = _shared("closed", "``close`` completed.")
 
+    # -- reads: the reader part's own methods (log_reader.py), bound in __init__ ------------
+    #: ``get(index)``: the entry at ``index``; ``CorruptStoreError`` (file, offset) if its
+    #: bytes fail a check (the entry then joins ``damaged()`` until it is repaired)
+    get: Callable[[int], DLedgerEntry]
+    #: ``get_raw(index)``: the encoded record of ``index`` exactly as stored, checked
+    get_raw: Callable[[int], bytes]
+    #: ``get_raw_range(begin_index, max_bytes, max_count=1 << 30, *, checked=False)``: encoded
+    #: records from ``begin_index`` on, up to ``max_bytes`` (at least one): ``(records, count)``
+    get_raw_range: Callable[..., tuple[bytes, int]]
+    #: ``get_entry_term(index)``: the term of ``index`` (``ledger_before_begin_term`` for the
+    #: before-begin index)
+    get_entry_term: Callable[[int], int]
+    #: ``verify(progress=None)``: read and check every entry; the errors found
+    verify: Callable[..., list[CorruptStoreError]]
+
     @classmethod
     def open(cls, store_dir: str, options: StoreOptions | None = None, **kwargs) -> "DLedgerMmapFileStore":
         """Construct (same arguments as the constructor) and ``load()``."""
         store = cls(store_dir, options, **kwargs)
         store.load()
         return store
+
+    # =====================================================================================
+    # appends (the LogWriter part: log_writer.py)
+    # =====================================================================================
+    def add_append_hook(self, hook: AppendHook) -> None:
+        """``hook(entry, record, body_offset)`` runs on the leader before a record is written.
+
+        ``record`` is a writable view of the whole encoded record (index, term and pos already
+        set); the hook may change body bytes in place. The CRC is computed afterwards, over the
+        final body. The view is only valid during the call.
+        """
+        self._writer.add_append_hook(hook)
+
+    @writes_to_disk("leader append")
+    def append_as_leader(self, entry: DLedgerEntry) -> DLedgerEntry:
+        """Append one entry as leader: index, term (the current term) and pos are assigned here.
+
+        Returns the same entry with ``index``, ``term``, ``pos``, ``size``, ``body_crc`` set
+        and ``body`` holding the bytes as written (after hooks).
+        """
+        self._writer.append_leader((entry.body,), entry.magic, [entry])
+        return entry
+
+    @writes_to_disk("leader append")
+    def batch_append_as_leader(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendBatchResult:
+        """Append many bodies in one call (one fsync in ``fsync`` mode)."""
+        return self._writer.append_leader(bodies, magic, None)
+
+    @writes_to_disk("follower append")
+    def batch_append_as_follower(self, records, leader_term: int, leader_id: str | None = None) -> int:
+        """Append encoded records exactly as they lie in the leader's data file.
+
+        ``records`` is a bytes-like object of consecutive records (blank records in it are
+        skipped: this store writes its own padding, at the same places). Everything is checked
+        before anything is written; a bad batch changes nothing. Returns the new end index.
+        """
+        return self._writer.append_follower(records, leader_term)
 
     # =====================================================================================
     # term and vote

@@ -77,17 +77,16 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE,
-                           RECORD_PREFIX, IndexUnit, RecordHeader, crc32, iter_segment_records)
+from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, IndexUnit, iter_segment_records
 from dledger.errors import CorruptEntryError, CorruptStoreError
 from dledger.store.checkpoint import Checkpoint, read_checkpoint
 from dledger.store.durability import FSYNC, PAGE_CACHE, Durability
-from dledger.store.mmap_file import MmapFile
 from dledger.store.mmap_file_list import MmapFileList, last_segment_with_data, read_index_unit
 from dledger.store.recovery_damage import DamageJudge
-from dledger.store.recovery_scan import RecoveryScan
+from dledger.store.recovery_scan import RecoveryScan, never_written
 from dledger.store.recovery_scan import check_body as _check_body
 from dledger.store.recovery_scan import read_record as _read_record
+from dledger.store.recovery_scan import torn_unit as _torn_unit
 from dledger.store.recovery_scan import unit_matches as _unit_matches
 
 log = logging.getLogger(__name__)
@@ -96,8 +95,6 @@ log = logging.getLogger(__name__)
 LOOKAHEAD_UNITS = 64
 #: How many index units before the checkpoint's end are checked to form a chain.
 CHAIN_WINDOW = 1024
-#: The disk's write unit: a power cut loses or keeps each 512-byte sector as a whole.
-SECTOR = 512
 
 _END_OF_DATA = "end of data"
 
@@ -134,88 +131,47 @@ class RecoveredLog(NamedTuple):
     damaged: tuple = ()
 
 
-def _torn_unit(unit: IndexUnit, h: RecordHeader, pos: int) -> bool:
-    """Is ``unit`` the right unit with a zeroed tail (its write interrupted by a crash)?"""
-    return INDEX_UNIT.pack(h.magic, pos, h.size, h.index, h.term).startswith(
-        INDEX_UNIT.pack(*unit).rstrip(b"\0"))
+class _Planner:
+    """The scan in progress. It holds the scan's state (``RecoveryScan``: the segment lists,
+    what the scan learnt, what the plan collects) and the judge of damage (``DamageJudge``,
+    holding that same state); it reads and fills the state, never the judge's fields."""
 
-
-def never_written(f: MmapFile, off: int) -> bool:
-    """Does the record at file offset ``off`` show the trace of bytes that never reached the
-    disk?
-
-    - A sector lost by a power cut: a 512-byte disk sector that reads all zeros from where the
-      record enters it (its start, or the record's head) to the sector's end, past the record's
-      end if it ends inside: everything written after the last completed append was lost or
-      kept sector by sector, and what a lost sector held before was zeros. (When the record's
-      head is what enters it, 4 bytes at least: a magic is never 0, and its first 3 bytes
-      always are.) A record damaged in place is followed, in its sector, by the next record's
-      header, which is never zero.
-    - A body never written: 8 bytes or more, all zeros, under a CRC that is not the zeros' (the
-      writer stores a record's header, then its body: a process that died in between left the
-      header).
-
-    A bit flip leaves neither, unless the record holds such a run itself (see docs/format.md)."""
-    mm, size = f.mm, f.file_size
-    end = min(size, off + BODY_OFFSET)
-    if off + BODY_OFFSET <= size:
-        rec = MAGIC_SIZE.unpack_from(mm, off)[1]
-        if BODY_OFFSET <= rec <= size - off:
-            end = off + rec
-            body = mm[off + BODY_OFFSET:end]
-            crc = RECORD_PREFIX.unpack_from(mm, off)[7]
-            if len(body) >= 8 and not body.strip(b"\0") and crc and crc != crc32(body):
-                return True
-    a = off - off % SECTOR
-    while a < end:
-        lo, hi = max(a, off), min(a + SECTOR, size)
-        if (lo > off or hi - lo >= 4) and not mm[lo:hi].strip(b"\0"):
-            return True
-        a += SECTOR
-    return False
-
-
-class _Planner(RecoveryScan):
-    """The scan in progress: the shared scan state (``RecoveryScan``), and the judge of
-    damage (``DamageJudge``, a part holding that same state)."""
-
-    def __init__(self, data: MmapFileList, index: MmapFileList, *, store_dir: str,
-                 data_path: str, durability: Durability, read_only: bool) -> None:
-        super().__init__(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
-                         read_only=read_only)
-        self.judge = DamageJudge(self)
+    def __init__(self, scan: RecoveryScan) -> None:
+        self.scan = scan
+        self.judge = DamageJudge(scan)
 
     # -- start -----------------------------------------------------------------------------
     def trusted_start(self, cp: Checkpoint):
         """Where the trusted prefix ends, if the checkpoint checks out against the files: index
         unit ``endIndex`` carries the term and position the checkpoint recorded, the index
         units before it form a chain (``chain_breaks``), and the record it names agrees with
-        it (header, CRC). None (with the reason in ``self.cp_rejected``) when the index does not
+        it (header, CRC). None (with the reason in the scan's ``cp_rejected``) when the index does not
         match the checkpoint: another writer changed the log since (the checkpoint is then
         ignored). When the index matches but the record is damaged, the open stops with
         ``CorruptStoreError``: that record was flushed before the checkpoint was written."""
+        scan = self.scan
         end_index = cp.end_index
-        unit = self.unit_at(end_index)
+        unit = scan.unit_at(end_index)
         if unit is None or unit.index != end_index:
-            self.cp_rejected = f"index unit {end_index} is not in the index"
+            scan.cp_rejected = f"index unit {end_index} is not in the index"
             return None
         if (cp.end_term is not None and cp.end_term != unit.term) or (
                 cp.end_pos is not None and cp.end_pos != unit.pos):
-            self.cp_rejected = (f"entry {end_index} is (term {unit.term}, pos {unit.pos}), the "
+            scan.cp_rejected = (f"entry {end_index} is (term {unit.term}, pos {unit.pos}), the "
                                 f"checkpoint recorded (term {cp.end_term}, pos {cp.end_pos})")
             return None
         broken = self.chain_breaks(end_index, cp.before_begin_index)
         if broken is not None:
-            self.cp_rejected = broken
+            scan.cp_rejected = broken
             return None
-        h = self.record_for_unit(unit)
+        h = scan.record_for_unit(unit)
         if h is None and self.judge.rebuild_start_unit(unit, cp.end_term):
-            u = self.start_unit  # the unit was damaged: step by its record's own size
+            u = scan.start_unit  # the unit was damaged: step by its record's own size
             if u is unit:        # or which magic is right is not known: kept, refused
-                self.start_unit = None
+                scan.start_unit = None
             return u.pos + u.size, end_index, u.term
         if h is None or h.index != end_index:
-            f = self.data.find_file(unit.pos)
+            f = scan.data.find_file(unit.pos)
             off = unit.pos - f.file_from_offset if f is not None else -1
             if (cp.end_term is not None and cp.end_pos is not None and f is not None
                     and f.start_position <= off and off + unit.size <= f.file_size
@@ -226,7 +182,7 @@ class _Planner(RecoveryScan):
                     f"entry {end_index}, flushed before the checkpoint was written, is damaged",
                     path=f.path, offset=off, position=unit.pos))
                 return unit.pos + unit.size, end_index, unit.term
-            self.cp_rejected = f"the record index unit {end_index} names is missing or damaged"
+            scan.cp_rejected = f"the record index unit {end_index} names is missing or damaged"
             return None
         return unit.pos + unit.size, end_index, unit.term
 
@@ -237,7 +193,7 @@ class _Planner(RecoveryScan):
         removed leaves stale units after its own, which break this chain (a truncation by
         dledger erases them). Returns the reason, or None."""
         lo = max(end_index - CHAIN_WINDOW, before_begin + 1, 0)
-        idx = self.index
+        idx = self.scan.index
         if not idx.files:
             return None
         lo = max(lo, -(-idx.min_offset() // INDEX_UNIT_SIZE))
@@ -253,7 +209,7 @@ class _Planner(RecoveryScan):
                 return None
             units.extend(INDEX_UNIT.iter_unpack(f.mm[start:stop - (stop - start) % INDEX_UNIT_SIZE]))
             upos = f.file_from_offset + stop
-        fsize = self.data.mapped_file_size
+        fsize = self.scan.data.mapped_file_size
         for j in range(1, len(units)):
             pm, ppos, psize, pidx, pterm = units[j - 1]
             _m, pos, _s, index, term = units[j]
@@ -272,7 +228,7 @@ class _Planner(RecoveryScan):
         place (a read of its entry refuses it), not a sign of another writer."""
         heads = []
         for unit in (u1, u2):
-            f = self.data.find_file(unit[1])
+            f = self.scan.data.find_file(unit[1])
             if f is None:
                 return False
             try:
@@ -282,10 +238,10 @@ class _Planner(RecoveryScan):
         h1, h2 = heads
         end = u1[1] + h1.size
         return (h1.index == k and h2.index == k + 1 and h2.term >= h1.term
-                and (u2[1] == end or (u2[1] > end and u2[1] % self.data.mapped_file_size == 0)))
+                and (u2[1] == end or (u2[1] > end and u2[1] % self.scan.data.mapped_file_size == 0)))
 
     def fallback_start(self):
-        files = self.data.files
+        files = self.scan.data.files
         for i in range(max(0, len(files) - 3), -1, -1):
             f = files[i]
             off = f.start_position if i == 0 else 0
@@ -296,7 +252,7 @@ class _Planner(RecoveryScan):
                 h = _read_record(f, off)
             except CorruptEntryError:
                 continue
-            unit = self.unit_at(h.index)
+            unit = self.scan.unit_at(h.index)
             if unit is not None and _unit_matches(unit, h, f.file_from_offset + off):
                 return f.file_from_offset + off, h.index - 1, -1, i == 0
         first = files[0]
@@ -305,7 +261,8 @@ class _Planner(RecoveryScan):
     # -- deciding about a bad record -------------------------------------------------------
     def intact_entries_after(self, k: int, bad_pos: int, last_term: int) -> bool:
         """Do intact entries with index > k lie beyond ``bad_pos``? (mid-log corruption test)"""
-        idx = self.index
+        scan = self.scan
+        idx = scan.index
         if not idx.files:
             return False
         last_k = idx.max_wrote_position() // INDEX_UNIT_SIZE - 1
@@ -313,10 +270,10 @@ class _Planner(RecoveryScan):
         if last_k > k + LOOKAHEAD_UNITS:
             candidates.append(last_k)
         for j in candidates:
-            unit = self.unit_at(j)
+            unit = scan.unit_at(j)
             if unit is None or unit.index != j or unit.pos <= bad_pos:
                 continue
-            h = self.record_for_unit(unit)
+            h = scan.record_for_unit(unit)
             if h is not None and h.index == j and h.term >= last_term:
                 return True
         return False
@@ -327,32 +284,34 @@ class _Planner(RecoveryScan):
         it first too, so a unit naming entry ``k`` at the end's very place (a term not below
         the last entry's) means its record was written and then lost. Only where that order
         reached the disk: ``fsync`` mode, or a page cache the machine kept."""
-        if self.durability is not FSYNC and not self.page_cache_kept:
+        scan = self.scan
+        if scan.durability is not FSYNC and not scan.page_cache_kept:
             return False
-        unit = self.unit_at(k)
+        unit = scan.unit_at(k)
         return (unit is not None and unit.size > 0 and unit.index == k and unit.pos == pos
                 and unit.term >= last_term)
 
     # -- the scan --------------------------------------------------------------------------
     def run(self) -> RecoveredLog:
-        data = self.data
-        cp = read_checkpoint(self.store_dir)
+        scan = self.scan
+        data = scan.data
+        cp = read_checkpoint(scan.store_dir)
         start = None
         if cp is not None and cp.end_index >= 0 and cp.end_index > cp.before_begin_index and data.files:
             start = self.trusted_start(cp)
             if start is None:
-                self.warn("checkpoint of %s says entry %d is flushed, but it does not match the "
+                scan.warn("checkpoint of %s says entry %d is flushed, but it does not match the "
                           "files (%s); ignoring it and scanning the last segments",
-                          self.store_dir, cp.end_index, self.cp_rejected)
+                          scan.store_dir, cp.end_index, scan.cp_rejected)
                 # a flushed entry is not there as it was: what was acknowledged may be lost
-                self.lost_tail = True
+                scan.lost_tail = True
         trusted = start is not None
         # Where the last durable point is known (a checkpoint that checks out, or one written
         # while the log was empty) and appends are not synced one by one (page-cache mode),
         # what follows it was never promised durable: parts of it may reach the disk out of
         # order, so it is cut at its first bad record even if intact entries follow.
         cp_empty = cp is not None and cp.end_index <= cp.before_begin_index
-        unconfirmed_tail = (trusted or cp_empty) and self.durability is PAGE_CACHE
+        unconfirmed_tail = (trusted or cp_empty) and scan.durability is PAGE_CACHE
         last_index, last_term = -1, -1
         expect = None
         if not data.files:
@@ -377,14 +336,14 @@ class _Planner(RecoveryScan):
         unvouched = False  # the scan stopped at an intact first record whose index is not vouched for
         # from the first unit that disagrees with its record on, every unit is rewritten from
         # the data; the units on disk are still compared (and looked at to judge damage)
-        rebuilding = self.start_unit is not None
+        rebuilding = scan.start_unit is not None
         # the record before the scan carries a CRC (see _check_body)
-        unit0 = self.start_unit or (self.unit_at(last_index) if last_index >= 0 else None)
-        h0 = self.record_for_unit(unit0) if unit0 is not None else None
+        unit0 = scan.start_unit or (scan.unit_at(last_index) if last_index >= 0 else None)
+        h0 = scan.record_for_unit(unit0) if unit0 is not None else None
         after_crc = h0 is not None and h0.body_crc != 0
-        rebuild = self.rebuilt.append
-        if self.start_unit is not None:
-            rebuild(self.start_unit)
+        rebuild = scan.rebuilt.append
+        if scan.start_unit is not None:
+            rebuild(scan.start_unit)
         while True:  # the scan; it resumes after a damaged record it can step over
             while fi < len(files):
                 f = files[fi]
@@ -419,7 +378,7 @@ class _Planner(RecoveryScan):
                     if term < last_term:
                         stop_reason = f"entry {k} has term {term} below the previous term {last_term}"
                         break
-                    unit = self.unit_at(k)
+                    unit = scan.unit_at(k)
                     agrees = unit is not None and _unit_matches(unit, h, pos)
                     if (unit is not None and (unit.index, unit.pos, unit.size) == (k, pos, h.size)
                             and not agrees and not (_torn_unit(unit, h, pos)
@@ -439,7 +398,7 @@ class _Planner(RecoveryScan):
                         # no unit vouches for the record's term (not covered by its CRC), and it
                         # is above the term file's or the next entry's: its term field is damaged
                         stop_reason = (f"entry {k} has term {term}, above the term file's "
-                                       f"({self.current_term}) or the next index unit's")
+                                       f"({scan.current_term}) or the next index unit's")
                         break
                     if not agrees and not kept:
                         rebuilding = True  # from here on every unit is rewritten
@@ -462,10 +421,10 @@ class _Planner(RecoveryScan):
             bad_file = data.find_file(pos)
             if bad_file is None or not (self.intact_entries_after(last_index, pos, last_term)
                                         or self.judge.located_by_next_record(k, pos, last_term)) or (
-                    self.durability is FSYNC and never_written(bad_file, pos - bad_file.file_from_offset)):
+                    scan.durability is FSYNC and never_written(bad_file, pos - bad_file.file_from_offset)):
                 break
             unit = self.judge.skip_damaged(k, pos, last_term)
-            on_disk = self.unit_at(k)
+            on_disk = scan.unit_at(k)
             if unit is None or (rebuilding and on_disk is None):
                 break
             # mid-log damage with intact entries after it, located by its index unit: the entry
@@ -484,9 +443,9 @@ class _Planner(RecoveryScan):
         if stop_reason is not None:
             k = expect if expect is not None else last_index + 1
             bad_file = data.find_file(pos)
-            where = (bad_file.path, pos - bad_file.file_from_offset) if bad_file else (self.data_path, pos)
+            where = (bad_file.path, pos - bad_file.file_from_offset) if bad_file else (scan.data_path, pos)
             if not unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term):
-                if not (self.durability is FSYNC and bad_file is not None
+                if not (scan.durability is FSYNC and bad_file is not None
                         and never_written(bad_file, pos - bad_file.file_from_offset)):
                     raise CorruptStoreError(
                         f"entry {k} is damaged ({stop_reason}) but later entries are intact; "
@@ -500,9 +459,9 @@ class _Planner(RecoveryScan):
                 # a synced sector looks the same, and then the entries cut were acknowledged
                 # (seed 200010): the store reports a lost tail, so that the replica votes and
                 # counts only once a leader gave them back.
-                self.lost_tail = True
-                self.warn("store %s: unsynced append cut at entry %d (%s: bytes that never "
-                          "reached the disk) in %s at offset %d", self.store_dir, k,
+                scan.lost_tail = True
+                scan.warn("store %s: unsynced append cut at entry %d (%s: bytes that never "
+                          "reached the disk) in %s at offset %d", scan.store_dir, k,
                           stop_reason, where[0], where[1])
             if (not trusted and not unconfirmed_tail and files
                     and last_segment_with_data(files, pos) - pos > fsize):
@@ -510,15 +469,15 @@ class _Planner(RecoveryScan):
                     f"log ends early ({stop_reason}); more than one segment of data would be "
                     f"discarded", path=where[0], offset=where[1], position=pos)
             tail = data.max_wrote_position() - pos
-            if not bad and not self.lost_tail and self.lost_write_at_end(k, pos, last_term):
+            if not bad and not scan.lost_tail and self.lost_write_at_end(k, pos, last_term):
                 # a clean end (a zero header), yet the next entry's index unit is on disk and
                 # names this very place: the unit was written after its record (synced first,
                 # in fsync mode), so the record was there and a lost write took it (seed 564518)
-                self.lost_tail = True
-                self.warn("store %s: entry %d is gone from %s at offset %d, yet its index unit "
+                scan.lost_tail = True
+                scan.warn("store %s: entry %d is gone from %s at offset %d, yet its index unit "
                           "is on disk (a lost write of synced data): entries from %d on may "
-                          "have been acknowledged", self.store_dir, k, where[0], where[1], k)
-            if (bad and self.durability is FSYNC and (last_index >= 0 or unvouched or self.unit_names(k, pos))
+                          "have been acknowledged", scan.store_dir, k, where[0], where[1], k)
+            if (bad and scan.durability is FSYNC and (last_index >= 0 or unvouched or self.unit_names(k, pos))
                     and bad_file is not None
                     and not never_written(bad_file, pos - bad_file.file_from_offset)):
                 # fsync mode, a bad last record without the trace of unwritten bytes (or an
@@ -527,42 +486,43 @@ class _Planner(RecoveryScan):
                 # seed 2300248): it may be an acknowledged entry damaged in place. It is cut
                 # (the node must reopen) and the store reports that acknowledged entries may
                 # be lost.
-                self.lost_tail = True
-            if self.page_cache_kept and self.durability is PAGE_CACHE and bad_file is not None and (
+                scan.lost_tail = True
+            if scan.page_cache_kept and scan.durability is PAGE_CACHE and bad_file is not None and (
                     (bad and (last_index >= 0 or unvouched) and not never_written(bad_file, pos - bad_file.file_from_offset))
                     or (unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term))):
                 # page_cache mode, but the machine did not restart since the last process wrote
                 # (the page cache kept every write): a bad record without the trace of a write
                 # cut short, or intact entries cut after it, were written whole and may have
                 # been acknowledged; the store must report the loss (as in fsync mode)
-                self.lost_tail = True
+                scan.lost_tail = True
             if bad:
-                self.warn("store %s: torn tail cut at entry %d (%s) in %s at offset %d",
-                          self.store_dir, k, stop_reason, where[0], where[1])
+                scan.warn("store %s: torn tail cut at entry %d (%s) in %s at offset %d",
+                          scan.store_dir, k, stop_reason, where[0], where[1])
             elif tail > 0 and files and pos < files[-1].file_from_offset:
-                log.info("store %s: log ends at %s offset %d", self.store_dir, where[0], where[1])
-        if self.rebuilt:
-            self.warn("store %s: rebuilt %d index units from the data", self.store_dir, len(self.rebuilt))
+                log.info("store %s: log ends at %s offset %d", scan.store_dir, where[0], where[1])
+        if scan.rebuilt:
+            scan.warn("store %s: rebuilt %d index units from the data", scan.store_dir, len(scan.rebuilt))
         return self.plan(pos, last_index, last_term, bad, cp)
 
     def unit_names(self, k: int, pos: int) -> bool:
         """Is entry ``k``'s index unit on disk, naming an entry ``k`` at position ``pos``?"""
-        unit = self.unit_at(k) if k >= 0 else None
+        unit = self.scan.unit_at(k) if k >= 0 else None
         return unit is not None and unit.index == k and unit.pos == pos and unit.size > 0
 
     # -- the plan --------------------------------------------------------------------------
     def rebuild_keeps_head(self) -> bool:
         """Do the rebuilt units go after the index's surviving head (cut it at the first rebuilt
         unit), rather than replace the whole index (it does not reach that far)?"""
-        idx, target = self.index, self.rebuilt[0].index * INDEX_UNIT_SIZE
+        idx, target = self.scan.index, self.scan.rebuilt[0].index * INDEX_UNIT_SIZE
         return bool(idx.files) and idx.min_offset() <= target <= idx.max_wrote_position()
 
     def before_begin_term(self, before_begin: int, cp: Checkpoint | None) -> int:
         """Term of the before-begin index: from its index unit if it survives the rebuild, else
         the checkpoint."""
+        scan = self.scan
         unit = None
-        if not self.rebuilt or self.read_only or self.rebuild_keeps_head():
-            unit = read_index_unit(self.index, before_begin)
+        if not scan.rebuilt or scan.read_only or self.rebuild_keeps_head():
+            unit = read_index_unit(scan.index, before_begin)
         if unit is not None and unit.index == before_begin:
             return unit.term
         if cp is not None and cp.before_begin_index == before_begin:
@@ -571,7 +531,8 @@ class _Planner(RecoveryScan):
 
     def plan(self, pos: int, last_index: int, last_term: int, bad: bool,
              cp: Checkpoint | None) -> RecoveredLog:
-        idx = self.index
+        scan = self.scan
+        idx = scan.index
         index_begin = None
         if last_index >= 0:
             end_index, end_term = last_index, last_term
@@ -593,13 +554,13 @@ class _Planner(RecoveryScan):
         committed = -1
         if cp is not None:
             if cp.committed_index > end_index:
-                self.warn("store %s: checkpoint committed index %d is ahead of the log end %d; "
-                          "clamped", self.store_dir, cp.committed_index, end_index)
+                scan.warn("store %s: checkpoint committed index %d is ahead of the log end %d; "
+                          "clamped", scan.store_dir, cp.committed_index, end_index)
             committed = min(cp.committed_index, end_index)
         return RecoveredLog(cp, bbi, bbt, end_index, end_term, committed, pos, bad,
-                            tuple(self.rebuilt), index_begin, (end_index + 1) * INDEX_UNIT_SIZE,
-                            tuple(self.warnings), self.lost_tail,
-                            tuple((k, e) for k, e in self.damaged if k <= end_index))
+                            tuple(scan.rebuilt), index_begin, (end_index + 1) * INDEX_UNIT_SIZE,
+                            tuple(scan.warnings), scan.lost_tail,
+                            tuple((k, e) for k, e in scan.damaged if k <= end_index))
 
 
 def recover(data: MmapFileList, index: MmapFileList, *, store_dir: str, data_path: str,
@@ -608,8 +569,8 @@ def recover(data: MmapFileList, index: MmapFileList, *, store_dir: str, data_pat
     """Plan the recovery of a store whose lists are loaded (see the module docstring).
     ``current_term``: the term file's term when it was read intact (no entry is above it).
     ``page_cache_kept``: the machine did not restart since the last writer ran (``store/suspect.py``)."""
-    planner = _Planner(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
-                       read_only=read_only)
-    planner.current_term = current_term
-    planner.page_cache_kept = page_cache_kept
-    return planner.run()
+    scan = RecoveryScan(data, index, store_dir=store_dir, data_path=data_path, durability=durability,
+                        read_only=read_only)
+    scan.current_term = current_term
+    scan.page_cache_kept = page_cache_kept
+    return _Planner(scan).run()

@@ -1,8 +1,8 @@
 """RecoveryScan: the state recovery's planner and its judge of damage share, and the record checks they read with.
 
 Recovery (``recovery.py``) scans the log; when a record fails a check, the judge
-(``recovery_damage.DamageJudge``, a part) decides which of record and index unit is damaged.
-Both hold this one state, never each other's fields:
+(``recovery_damage.DamageJudge``) decides which of record and index unit is damaged. The
+planner and the judge are two parts that each hold this one state, never each other's fields:
 
 - the two segment lists (``data``, ``index``), ``store_dir``, ``data_path``, ``durability``,
   ``read_only``;
@@ -15,15 +15,17 @@ Both hold this one state, never each other's fields:
 - ``unit_at(k)`` (index unit ``k`` as it lies on disk), ``read_record(f, off)`` (a validated
   header, CRC checked), ``record_for_unit(unit)``, ``warn``.
 
-The checks of one record (``read_record``, ``check_body``, ``unit_matches``) live here too:
-the planner and the judge read records the same way.
+The checks of one record live here too (``read_record``, ``check_body``, ``unit_matches``;
+``torn_unit``: a unit whose write a crash cut short; ``never_written``: a record showing bytes
+that never reached the disk): the planner and the judge read records the same way.
 """
 
 from __future__ import annotations
 
 import logging
 
-from dledger.entry import BODY_OFFSET, IndexUnit, RecordHeader, crc32, crc_vouches, decode_header, matches_unit
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, MAGIC_SIZE, RECORD_PREFIX, IndexUnit, RecordHeader, crc32,
+                           crc_vouches, decode_header, matches_unit)
 from dledger.errors import CorruptEntryError, CorruptStoreError
 from dledger.store.durability import Durability
 from dledger.store.mmap_file import MmapFile
@@ -31,6 +33,9 @@ from dledger.store.mmap_file_list import MmapFileList, read_index_unit
 
 #: the warnings of a recovery keep the logger they always had (recovery.py's)
 log = logging.getLogger("dledger.store.recovery")
+
+#: The disk's write unit: a power cut loses or keeps each 512-byte sector as a whole.
+SECTOR = 512
 
 
 def read_record(f: MmapFile, off: int) -> RecordHeader:
@@ -65,6 +70,47 @@ def unit_matches(unit: IndexUnit, h: RecordHeader, pos: int) -> bool:
     """The unit names this record at ``pos``: the shared rule, with the position always compared
     (recovery checks the pos of CRC-less records too: it looks for the unit of *this* copy)."""
     return unit.pos == pos and matches_unit(unit, h.magic, h.size, h.index, h.term, pos, 0)
+
+
+def torn_unit(unit: IndexUnit, h: RecordHeader, pos: int) -> bool:
+    """Is ``unit`` the right unit with a zeroed tail (its write interrupted by a crash)?"""
+    return INDEX_UNIT.pack(h.magic, pos, h.size, h.index, h.term).startswith(
+        INDEX_UNIT.pack(*unit).rstrip(b"\0"))
+
+
+def never_written(f: MmapFile, off: int) -> bool:
+    """Does the record at file offset ``off`` show the trace of bytes that never reached the
+    disk?
+
+    - A sector lost by a power cut: a 512-byte disk sector that reads all zeros from where the
+      record enters it (its start, or the record's head) to the sector's end, past the record's
+      end if it ends inside: everything written after the last completed append was lost or
+      kept sector by sector, and what a lost sector held before was zeros. (When the record's
+      head is what enters it, 4 bytes at least: a magic is never 0, and its first 3 bytes
+      always are.) A record damaged in place is followed, in its sector, by the next record's
+      header, which is never zero.
+    - A body never written: 8 bytes or more, all zeros, under a CRC that is not the zeros' (the
+      writer stores a record's header, then its body: a process that died in between left the
+      header).
+
+    A bit flip leaves neither, unless the record holds such a run itself (see docs/format.md)."""
+    mm, size = f.mm, f.file_size
+    end = min(size, off + BODY_OFFSET)
+    if off + BODY_OFFSET <= size:
+        rec = MAGIC_SIZE.unpack_from(mm, off)[1]
+        if BODY_OFFSET <= rec <= size - off:
+            end = off + rec
+            body = mm[off + BODY_OFFSET:end]
+            crc = RECORD_PREFIX.unpack_from(mm, off)[7]
+            if len(body) >= 8 and not body.strip(b"\0") and crc and crc != crc32(body):
+                return True
+    a = off - off % SECTOR
+    while a < end:
+        lo, hi = max(a, off), min(a + SECTOR, size)
+        if (lo > off or hi - lo >= 4) and not mm[lo:hi].strip(b"\0"):
+            return True
+        a += SECTOR
+    return False
 
 
 class RecoveryScan:
