@@ -1,5 +1,6 @@
 """Three ``dledger broker`` processes serving RocketMQ's remoting protocol, and a ``dledger
-namesrv``, on loopback, for the real-client tests (small segments: no gigabyte files)."""
+namesrv``, on loopback, for the real-client tests (small segments: no gigabyte files; another
+``config``, a TOML text of DLedgerConfig keys, for a test that needs other settings)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ IDS = ("n0", "n1", "n2")
 
 
 class Cluster:
-    def __init__(self, base: pathlib.Path) -> None:
+    def __init__(self, base: pathlib.Path, config: str = CONFIG) -> None:
         self.base = base
         ports = free_ports(10)
         self.namesrv = f"127.0.0.1:{ports[0]}"
@@ -37,7 +38,7 @@ class Cluster:
         self.remoting = {i: f"127.0.0.1:{p}" for i, p in zip(IDS, ports[7:10])}
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        (base / "broker.toml").write_text(CONFIG)
+        (base / "broker.toml").write_text(config)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         with open(self.base / f"{name}.log", "ab") as log:
