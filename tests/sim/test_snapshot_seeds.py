@@ -34,6 +34,10 @@ FOUND: dict[tuple, str] = {
     (3100221, 3, "page_cache", LONG_MS): "L1, replicas did not converge: a follower's committed entry 0 was "
                                          "damaged and no peer held it any more (trimmed behind snapshots); it "
                                          "now asks the leader for its snapshot",
+    (4200090, 5, "fsync", LONG_MS): "L1, replicas did not converge: a pad written for an entry that a power cut "
+                                    "then lost stayed after the follower's last entry, so the leader's next "
+                                    "entry, smaller and placed before the pad, was refused there for good; "
+                                    "the pad is now dropped",
 }
 #: drawn apart from the other fresh seeds' range
 FRESH = [(FIRST_DRAWN + 500_000_000 + k, nodes, durability, LONG_MS if k else None)

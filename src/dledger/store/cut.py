@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry, IndexUnit
+from dledger.entry import INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_SIZE, DLedgerEntry, IndexUnit
 from dledger.errors import DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, DLedgerError, ReadOnlyStoreError
 from dledger.store.base import check_truncatable
 from dledger.store.flusher import Flusher
@@ -117,6 +117,42 @@ class Cut:
             st.ledger_end_index = truncate_index - 1
             st.ledger_end_term = self.index_unit(truncate_index - 1).term
         return st.ledger_end_index
+
+    def drop_trailing_pad(self, next_pos: int) -> bool:
+        """The log's last entry ends at ``next_pos`` but the data's write position lies beyond,
+        past a blank that pads the rest of its segment: a pad written for a next entry that was
+        since truncated or lost (the truncation cuts at that entry, after the pad; a power cut
+        may keep the pad and lose the entry). Positions follow from the entries alone (an entry
+        goes right after the last one when it fits, else to the next segment, as the leader's
+        writer decides), so the pad is erased and the next entry lands at ``next_pos``, where
+        the leader put it (swarm seed 4200090: a follower refused the leader's entry there for
+        good). Returns whether a pad was dropped."""
+        st = self.state
+        end = st.ledger_end_index
+        if end <= st.ledger_before_begin_index:
+            return False
+        unit = self.index_unit(end)
+        data = st.data_list
+        if unit.pos + unit.size != next_pos or data.max_wrote_position() <= next_pos:
+            return False
+        f = data.find_file(next_pos)
+        if f is None:
+            return False
+        off = next_pos - f.file_from_offset
+        head = data.get_data(next_pos, MAGIC_SIZE.size)
+        if head is None:
+            return False
+        magic, size = MAGIC_SIZE.unpack(head)
+        if magic != MAGIC_BLANK or off + size != f.file_size:
+            return False
+        self._sync_before_cut()
+        with self._cut_syncs(f"dropping the pad after entry {end}"):
+            zero_header_at(data, next_pos)
+            data.truncate_offset(next_pos)
+            if data.max_wrote_position() != next_pos:
+                data.rebuild_with_pos(next_pos)
+        st.cut_epoch += 1
+        return True
 
     def _moves_empty_log(self, before_begin_index: int, before_begin_term: int, next_pos: int | None) -> bool:
         """Whether a reset to the current begin still has something to do: the log is empty

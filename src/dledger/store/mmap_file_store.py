@@ -70,8 +70,8 @@ import shutil
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
-from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_NORMAL, MAX_TERM, DLedgerEntry
-from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_TERM, CorruptStoreError, DLedgerError
+from dledger.entry import INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_NORMAL, MAX_TERM, DLedgerEntry, decode_header
+from dledger.errors import DISK_ERROR, DISK_FULL, INCONSISTENT_STATE, INCONSISTENT_TERM, CorruptStoreError, DLedgerError
 from dledger.store.base import StoreBase
 from dledger.store.checkpoint import CHECKPOINT_FILE_NAME
 from dledger.store.cut import Cut
@@ -226,6 +226,12 @@ class DLedgerMmapFileStore(StoreBase):
         skipped: this store writes its own padding, at the same places). Everything is checked
         before anything is written; a bad batch changes nothing. Returns the new end index.
         """
+        try:
+            return self._writer.append_follower(records, leader_term)
+        except DLedgerError as exc:     # a stale pad after the last entry? (Cut.drop_trailing_pad)
+            if exc.code != INCONSISTENT_STATE or not records or \
+                    not self._cut.drop_trailing_pad(decode_header(records).pos):
+                raise
         return self._writer.append_follower(records, leader_term)
 
     # =====================================================================================
