@@ -231,7 +231,8 @@ class DLedgerServer:
                 applied, needs_snapshot = self.snapshotter.load(self._store)
             self.node = Node(self.config, self._store, self._rng, state_machine=self._state_machine,
                              now_ms=rt.now_ms(), applied_index=applied, needs_snapshot=needs_snapshot,
-                             snapshots=self.snapshotter.files if self.snapshotter is not None else None)
+                             snapshots=self.snapshotter.files if self.snapshotter is not None else None,
+                             snapshot_index=self.snapshotter.last_index if self.snapshotter is not None else -1)
             self.driver = Driver(self.node, rt, self._transport, health=self._store_failure)
             if self.snapshotter is not None:
                 self.snapshotter.attach(self.node, self.driver.wake)

@@ -38,6 +38,11 @@ FOUND: dict[tuple, str] = {
                                     "then lost stayed after the follower's last entry, so the leader's next "
                                     "entry, smaller and placed before the pad, was refused there for good; "
                                     "the pad is now dropped",
+    (4300093, 5, "page_cache", LONG_MS): "L1, replicas did not converge: after a power loss a follower's first "
+                                         "entries were damaged, all below the snapshot it loaded and trimmed on "
+                                         "every peer; it refused every match above them (a damaged copy never "
+                                         "counts), though a durable snapshot covers them; such entries are no "
+                                         "longer held against a match",
 }
 #: drawn apart from the other fresh seeds' range
 FRESH = [(FIRST_DRAWN + 500_000_000 + k, nodes, durability, LONG_MS if k else None)

@@ -117,12 +117,14 @@ class _Rpc(NamedTuple):
 
 class Node(Stepping):
     def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0,
-                 applied_index: int | None = None, needs_snapshot: bool = False, snapshots=None) -> None:
+                 applied_index: int | None = None, needs_snapshot: bool = False, snapshots=None,
+                 snapshot_index: int = -1) -> None:
         """``applied_index``: what the state machine holds already (a snapshot loaded: the
         node applies only the log after it; default: nothing before the log's first entry);
         ``needs_snapshot``: the state cannot be rebuilt from this log (see
         ``StateMachineCaller``); ``snapshots``: this node's ``FileSnapshotStore`` when its state
-        machine saves and loads snapshots (it installs the leader's and sends its own)."""
+        machine saves and loads snapshots (it installs the leader's and sends its own), and
+        ``snapshot_index`` the newest one's index."""
         if not config.peer_map:
             config.validate()
         self.config = config
@@ -134,6 +136,7 @@ class Node(Stepping):
             applied_index = store.ledger_before_begin_index
         self.caller = StateMachineCaller(store, state_machine, applied_index)
         self.caller.needs_snapshot = needs_snapshot
+        self.caller.snapshot_index = snapshot_index
         if not needs_snapshot and member.committed_index < applied_index <= store.ledger_end_index:
             member.committed_index = applied_index     # a snapshot holds only committed entries
         self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
@@ -147,6 +150,7 @@ class Node(Stepping):
         self.handler = EntryHandler(member, store, config, recovery=recovery, caller=self.caller, receiver=receiver)
         self.tail = DamagedTail(member, store)
         self.repairer = Repairer(member, store, now_ms=now_ms)
+        self.repairer.covered = snapshot_index
         #: members that disagree on the group's members refuse each other (core/peers_check.py)
         self.peers_check = PeersCheck(member)
         #: why this node knows no leader, logged every few seconds (core/waiting.py)
@@ -462,6 +466,7 @@ class Node(Stepping):
                       "begins after it): applying waits for the leader's snapshot",
                       self.member_state.self_id, caller.unreadable_index)
             caller.needs_snapshot = True
+        self.repairer.covered = caller.snapshot_index
 
 
     def _unsettled(self) -> str:

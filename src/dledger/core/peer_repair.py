@@ -31,6 +31,10 @@ pushed to a follower. This component makes the refusal temporary when a good cop
 - **not counted**: ``damaged_up_to(index)`` tells the node that a match over ``index`` must not
   be acknowledged (the node answers such a push DISK_ERROR): a damaged copy never counts
   toward a commit.
+- **covered**: an entry at or below ``covered`` (the newest durable snapshot's index here) is
+  in a snapshot: committed, and never needed by this node's state again. Its damage is still
+  repaired when a peer holds a copy, but not held against a match: the peers may all have
+  trimmed it (swarm seed 4300093).
 
 State: the member state and the store. ``pump`` returns the pulls to send (``Send`` intents,
 ``core.intents``, each with the index and the peer asked), and the node hands each answer back
@@ -80,6 +84,8 @@ class Repairer:
         self._no_copy: dict[int, set[str]] = {}
         self._gone: dict[int, set[str]] = {}
         self._repair_at = now_ms
+        #: the highest index a durable snapshot here covers (the node keeps it up to date)
+        self.covered = -1
         #: the last look found nothing damaged: no wake-up is needed for repair
         self._idle = False
         self.repaired = 0
@@ -222,8 +228,8 @@ class Repairer:
 
     def damaged_up_to(self, index: int) -> bool:
         """Is an entry at or below ``index`` damaged here (not to be counted as matching)?"""
-        damaged = self.store.damaged()
-        return bool(damaged) and next(iter(damaged)) <= index
+        covered = self.covered
+        return any(covered < i <= index for i in self.store.damaged())
 
     # =====================================================================================
     # answering a peer

@@ -79,6 +79,8 @@ class StateMachineCaller:
         #: the index of the last snapshot loaded by ``restored`` (-1: none), and how many were
         self.restored_index = -1
         self.restores = 0
+        #: the highest index a durable snapshot of this node covers (-1: none)
+        self.snapshot_index = -1
 
     def pause(self) -> None:
         self.paused += 1
@@ -90,6 +92,7 @@ class StateMachineCaller:
         """A snapshot of the state after entry ``index`` was loaded into the state machine."""
         self.applied_index = index
         self.restored_index = index
+        self.snapshot_index = max(self.snapshot_index, index)
         self.restores += 1
         self.needs_snapshot = False
         self.unreadable_index = -1

@@ -196,6 +196,7 @@ class Snapshotter:
             self.last_index = meta.last_included_index
             self.kept = [m.last_included_index for m in self.files.metas()]
             self.taken += 1
+            node.caller.snapshot_index = max(node.caller.snapshot_index, self.last_index)
             log.info("took %s (%d bytes)", meta, meta.data_size)
             self.trim()
             for fut in waiters:
