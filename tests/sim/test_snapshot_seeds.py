@@ -43,6 +43,13 @@ FOUND: dict[tuple, str] = {
                                          "every peer; it refused every match above them (a damaged copy never "
                                          "counts), though a durable snapshot covers them; such entries are no "
                                          "longer held against a match",
+    (5200124, 5, "fsync", LONG_MS): "L1, replicas did not converge: a follower died between moving its log "
+                                    "start for an install and putting the snapshot in place; it restarted "
+                                    "needing a snapshot, the new leader's only one was older than its log "
+                                    "start, and the log-start move finished at the open placed its next entry "
+                                    "elsewhere than the leader's; now the received snapshot is put in place at "
+                                    "the open, a refused older snapshot makes the leader take a newer one, and "
+                                    "an empty log takes the leader's position",
 }
 #: drawn apart from the other fresh seeds' range
 FRESH = [(FIRST_DRAWN + 500_000_000 + k, nodes, durability, LONG_MS if k else None)

@@ -208,6 +208,32 @@ def test_a_broken_install_resumes_where_the_durable_bytes_end_even_after_a_resta
     assert target.finish() == meta and _read(store, meta) == data
 
 
+def test_a_snapshot_received_whole_before_a_crash_is_put_in_place_at_the_next_open(tmp_path):
+    data = os.urandom(100_000)
+    meta = SnapshotMeta(50, 3, len(data), zlib.crc32(data))
+    store = FileSnapshotStore(str(tmp_path))
+    target = store.begin_install(meta)
+    target.write_chunk(0, data)
+    target.verify()                                     # then the node died before ``finish``
+    store = FileSnapshotStore(str(tmp_path))
+    assert store.finish_received_install() == meta
+    assert store.newest() == meta and _read(store, meta) == data
+    assert store.finish_received_install() is None      # nothing left to finish
+
+
+def test_a_partial_or_damaged_received_snapshot_is_not_put_in_place(tmp_path):
+    data = os.urandom(100_000)
+    meta = SnapshotMeta(50, 3, len(data), zlib.crc32(data))
+    store = FileSnapshotStore(str(tmp_path))
+    store.begin_install(meta).write_chunk(0, data[:40_000])
+    assert FileSnapshotStore(str(tmp_path)).finish_received_install() is None
+    assert store.begin_install(meta).received == 40_000  # still resumable
+    other = SnapshotMeta(60, 3, 10, zlib.crc32(b"0123456789"))
+    store.begin_install(other).write_chunk(0, b"0123456780")     # the last byte differs
+    assert FileSnapshotStore(str(tmp_path)).finish_received_install() is None
+    assert store.newest() is None
+
+
 def test_another_snapshot_restarts_the_install(tmp_path):
     store = FileSnapshotStore(str(tmp_path))
     target = store.begin_install(SnapshotMeta(50, 3, 10, zlib.crc32(b"0123456789")))

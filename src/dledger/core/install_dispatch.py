@@ -38,8 +38,8 @@ its newest snapshot instead, streamed (the follower's side: ``core.snapshot_rece
   last answer, with every byte received and the snapshot loaded, is ``INSTALLED`` as above;
 - a follower that answers a push SNAPSHOT_NEEDED (it cannot rebuild its state from its own
   log) is taken to INSTALL_SNAPSHOT by the pusher too;
-- with no snapshot yet (or one older than this leader's log start), ``snapshot_wanted`` asks
-  the server's snapshotter to take one; meanwhile the bare log-start move is sent, which a
+- with no snapshot yet (or one older than this leader's log start, or than the follower's log
+  start: it refuses that one), ``snapshot_wanted`` asks the server's snapshotter to take one; meanwhile the bare log-start move is sent, which a
   follower that holds this leader's begin entry (same term) takes without losing anything (its
   state machine skips nothing), and others refuse until the snapshot comes.
 
@@ -202,6 +202,8 @@ class InstallDispatch:
                 return                          # the next chunk goes from ``received``
             if code == Code.INSTALL_SNAPSHOT_ERROR:
                 return                          # a chunk refused (its CRC): sent again from ``received``
+        if sent.offset >= 0 and code == Code.INCONSISTENT_STATE:
+            self.snapshot_wanted = True         # its log begins after this snapshot: a newer one is needed
         if code == Code.SUCCESS:
             self._transfers.pop(pr.peer, None)
             self._refusals.pop(pr.peer, None)

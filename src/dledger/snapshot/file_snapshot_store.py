@@ -394,6 +394,29 @@ class FileSnapshotStore:
             fsync_dir(self.base)
         return InstallTarget(self, meta)
 
+    def finish_received_install(self) -> SnapshotMeta | None:
+        """Put in place a snapshot received whole before a crash (the follower checked it and
+        moved its log start, then died before ``finish``): its data complete and matching the
+        leader's size and CRC. Returns its meta, or None when there is none (a partial one stays
+        to be resumed)."""
+        d = os.path.join(self.base, INSTALL_TMP_DIR_NAME)
+        target = os.path.join(d, INSTALL_TARGET_FILE_NAME)
+        try:
+            with open(target, "rb") as f:
+                meta = SnapshotMeta.decode(f.read(), target)
+        except (OSError, CorruptSnapshotError):
+            return None
+        install = InstallTarget(self, meta)
+        if not install.complete:
+            return None
+        try:
+            done = install.finish()
+        except (OSError, CorruptSnapshotError) as exc:
+            log.warning("a received snapshot could not be put in place: %s", exc)
+            return None
+        log.warning("put in place %s, received whole before the node stopped", done)
+        return done
+
     def prune(self) -> list[int]:
         """Remove the snapshots beyond ``max_reserve``, oldest first; returns their indexes."""
         gone = self.indexes()[self.max_reserve:]

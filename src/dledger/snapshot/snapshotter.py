@@ -4,8 +4,10 @@ A part of ``DLedgerServer`` (it does the file I/O the sans-IO core does not), pr
 file store has a state machine that can save and load its state (``on_snapshot_save`` and
 ``on_snapshot_load``):
 
-- **at start** (``load``): the newest intact snapshot (``FileSnapshotStore.newest``: a damaged
-  one is skipped for the next older one, with one log line) is loaded into the state machine,
+- **at start** (``load``): a snapshot received whole from a leader before the node stopped is
+  put in place first (``finish_received_install``); then the newest intact snapshot
+  (``FileSnapshotStore.newest``: a damaged one is skipped for the next older one, with one log
+  line) is loaded into the state machine,
   and the node applies only the log after it. A snapshot older than the log's first entry
   cannot be completed from the log, and no snapshot at all cannot either once the log lost
   its head: the node then applies nothing until the leader installs one (``needs_snapshot``,
@@ -81,6 +83,7 @@ class Snapshotter:
         """Load the newest usable snapshot into the state machine, before the node starts.
         Returns (the applied index the node starts from, whether it needs a snapshot)."""
         begin = store.ledger_before_begin_index
+        self.files.finish_received_install()
         meta = self.files.newest()
         self.kept = [m.last_included_index for m in self.files.metas()]
         if meta is not None and meta.last_included_index >= begin:

@@ -154,6 +154,21 @@ class Cut:
         st.cut_epoch += 1
         return True
 
+    def place_empty_log(self, index: int, pos: int) -> bool:
+        """A log empty after its begin, whose next entry would land elsewhere than the leader's
+        entry ``index`` (the one after the begin) at ``pos``: a log-start move that a crash
+        interrupted was finished at the open without the leader's position (swarm seed
+        5200124). Nothing is held after the begin, so the next entry is placed at ``pos``.
+        Returns whether it was moved."""
+        st = self.state
+        begin = st.ledger_before_begin_index
+        if begin < 0 or st.ledger_end_index != begin or index != begin + 1:
+            return False
+        if not self._moves_empty_log(begin, st.ledger_before_begin_term, pos):
+            return False
+        self.reset(begin, st.ledger_before_begin_term, pos)
+        return True
+
     def _moves_empty_log(self, before_begin_index: int, before_begin_term: int, next_pos: int | None) -> bool:
         """Whether a reset to the current begin still has something to do: the log is empty
         after it, and its next entry would land elsewhere than ``next_pos`` or its begin term

@@ -228,9 +228,11 @@ class DLedgerMmapFileStore(StoreBase):
         """
         try:
             return self._writer.append_follower(records, leader_term)
-        except DLedgerError as exc:     # a stale pad after the last entry? (Cut.drop_trailing_pad)
-            if exc.code != INCONSISTENT_STATE or not records or \
-                    not self._cut.drop_trailing_pad(decode_header(records).pos):
+        except DLedgerError as exc:     # a stale pad, or an empty log placed elsewhere (Cut)
+            if exc.code != INCONSISTENT_STATE or not records:
+                raise
+            first = decode_header(records)
+            if not (self._cut.drop_trailing_pad(first.pos) or self._cut.place_empty_log(first.index, first.pos)):
                 raise
         return self._writer.append_follower(records, leader_term)
 

@@ -1,6 +1,7 @@
-"""A pad left after the log's last entry (its entry truncated or lost) does not move where the
-next entry lands: the follower writes the leader's entry right after its last one (swarm seed
-4200090: a follower refused it there for good)."""
+"""Where a follower's next entry lands is where the leader put it: a pad left after the log's
+last entry (its entry truncated or lost) does not move it (swarm seed 4200090), nor does an
+empty log placed elsewhere by a log-start move finished without the leader's position (swarm
+seed 5200124); in both cases the follower once refused the leader's entry for good."""
 
 from __future__ import annotations
 
@@ -62,3 +63,23 @@ def test_a_record_elsewhere_is_still_refused(tmp_path):
         follower.batch_append_as_follower(other.get_raw(end + 1), 1)
     follower.close()
     other.close()
+
+
+def test_an_empty_log_placed_elsewhere_takes_the_leaders_position(tmp_path):
+    leader = _fill(_store(tmp_path / "l"))
+    end = leader.ledger_end_index
+    leader.batch_append_as_leader([b""])
+    record = leader.get_raw(end + 1)
+    follower = _store(tmp_path / "f")
+    follower.batch_append_as_leader([b"a" * 10] * 3)
+    # a log-start move finished without the leader's position: begins after ``end``, empty, and
+    # its next entry would land where its old data ended
+    follower.reset(end, 1)
+    assert follower.ledger_end_index == end and follower._state.data_list.max_wrote_position() != decode_header(record).pos
+    assert follower.batch_append_as_follower(record, 1) == end + 1
+    assert follower.get_raw(end + 1) == record
+    follower.close()
+    reopened = _store(tmp_path / "f")
+    assert reopened.get_raw(end + 1) == record
+    reopened.close()
+    leader.close()
