@@ -50,6 +50,11 @@ FOUND: dict[tuple, str] = {
                                     "elsewhere than the leader's; now the received snapshot is put in place at "
                                     "the open, a refused older snapshot makes the leader take a newer one, and "
                                     "an empty log takes the leader's position",
+    (7300009, 5, "page_cache", None): "L1, replicas did not converge: the leader of term 0 lost its page cache, "
+                                      "restarted and, probing in its own term, won term 0 again with the same "
+                                      "voters, then appended another entry 21 of term 0 than the one a follower "
+                                      "held; a suspect node that voted for itself in its term now campaigns in "
+                                      "the next one",
 }
 #: drawn apart from the other fresh seeds' range
 FRESH = [(FIRST_DRAWN + 500_000_000 + k, nodes, durability, LONG_MS if k else None)

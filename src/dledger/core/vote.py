@@ -283,10 +283,14 @@ class Voting:
             return NONE
         was = member.curr_term
         if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
-                or member.known_max_term_in_group > member.curr_term:
+                or member.known_max_term_in_group > member.curr_term \
+                or (recovery.recovering and member.started_in == (member.curr_term, member.self_id)):
             # (a relearnt term carries a vote for no member: campaign above it; and a node that
             # learnt of a higher term (a follower's answer deposed it) never asks again in its
-            # old one: a leader of that term is deposed by the same answer again)
+            # old one: a leader of that term is deposed by the same answer again; and a suspect
+            # node that had voted for itself in its term before it stopped may have led that term
+            # and lost what it appended then (a power cut in page_cache mode): winning that term
+            # again would give one index of that term two entries (seed 7300009))
             term = member.next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:

@@ -136,6 +136,9 @@ class SwarmOptions:
 
     # -- phases ----------------------------------------------------------------------------
     safety_ms: int = 3_000
+    #: the safety phase was drawn from the seed (the reproduction line then leaves it out:
+    #: giving it draws the fields after it differently)
+    safety_drawn: bool = False
     liveness_ms: int = 10_000
 
     @classmethod
@@ -175,6 +178,7 @@ class SwarmOptions:
             client_timeout_ms=rng.choice([500, 1_000, 2_000]), mix=mix,
             via_random=rng.choice([0.0, 0.1, 0.3]), keys=rng.randint(1, 4),
             safety_ms=safety_ms if safety_ms is not None else rng.choice([1_500, 2_000, 3_000]),
+            safety_drawn=safety_ms is None,
             # drawn last, so that every field above keeps the value it had before these existed
             replay=often_zero(0.50), corrupt=often_zero(0.10), clog=rng.choice([0.0, 0.0, 0.1, 0.3]),
             pause=rng.choice([0.0, 0.0, 0.1, 0.3]), clock_drift=rng.choice([0.0, 0.0, 0.01, 0.05]),
@@ -199,7 +203,8 @@ class SwarmOptions:
     def reproduce(self) -> str:
         """The one command line that runs this seed again."""
         return (f"python -m dledger.sim swarm --seed {self.seed} --nodes {self.nodes} "
-                f"--durability {self.durability} --store {self.store} --safety-ms {self.safety_ms}"
+                f"--durability {self.durability} --store {self.store}"
+                + ("" if self.safety_drawn else f" --safety-ms {self.safety_ms}")
                 + ("" if self.codec else " --no-codec")
                 + ("" if self.storage_faults else " --no-storage-faults")
                 + (" --snapshots" if self.snapshots else ""))
