@@ -78,13 +78,14 @@ SNAPSHOT_CHUNK = 1 << 20
 class InstallSent(NamedTuple):
     """An install of the log start after ``index`` sent to ``pr`` in leadership ``term``; its
     answer counts only while ``seq`` is the progress's ``control_seq``. A snapshot's chunk
-    names its ``offset`` (-1: no snapshot)."""
+    names its ``offset`` (-1: no snapshot) and the snapshot's ``size``."""
 
     pr: FollowerProgress
     seq: int
     term: int
     index: int
     offset: int = -1
+    size: int = -1
 
 
 class InstallDispatch:
@@ -186,7 +187,7 @@ class InstallDispatch:
                                      total_size=meta.data_size, data_crc=meta.data_crc, offset=offset,
                                      chunk_crc=crc32(data))
         seq = pr.control_sent(now)
-        return [Send(pr.peer, req, InstallSent(pr, seq, term, index, offset))]
+        return [Send(pr.peer, req, InstallSent(pr, seq, term, index, offset, meta.data_size))]
 
     def on_answer(self, now: int, sent: InstallSent, resp: InstallSnapshotResponse) -> None:
         """The follower's answer to ``sent``, which the pusher judged current and sound."""
@@ -195,10 +196,8 @@ class InstallDispatch:
             return
         me, code, cfg = self.member_state.self_id, resp.code, self.cfg
         if sent.offset >= 0 and resp.received >= 0 and code in (Code.SUCCESS, Code.INSTALL_SNAPSHOT_ERROR):
-            index, _ = self._transfers.get(pr.peer, (sent.index, 0))
             self._transfers[pr.peer] = (sent.index, resp.received)
-            total = next((m.data_size for m in self.snapshots.metas() if m.last_included_index == sent.index), -1)
-            if code == Code.SUCCESS and resp.received != total:
+            if code == Code.SUCCESS and resp.received != sent.size:
                 return                          # the next chunk goes from ``received``
             if code == Code.INSTALL_SNAPSHOT_ERROR:
                 return                          # a chunk refused (its CRC): sent again from ``received``

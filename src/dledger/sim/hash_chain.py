@@ -21,6 +21,11 @@ _STATE = struct.Struct(">qq32sq")      # applied, count, digest, padding size
 _FILL = bytes(range(256)) * 256        # 64 KiB of filler
 
 
+def chain(digest: bytes, index: int, body) -> bytes:
+    """The chain's next link: the digest after applying entry ``index`` with ``body``."""
+    return hashlib.sha256(digest + index.to_bytes(8, "big") + bytes(body)).digest()
+
+
 class HashChainStateMachine:
     def __init__(self, node_id: str, problems: list[str] | None = None, *, padding: int = 0) -> None:
         self.node_id = node_id
@@ -40,7 +45,7 @@ class HashChainStateMachine:
             if a.index <= applied:
                 self.problems.append(f"{self.node_id} was handed entry {a.index} after applying {applied}")
             applied = a.index
-            digest = hashlib.sha256(digest + a.index.to_bytes(8, "big") + bytes(a.entry.body)).digest()
+            digest = chain(digest, a.index, a.entry.body)
             self.count += 1
             states[applied] = digest
             a.resp = a.index
@@ -86,4 +91,4 @@ def same_history(machines: dict[str, HashChainStateMachine]) -> list[str]:
     return problems
 
 
-__all__ = ["HashChainStateMachine", "same_history"]
+__all__ = ["HashChainStateMachine", "chain", "same_history"]

@@ -27,7 +27,6 @@ an index, the client waits until that node has applied up to it, then reads the 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ import msgpack
 
 from dledger.protocol import DLedgerResponseCode as Code
 from dledger.sim.checkers import RecordingStateMachine
+from dledger.sim.hash_chain import chain
 from dledger.sim.history import DEFINITE_FAILURES
 from dledger.sim.linearizability import CheckResult, KVModel, Op, Verdict, check
 
@@ -100,7 +100,7 @@ class SnapshotKVStateMachine(KVStateMachine):
         super().on_apply(entries)
         digest, states = self.digest, self.states
         for a in entries:
-            digest = hashlib.sha256(digest + a.index.to_bytes(8, "big") + bytes(a.entry.body)).digest()
+            digest = chain(digest, a.index, a.entry.body)
             states[a.index] = digest
         self.digest = digest
 
