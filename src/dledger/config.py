@@ -183,6 +183,10 @@ class DLedgerConfig:
     bootstrap: bool = False                     # this node starts a brand-new cluster: a new, empty
                                                 # store is trusted to have never voted nor written
                                                 # (docs/embedding.md); never set it for a wiped node
+    join: bool = False                          # this node joins a running group: it takes no
+                                                # membership of its own and waits to be added
+                                                # (``dledger member add``, docs/operations.md)
+    learner_max_lag_entries: int = 1000         # a learner is promoted only this close to the leader
 
     # -- derived ----------------------------------------------------------------------------
     peer_map: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -254,7 +258,7 @@ class DLedgerConfig:
                               f"satisfy lease_ratio * (1 + d) < 1 - d (at most "
                               f"{max_safe_drift(self.lease_ratio):.3f} drift for this ratio)")
         for name, low in (("snapshot_threshold", 0), ("max_snapshot_reserve_num", 1),
-                          ("snapshot_follower_window_ms", 0)):
+                          ("snapshot_follower_window_ms", 0), ("learner_max_lag_entries", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(name, f"must be an integer of at least {low}, got {value!r}")
@@ -262,6 +266,8 @@ class DLedgerConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise ConfigError(name, f"must be in (0, 1), got {value!r}")
+        if self.join and self.bootstrap:
+            raise ConfigError("join", "a node either bootstraps a new group or joins a running one, not both")
         if self.preferred_leader_ids:
             for pid in self.preferred_leader_id_list():
                 if pid not in self.peer_map:

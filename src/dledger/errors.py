@@ -56,6 +56,9 @@ class DLedgerResponseCode(IntEnum):
     #: dledger's own: this follower cannot rebuild its state machine from its log; it needs
     #: the leader's snapshot (``core.snapshot_receiver``)
     SNAPSHOT_NEEDED = 431
+    #: dledger's own: a membership change is refused while the one before is not committed
+    #: (changes go one at a time, ``core.membership_change``)
+    MEMBERSHIP_CHANGE_PENDING = 432
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

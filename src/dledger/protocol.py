@@ -100,6 +100,8 @@ class DLedgerRequestCode(IntEnum):
     PUSH = 51004
     LEADERSHIP_TRANSFER = 51005
     INSTALL_SNAPSHOT = 51006
+    #: dledger's own: a membership change asked of the leader (``MembershipRequest``)
+    MEMBERSHIP = 51007
     USER_DEFINE_REQUEST = 59999
 
 
@@ -213,6 +215,9 @@ class HeartBeatRequest(RequestOrResponse):
     #: the leader's members (``peers_text``): a follower whose own differ refuses
     #: (PEERS_MISMATCH); empty: not sent (no check)
     members: str = ""
+    #: the index of the configuration entry in force at the leader (-1: the bootstrap one): a
+    #: follower follows a leader its own configuration does not name only when it is newer
+    config_index: int = -1
 
 
 @_dc
@@ -322,6 +327,13 @@ class MetadataResponse(RequestOrResponse):
     #: the largest entry body the node's store takes (its data segment size less the blank and
     #: the header it needs, at most 4 MiB less the header); -1 from a node that does not send it
     max_body_size: int = -1
+    #: the configuration in force at the node: voters and learners (id -> address; no voter:
+    #: none yet), the index of the entry that made it (-1: bootstrap), and, from a leader, each
+    #: member's match index (the highest index it is known to hold)
+    voters: dict = field(default_factory=dict)
+    learners: dict = field(default_factory=dict)
+    config_index: int = -1
+    match_index: dict = field(default_factory=dict)
 
 
 @_dc
@@ -370,6 +382,11 @@ class InstallSnapshotRequest(RequestOrResponse):
     data_crc: int = -1
     offset: int = 0
     chunk_crc: int = -1
+    #: the configuration in force at ``last_included_index`` (``Configuration.encode``; empty:
+    #: none sent) and the index and term of the entry that made it
+    config: bytes = b""
+    config_index: int = -1
+    config_term: int = -1
 
 
 @_dc
@@ -381,6 +398,27 @@ class InstallSnapshotResponse(RequestOrResponse):
     incarnation: int = 0
     #: the snapshot bytes the follower holds durably: the next chunk starts there (-1: none)
     received: int = -1
+
+
+@_dc
+class MembershipRequest(RequestOrResponse):
+    """A membership change asked of the leader: ``op`` is ``add_learner`` (``node_id`` at
+    ``address``), ``promote`` or ``remove`` (``node_id``)."""
+
+    op: str = ""
+    node_id: str = ""
+    address: str = ""
+
+
+@_dc
+class MembershipResponse(RequestOrResponse):
+    #: the index of the configuration entry (SUCCESS: committed); -1 when refused
+    index: int = -1
+    #: why it was refused, in words (empty on SUCCESS)
+    message: str = ""
+    #: the configuration after the change (SUCCESS) or as it stands (refused)
+    voters: dict = field(default_factory=dict)
+    learners: dict = field(default_factory=dict)
 
 
 #: (class, request code) by wire tag. Tags are stable: append only.
@@ -404,6 +442,8 @@ MESSAGE_TYPES: tuple[tuple[type, DLedgerRequestCode], ...] = (
     (LeadershipTransferResponse, DLedgerRequestCode.LEADERSHIP_TRANSFER),
     (InstallSnapshotRequest, DLedgerRequestCode.INSTALL_SNAPSHOT),
     (InstallSnapshotResponse, DLedgerRequestCode.INSTALL_SNAPSHOT),
+    (MembershipRequest, DLedgerRequestCode.MEMBERSHIP),
+    (MembershipResponse, DLedgerRequestCode.MEMBERSHIP),
 )
 _TAG_OF = {cls: tag for tag, (cls, _code) in enumerate(MESSAGE_TYPES)}
 
@@ -429,6 +469,9 @@ _ITEM_CHECKS = {
     "index_list": lambda v: all(_is_int(x) for x in v),
     "entries": lambda v: isinstance(v, bytes) or all(isinstance(x, bytes) for x in v),
     "peers": lambda v: all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "voters": lambda v: all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "learners": lambda v: all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "match_index": lambda v: all(isinstance(k, str) and _is_int(x) for k, x in v.items()),
 }
 
 
@@ -443,15 +486,16 @@ _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ i
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
 _ADDED_FIELDS = {VoteRequest: ("unanimous", "members"), VoteResponse: ("recovering", "members"),
-                 HeartBeatRequest: ("members",),
+                 HeartBeatRequest: ("members", "config_index"),
                  HeartBeatResponse: ("recovering", "incarnation", "members"), PushEntryRequest: ("incarnation",),
                  PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),
                  PullEntriesResponse: ("absent", "recovering"),
                  InstallSnapshotRequest: ("next_pos", "commit_index", "incarnation", "total_size", "data_crc",
-                                          "offset", "chunk_crc"),
+                                          "offset", "chunk_crc", "config", "config_index", "config_term"),
                  InstallSnapshotResponse: ("end_index", "recovering", "incarnation", "received"),
                  MetadataResponse: ("ledger_end_index", "vote_for", "role", "ledger_end_term", "committed_index",
-                                    "waiting", "max_body_size")}
+                                    "waiting", "max_body_size", "voters", "learners", "config_index",
+                                    "match_index")}
 _MIN_FIELDS = {cls: len(schema) - len(_ADDED_FIELDS.get(cls, ())) for cls, schema in _SCHEMA.items()}
 assert all(tuple(name for name, _c in _SCHEMA[cls][-len(added):]) == added for cls, added in _ADDED_FIELDS.items())
 

@@ -86,6 +86,9 @@ def test_members_whose_peers_differ_refuse_each_other_and_both_name_the_differen
             cfg = cfg_for(node_id)
             if node_id == "n2":              # a misspelt id in n2's --peers: n3 where n1 is meant
                 cfg.peers = c.peers.replace("n1-127.0.0.1:20912", "n3-127.0.0.1:20912")
+                # (started as the bootstrap of a new group: its --peers make its configuration; a
+                # node without one learns its configuration from the leader instead)
+                cfg.bootstrap = True
                 cfg.peer_map = {}
                 cfg.validate()
             return cfg

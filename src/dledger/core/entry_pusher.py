@@ -136,9 +136,31 @@ class EntryPusher:
             end = self.store.ledger_end_index
             window = self.cfg.max_push_in_flight
             self.progress = {p: FollowerProgress(p, end + 1, window) for p in self.member_state.remote_peer_ids}
+            self.members_changed()
         else:
             self.progress = {}
             self.term = -1
+
+    def members_changed(self) -> None:
+        """The configuration changed (``core.membership_sync``): a dispatcher for each member
+        added, none for a member removed once its removal committed (until then it still gets
+        the entry that removes it, and learns it is out)."""
+        member = self.member_state
+        if member.role is not Role.LEADER:
+            return
+        want = set(member.remote_peer_ids)
+        history = member.history
+        latest = history.latest
+        if latest is not None and history.uncommitted(member.committed_index):
+            before = history.at(latest.index - 1)
+            if before is not None:
+                want.update(p for p in before.members if p != member.self_id)
+        progress = self.progress
+        end = self.store.ledger_end_index
+        for peer in want.difference(progress):
+            progress[peer] = FollowerProgress(peer, end + 1, self.cfg.max_push_in_flight)
+        for peer in set(progress).difference(want):
+            del progress[peer]
 
     def log_cut(self, now: int, index: int) -> list:
         """This leader cut its own log at ``index`` (a damaged entry proven never committed,

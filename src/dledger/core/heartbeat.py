@@ -175,14 +175,15 @@ class Heartbeats:
     def _send_round(self, now: int) -> list:
         member = self.member_state
         self.last_send_heartbeat_ms = now
-        rnd = HeartbeatRound(member.curr_term, now, len(member.peer_ids))
+        rnd = HeartbeatRound(member.curr_term, now, len(member.remote_peer_ids) + 1,
+                             succ=1 if member.is_voter() else 0)
         rnd.responded.add(member.self_id)
         self.round = rnd
         out: list = []
         for peer in member.remote_peer_ids:
             req = HeartBeatRequest(group=member.group, local_id=member.self_id, remote_id=peer,
                                    leader_id=member.self_id, term=rnd.term, commit_index=member.committed_index,
-                                   members=member.peers_text)
+                                   members=member.peers_text, config_index=max(member.config_index, -1))
             out.append(Send(peer, req, rnd))
         out.extend(self._progress(now, rnd))
         return out
@@ -200,8 +201,10 @@ class Heartbeats:
         member.peers_live[peer] = code != Code.NETWORK_ERROR
         if resp is not None and resp.recovering:
             out.append(PeerRecovering(peer, code == Code.SUCCESS, resp.incarnation))
+        voter = member.is_voter(peer)              # a learner's answer counts toward no quorum
         if code == Code.SUCCESS:
-            rnd.succ += 1
+            if voter:
+                rnd.succ += 1
         elif code == Code.EXPIRED_TERM:
             if higher is not None and (rnd.higher_term is None or higher > rnd.higher_term):
                 rnd.higher_term = higher
@@ -209,7 +212,7 @@ class Heartbeats:
         elif code == Code.INCONSISTENT_LEADER:
             rnd.inconsistent_leader = True
             rnd.inconsistent_from = peer
-        elif code == Code.TERM_NOT_READY:
+        elif code == Code.TERM_NOT_READY and voter:
             rnd.not_ready += 1
         out.extend(self._progress(now, rnd))
         if len(rnd.responded) >= rnd.peers or rnd.higher_term is not None:
@@ -263,7 +266,9 @@ class Heartbeats:
         """Who sent the heartbeat, and whether this node may answer a leader at all, are judged
         before its term (``core.term_gate``): the answer when either refuses, else None."""
         member = self.member_state
-        if not member.is_peer_member(req.leader_id):
+        if not member.is_peer_member(req.leader_id) and req.config_index <= member.config_index:
+            # a leader this node's configuration does not name is followed only when its own
+            # configuration is newer (it was added by an entry this node has not got yet)
             return self.answer(req, Code.UNKNOWN_MEMBER, member.curr_term)
         if req.leader_id == member.self_id:
             return self.answer(req, Code.UNEXPECTED_MEMBER, member.curr_term)

@@ -114,7 +114,17 @@ class InstallDispatch:
 
     def dispatch(self, now: int, pr: FollowerProgress, term: int) -> list[Send]:
         """The install that moves ``pr``'s log start to this leader's (of leadership ``term``),
-        or nothing yet (``pr`` paused)."""
+        or nothing yet (``pr`` paused). Each names the configuration in force at its index
+        (``core.membership_sync``: the follower's log will not hold the entry that made it)."""
+        sends = self._dispatch(now, pr, term)
+        for send in sends:
+            req = send.msg
+            config = self.member_state.history.at(req.last_included_index)
+            if config is not None:
+                req.config, req.config_index, req.config_term = config.encode(), config.index, config.term
+        return sends
+
+    def _dispatch(self, now: int, pr: FollowerProgress, term: int) -> list[Send]:
         if self.snapshots is not None:
             return self._dispatch_chunk(now, pr, term)
         me, cfg = self.member_state.self_id, self.cfg

@@ -93,8 +93,8 @@ class LeadershipTransfer:
         member = self.member_state
         if req.transfer_id != member.self_id:
             return self.answer(req, Code.UNEXPECTED_ARGUMENT)
-        if not member.is_peer_member(req.transferee_id):
-            return self.answer(req, Code.UNKNOWN_MEMBER)
+        if not member.is_voter(req.transferee_id):
+            return self.answer(req, Code.UNKNOWN_MEMBER)        # (a learner cannot lead)
         return None
 
     def start(self, now: int, req: LeadershipTransferRequest, token: Any, match: int):
@@ -159,7 +159,7 @@ class LeadershipTransfer:
             return NONE
         best, best_lag = None, None
         for pid in preferred:
-            if pid == member.self_id or not member.is_peer_member(pid) or not member.peers_live.get(pid):
+            if pid == member.self_id or not member.is_voter(pid) or not member.peers_live.get(pid):
                 continue
             lag = member.ledger_end_index - water_marks[pid]
             if best_lag is None or lag < best_lag:
@@ -183,7 +183,8 @@ class LeadershipTransfer:
         member = self.member_state
         if member.transferee is not None:
             return NONE
-        best = max((p for p in member.remote_peer_ids if member.peers_live.get(p) and p not in exclude),
+        best = max((p for p in member.remote_peer_ids if member.peers_live.get(p) and p not in exclude
+                    and member.is_voter(p)),
                    key=lambda p: water_marks.get(p, -1), default=None)
         if best is None:
             return NONE

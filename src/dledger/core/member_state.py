@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from dledger.core.membership import ConfigHistory, Configuration
 from dledger.core.quorum import Majority
 from dledger.core.transitions import TransitionTable
 from dledger.errors import DLedgerError
@@ -128,13 +129,14 @@ class MemberState:
         self.store = store
         self.group: str = config.group
         self.self_id: str = config.self_id
-        self.peer_map: dict[str, str] = dict(config.peer_map)
-        self.peer_ids: list[str] = list(self.peer_map)
-        #: the members as vote and heartbeat requests carry them (``core.peers_check``)
-        self.peers_text: str = peers_text(self.peer_map)
-        self.remote_peer_ids: list[str] = [p for p in self.peer_ids if p != self.self_id]
-        #: the voters: every quorum question (votes, commit, check-quorum, lease) asks it
-        self.majority = Majority(self.peer_ids)
+        #: every address this node knows: its own ``peers`` win over a configuration's (a member
+        #: may reach another through a proxy or another name)
+        self.addresses: dict[str, str] = dict(config.peer_map)
+        #: the configurations of the log (core.membership): the bootstrap one until the node's
+        #: ``MembershipSync`` loads the store's (``set_history``)
+        self.history = ConfigHistory(Configuration(dict(config.peer_map)) if config.peer_map else None)
+        self.configuration: Configuration | None = None
+        self._views(self.history.latest)
         self.peers_live: dict[str, bool] = {}
         self.role = Role.CANDIDATE
         self.leader_id: str | None = None
@@ -155,6 +157,61 @@ class MemberState:
         self._joined_term = -1
         #: the leader this node last followed or was, and its term (for the log lines)
         self._last_leader: tuple[str | None, int] = (None, -1)
+
+    # -- membership ---------------------------------------------------------------------------
+    def _views(self, config: Configuration | None) -> None:
+        """The views every part asks, of ``config`` (None: this node knows no configuration yet:
+        it joins, and knows only the addresses it was given)."""
+        self.configuration = config
+        if config is None:
+            members = {k: v for k, v in self.addresses.items()}
+            voters: list[str] = []
+        else:
+            for node_id, address in config.members.items():
+                self.addresses.setdefault(node_id, address)
+            members = {k: self.addresses.get(k, v) for k, v in config.members.items()}
+            voters = list(config.voters)
+        #: the members (voters and learners) with the addresses this node uses
+        self.peer_map: dict[str, str] = members if config is not None else {}
+        #: the voters: votes are asked of them
+        self.peer_ids: list[str] = voters
+        self.learner_ids: list[str] = list(config.learners) if config is not None else []
+        #: whom this node sends heartbeats and pushes to (a node without a configuration: whom
+        #: it asks for its term, every address it knows)
+        self.remote_peer_ids: list[str] = [p for p in members if p != self.self_id]
+        #: the members as vote and heartbeat requests carry them (``core.peers_check``): only a
+        #: bootstrap configuration is compared (one from the log is the log's to decide)
+        self.peers_text: str = peers_text(self.peer_map) if config is not None and config.index < 0 else ""
+        #: the voters: every quorum question (votes, commit, check-quorum, lease) asks it
+        self.majority = Majority(voters)
+
+    def set_history(self, history: ConfigHistory) -> None:
+        self.history = history
+        self._views(history.latest)
+
+    def configuration_changed(self) -> bool:
+        """Take the history's latest configuration if it is not the one in force; True when it
+        changed (logged)."""
+        latest = self.history.latest
+        if latest is self.configuration:
+            return False
+        before = self.configuration
+        self._views(latest)
+        if latest is None:
+            log.info("%s: no configuration now", self.self_id)
+        elif before is None or not latest.same_members(before):
+            log.info("%s: configuration of entry %d: %s%s", self.self_id, latest.index, latest.describe(),
+                     "" if latest.is_member(self.self_id) else " (this node is not a member)")
+        return True
+
+    @property
+    def config_index(self) -> int:
+        """The index of the entry that made the configuration in force (-1: bootstrap; -2: none)."""
+        return self.configuration.index if self.configuration is not None else -2
+
+    def is_voter(self, node_id: str | None = None) -> bool:
+        config = self.configuration
+        return config is not None and config.is_voter(self.self_id if node_id is None else node_id)
 
     # -- persistent state ---------------------------------------------------------------------
     @property

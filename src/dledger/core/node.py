@@ -55,6 +55,8 @@ from dledger.core.intents import (RANK, CommitHint, Complete, Fail, FailReads, F
                                    TailCut, TakeLeadership, Won)
 from dledger.core.leader_elector import LeaderElector
 from dledger.core.member_state import MemberState, Role, RoleChange, RoleEvent
+from dledger.core.membership_change import Reconfiguring, _Change
+from dledger.core.membership_sync import MembershipSync
 from dledger.core.peers_check import PeersCheck
 from dledger.core.rejoin import Rejoin
 from dledger.core.peer_repair import Repairer
@@ -115,7 +117,7 @@ class _Rpc(NamedTuple):
     peer: str
 
 
-class Node(Stepping):
+class Node(Stepping, Reconfiguring):
     def __init__(self, config, store: "LogStore", rng, *, state_machine=None, now_ms: int = 0,
                  applied_index: int | None = None, needs_snapshot: bool = False, snapshots=None,
                  snapshot_index: int = -1) -> None:
@@ -132,6 +134,9 @@ class Node(Stepping):
         self.rng = rng
         self.now_ms = now_ms
         self.member_state = member = MemberState(config, store)
+        #: the configuration, in step with the log (core/membership_sync.py)
+        self.membership = MembershipSync(member, store, config)
+        self.membership.load()
         if applied_index is None:
             applied_index = store.ledger_before_begin_index
         self.caller = StateMachineCaller(store, state_machine, applied_index)
@@ -140,6 +145,7 @@ class Node(Stepping):
         if not needs_snapshot and member.committed_index < applied_index <= store.ledger_end_index:
             member.committed_index = applied_index     # a snapshot holds only committed entries
         self.recovery = recovery = Rejoin(member, store, config, now_ms=now_ms)
+        recovery.membership = self.membership
         # the elector draws its first vote delay from rng here, before the request ids below
         #: the slowest recent round trip to a peer: how long a vote round waits (core/round_trip.py)
         self.round_trips = RoundTrips()
@@ -192,6 +198,8 @@ class Node(Stepping):
             return
         if isinstance(token, _Get):
             token, response, result = token.token, self._get_answer(token.index, response), None
+        elif isinstance(token, _Change):
+            (token, response), result = self._change_done(token, response), None
         if isinstance(token, _Remote):
             response.remote_id = token.src
             self.reply(token.src, token.rid, response)
@@ -289,6 +297,7 @@ class Node(Stepping):
         now = self._clock(now_ms)
         member = self.member_state
         self.recovery.force_clear()
+        self.membership.adopt_bootstrap("roles are forced")
         if term is not None:
             member.adopt_term(term)
         if leader_id == member.self_id:
@@ -446,9 +455,13 @@ class Node(Stepping):
         else:
             raise AssertionError(self._unsettled())
         self._repair(now)
+        if self.membership.sync():
+            self.pusher.members_changed()
         self.waiting.maintain(now, self.elector.voting.last_tally)
 
     def _settle_pass(self, now: int) -> None:
+        if self.membership.sync():
+            self.pusher.members_changed()
         self._react_to_role_changes(now)
         self._apply(now, self.recovery.maintain(now))
         self._maintain_roles(now)
@@ -547,6 +560,7 @@ class Node(Stepping):
         elif kind is PeerRecovering:
             return self.pusher.peer_recovering(now, intent.peer, intent.following, intent.incarnation)
         elif kind is TailCut:
+            self.membership.cut_at(intent.index)
             return self.pusher.log_cut(now, intent.index)
         else:
             raise AssertionError(f"{self.member_state.self_id}: no way to apply {intent!r}")

@@ -51,20 +51,33 @@ def differences(mine: dict[str, str], theirs: dict[str, str], who: str) -> str:
 class PeersCheck:
     def __init__(self, member_state) -> None:
         self.self_id = member_state.self_id
-        self.peer_map = dict(member_state.peer_map)
-        #: what this node's requests carry (``MemberState.peers_text``)
-        self.text = member_state.peers_text
+        self.member_state = member_state
         #: peer -> (its members, as it sent them, when the mismatch was last logged)
         self.mismatched: dict[str, tuple[str, int]] = {}
-        self._ids = frozenset(self.peer_map)
+        self._ids = frozenset(member_state.peer_map)
+        self._text = member_state.peers_text
         #: members texts seen, and whether their ids agree (a peer sends the same text each time)
         self._seen: dict[str, bool] = {}
 
+    @property
+    def text(self) -> str:
+        """What this node's requests carry (``MemberState.peers_text``: empty once its
+        configuration comes from the log, which decides membership from then on)."""
+        return self.member_state.peers_text
+
+    @property
+    def peer_map(self) -> dict[str, str]:
+        return self.member_state.peer_map
+
     def matches(self, theirs: str) -> bool:
-        """Whether the member ids a peer sent agree with this node's (empty: not sent, not
+        """Whether the member ids a peer sent agree with this node's (empty on either side: not
         checked; addresses are not compared, see the module docstring)."""
-        if not theirs or theirs == self.text:
+        mine = self.member_state.peers_text
+        if not theirs or not mine or theirs == mine:
             return True
+        if mine is not self._text:
+            self._text, self._ids = mine, frozenset(self.member_state.peer_map)
+            self._seen.clear()
         ok = self._seen.get(theirs)
         if ok is None:
             if len(self._seen) >= 64:

@@ -84,8 +84,9 @@ class Majority:
 
     def __init__(self, voters: Iterable[str]) -> None:
         self.voters: tuple[str, ...] = tuple(voters)
-        #: how many voters make a quorum
-        self.size = quorum_size(len(self.voters))
+        #: how many voters make a quorum (a node that knows no configuration yet has no voters:
+        #: no count of them is a quorum)
+        self.size = quorum_size(len(self.voters)) if self.voters else 1
 
     def __len__(self) -> int:
         return len(self.voters)
@@ -94,7 +95,7 @@ class Majority:
         return f"Majority({list(self.voters)}, quorum={self.size})"
 
     def is_quorum(self, count: int) -> bool:
-        return count >= self.size
+        return count >= self.size and bool(self.voters)
 
     def meets_every_quorum(self, ids: Iterable[str]) -> bool:
         """Does every quorum of these voters contain one of ``ids`` (``n - q + 1`` voters)?"""
@@ -105,11 +106,13 @@ class Majority:
         with times, the latest time by which a quorum had been heard. Missing voters count
         as ``-1``."""
         get = acked.get
-        return quorum_index([get(v, -1) for v in self.voters])
+        return quorum_index([get(v, -1) for v in self.voters]) if self.voters else -1
 
     def next_commit_index(self, acked: Mapping[str, int], committed: int, current_term: int,
                           term_of: Callable[[int], int]) -> int:
         """The commit rule (``next_commit_index``) over the voters' water marks in ``acked``."""
+        if not self.voters:
+            return committed
         get = acked.get
         return next_commit_index([get(v, -1) for v in self.voters], committed, current_term, term_of)
 
@@ -118,12 +121,16 @@ class Majority:
         and one said no (the round waits for every answer: they tell the candidate which term
         to try next), PENDING otherwise."""
         yes, no = self._tally(votes)
+        if not self.voters:
+            return VoteOutcome.LOST
         if yes == len(self.voters):
             return VoteOutcome.WON
         return VoteOutcome.LOST if yes + no == len(self.voters) else VoteOutcome.PENDING
 
     def vote_result(self, votes: Mapping[str, bool | None]) -> VoteOutcome:
         """``votes`` maps a voter to yes (True), no (False) or not yet (None or missing)."""
+        if not self.voters:
+            return VoteOutcome.LOST
         yes, no = self._tally(votes)
         return vote_outcome(yes, no, len(self.voters))
 

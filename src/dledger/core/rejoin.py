@@ -87,6 +87,8 @@ class Rejoin:
         self.store = store
         self.cfg = config
         self.reason: SuspectReason | None = store.suspect
+        #: the node's ``MembershipSync`` (a brand-new group takes its bootstrap configuration)
+        self.membership = None
         #: this process's incarnation, sent with every ``recovering`` answer (the node sets it
         #: to its first request id, drawn at random per process); 0: not yet known
         self.incarnation = 0
@@ -117,8 +119,9 @@ class Rejoin:
         return getattr(self.store, "failed", None) is not None
 
     def may_stand(self) -> bool:
-        """Whether this node may run a vote round."""
-        return not self.failed and (self.term_known or not self.recovering)
+        """Whether this node may run a vote round (a voter of its configuration only: a learner,
+        a removed node and one that knows no configuration yet never stand)."""
+        return not self.failed and (self.term_known or not self.recovering) and self.member_state.is_voter()
 
     def may_vote(self, unanimous: bool) -> bool:
         """Whether this node may grant a vote in a round that is ``unanimous`` or not."""
@@ -178,6 +181,7 @@ class Rejoin:
         others = len(self.member_state.remote_peer_ids)
         if self.term_known:
             if len(self.answers) >= others and all(r.ledger_end_index < 0 for r, _l in self.answers.values()):
+                self._new_group("every other member's log is empty")
                 self._clear("every other member's log is empty")
             return
         n = others + 1
@@ -208,7 +212,15 @@ class Rejoin:
         log.info("%s: relearnt its term from %d member(s): term %d%s", member.self_id, len(answers),
                  member.curr_term, " (a new cluster)" if pristine else "")
         if self.reason is SuspectReason.FRESH and (empty or pristine):
-            self._clear("a new cluster" if pristine else "every other member's log is empty")
+            why = "a new cluster" if pristine else "every other member's log is empty"
+            self._new_group(why)
+            self._clear(why)
+
+    def _new_group(self, why: str) -> None:
+        """Every other member is as new as this node: the group is new, and its configuration is
+        the bootstrap one (``core.membership_sync``)."""
+        if self.membership is not None:
+            self.membership.adopt_bootstrap(why)
 
     # =====================================================================================
     # clearing

@@ -58,16 +58,17 @@ from typing import Any
 from dledger.core import term_gate
 from dledger.core.follower_progress import DispatchState
 from dledger.core.intents import Follow, HeardLeader, StepDown
+from dledger.core.membership import Configuration, MembershipError
 from dledger.core.member_state import Role, RoleEvent
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
 from dledger.errors import DLedgerError, PeerProtocolError
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, BatchAppendEntryRequest,
                               DLedgerResponseCode as Code, Envelope, GetEntriesRequest, GetEntriesResponse,
                               HeartBeatRequest, HeartBeatResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-                              LeadershipTransferRequest, LeadershipTransferResponse, MetadataRequest,
-                              MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
+                              LeadershipTransferRequest, LeadershipTransferResponse, MembershipRequest,
+                              MembershipResponse, MetadataRequest, MetadataResponse, PullEntriesRequest, PullEntriesResponse, PushEntryRequest,
                               PushEntryResponse, PushEntryType, ReadMode, VoteRequest, VoteResponse,
-                              VoteResult, check_in_range)
+                              VoteResult, check_in_range, parse_peers_text)
 
 #: the node's logger: what ``Node.step`` logs keeps the name operators know (docs/operations.md)
 log = logging.getLogger("dledger.core.node")
@@ -77,7 +78,7 @@ RESPONSE_OF = {
     AppendEntryRequest: AppendEntryResponse, BatchAppendEntryRequest: AppendEntryResponse,
     GetEntriesRequest: GetEntriesResponse, MetadataRequest: MetadataResponse,
     PullEntriesRequest: PullEntriesResponse, LeadershipTransferRequest: LeadershipTransferResponse,
-    InstallSnapshotRequest: InstallSnapshotResponse,
+    InstallSnapshotRequest: InstallSnapshotResponse, MembershipRequest: MembershipResponse,
 }
 
 
@@ -191,6 +192,10 @@ class Stepping:
             return None
         if kind is MetadataRequest:
             return self._metadata(req)
+        if kind is MembershipRequest:
+            # a client's change: answered once its entry commits (core.membership_change)
+            self._change_membership(now, _Remote(env.src, env.request_id, req), req.op, req.node_id, req.address)
+            return None
         if req.remote_id != member.self_id:
             return self._error(req, Code.UNKNOWN_MEMBER)
         if kind is PullEntriesRequest:
@@ -206,6 +211,9 @@ class Stepping:
                 check.refusal(now, env.src, req.members)
                 return self._members_refusal(req)
             check.agreed(env.src)
+            if kind is HeartBeatRequest and member.configuration is None and req.config_index == -1 and req.members:
+                # a leader whose group still has its bootstrap configuration names its members
+                self.membership.learned_bootstrap(parse_peers_text(req.members), req.leader_id)
         asker = _PeerReply(env.src, env.request_id)
         if kind is LeadershipTransferRequest and req.transferee_id == member.self_id:
             # the transferee: it judges the term once its log has caught up
@@ -314,6 +322,8 @@ class Stepping:
             if refusal is not None:
                 return refusal
             self._apply(now, (HeardLeader(),))
+            if req.config:
+                self._installing_config(req)
             resp, replies = handler.handle_install(req)
             self._apply(now, replies)
             return resp
@@ -387,7 +397,30 @@ class Stepping:
                                 role=member.role.value, ledger_end_term=store.ledger_end_term,
                                 committed_index=member.committed_index,
                                 waiting=self.waiting.reason(self.elector.voting.last_tally),
-                                max_body_size=store.max_entry_size - BODY_OFFSET)
+                                max_body_size=store.max_entry_size - BODY_OFFSET, **self._members_view())
+
+    def _members_view(self) -> dict:
+        """The configuration in force, for ``dledger status`` and ``member list`` (a leader adds
+        each member's match index)."""
+        member = self.member_state
+        config = member.configuration
+        if config is None:
+            return {}
+        view = {"voters": {k: member.peer_map.get(k, v) for k, v in config.voters.items()},
+                "learners": {k: member.peer_map.get(k, v) for k, v in config.learners.items()},
+                "config_index": max(config.index, -1)}
+        if member.role is Role.LEADER:
+            view["match_index"] = {p: self.pusher.match_index(p) for p in config.members}
+        return view
+
+    def _installing_config(self, req: InstallSnapshotRequest) -> None:
+        """An install names the configuration in force at its index: the base from then on
+        (recorded before the log start moves, ``core.membership_sync``)."""
+        try:
+            config = Configuration.decode(req.config, req.config_index, req.config_term)
+        except MembershipError as exc:
+            raise PeerProtocolError(f"install from {req.leader_id}: {exc}") from None
+        self.membership.installed(config)
 
     def _unless_damaged(self, resp: Any) -> Any:
         """A follower does not acknowledge a match over an entry whose local copy is damaged

@@ -445,7 +445,14 @@ class Voting:
         Nothing changes here."""
         member = self.member_state
         candidate = req.leader_id
-        if not member.is_peer_member(candidate):
+        if member.configuration is None:
+            # no configuration yet (a new, wiped or joining node): it votes in no plain round; a
+            # unanimous round is sound whoever the voters are (every other voter's yes covers
+            # what this empty log cannot), so it may vote there once its term is known
+            if not req.unanimous:
+                return self.answer(req, VoteResult.REJECT_RECOVERING if self.recovery.recovering
+                                   else VoteResult.REJECT_UNKNOWN_LEADER)
+        elif not member.is_peer_member(candidate):
             return self.answer(req, VoteResult.REJECT_UNKNOWN_LEADER)
         if not self_vote and candidate == member.self_id:
             return self.answer(req, VoteResult.REJECT_UNEXPECTED_LEADER)

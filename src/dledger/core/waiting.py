@@ -112,7 +112,7 @@ class Waiting:
             what = f"it lost its term and vote ({recovery.reason.value if recovery.reason else '-'})"
             why = "it relearns its term from the other members before it votes or stands" + partial
             remedy = f"start {names(missing)} or correct the address(es) this node has"
-        return f"{what} and it has {heard_text} from {names(missing, member.peer_map)}: {why}; {remedy}"
+        return f"{what} and it has {heard_text} from {names(missing, member.addresses)}: {why}; {remedy}"
 
     def _round(self, tally) -> str:
         member = self.member_state
@@ -122,7 +122,7 @@ class Waiting:
                 f"{tally.accepted} of the {need} votes it needs: {tally.votes_text()}")
         silent = [p for p, r in tally.results.items() if r == "no answer" and p != member.self_id]
         if silent:
-            text += f"; check that {names(silent, member.peer_map)} run at those addresses"
+            text += f"; check that {names(silent, member.addresses)} run at those addresses"
         recovering = sorted(tally.recovering_voters)
         if recovering:
             text += (f"; {names(recovering)} are recovering (new or wiped stores): they vote once every member "

@@ -27,7 +27,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 
-from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE,
+from dledger.entry import (BODY_OFFSET, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_CONFIG_CHANGE,
                            RECORD_PREFIX, VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, crc_vouches, decode,
                            matches_unit)
 from dledger.errors import (INDEX_LESS_THAN_LOCAL_BEGIN, INDEX_OUT_OF_RANGE, CorruptEntryError,
@@ -228,6 +228,42 @@ class LogReader:
                 raise exc
             off += size
             i += 1
+
+    def config_entries(self, first: int, last: int) -> list[int]:
+        """The indexes in ``[first, last]`` (clipped to the log) whose index unit names a
+        configuration entry (magic 3), found by striding over the units' low magic byte (a
+        million units in a few milliseconds)."""
+        state = self.state
+        first = max(first, state.ledger_before_begin_index + 1)
+        last = min(last, state.ledger_end_index)
+        out: list[int] = []
+        if first > last:
+            return out
+        overrides = state.index_overrides
+        idx = self.index_list
+        upos, end = first * INDEX_UNIT_SIZE, (last + 1) * INDEX_UNIT_SIZE
+        while upos < end:
+            f = idx.find_file(upos)
+            if f is None:
+                break
+            lo = upos - f.file_from_offset
+            hi = min(f.wrote_position, lo + (end - upos))
+            if hi <= lo:
+                break
+            low_bytes = f.mm[lo + 3:hi:INDEX_UNIT_SIZE]           # byte 3: the magic's low byte
+            k = low_bytes.find(MAGIC_CONFIG_CHANGE)
+            while k >= 0:
+                if f.mm[lo + k * INDEX_UNIT_SIZE:lo + k * INDEX_UNIT_SIZE + 3] == b"\0\0\0":
+                    out.append((upos + k * INDEX_UNIT_SIZE) // INDEX_UNIT_SIZE)
+                k = low_bytes.find(MAGIC_CONFIG_CHANGE, k + 1)
+            upos += hi - lo
+        if overrides:
+            found = set(out)
+            for i, unit in overrides.items():
+                if first <= i <= last and (unit.magic == MAGIC_CONFIG_CHANGE) != (i in found):
+                    found.symmetric_difference_update((i,))
+            out = sorted(found)
+        return out
 
     def get_entry_term(self, index: int) -> int:
         """Term of ``index`` (``ledger_before_begin_term`` for the before-begin index)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dledger.entry import (BODY_OFFSET, MAGIC_NORMAL, MAX_RECORD_SIZE, MAX_TERM, MIN_BLANK_LEN, RECORD_PREFIX,
+from dledger.entry import (BODY_OFFSET, MAGIC_CONFIG_CHANGE, MAGIC_NORMAL, MAX_RECORD_SIZE, MAX_TERM, MIN_BLANK_LEN, RECORD_PREFIX,
                            VALID_MAGICS, DLedgerEntry, IndexUnit, crc32, decode)
 from dledger.errors import (INCONSISTENT_STATE, INCONSISTENT_TERM, INDEX_LESS_THAN_LOCAL_BEGIN,
                             INDEX_OUT_OF_RANGE, DLedgerError, EntryTooLargeError, StoreClosedError)
@@ -23,6 +23,19 @@ from dledger.store.follower_batch import next_position, plan_follower_batch
 from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, AppendBatchResult, AppendHook,
                                      RepairRefusedError)
 from dledger.store.suspect import SuspectReason
+
+
+class MemoryMembership:
+    """The membership record, kept in memory."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] | None = None
+
+    def load(self) -> dict[str, str] | None:
+        return dict(self.items) if self.items is not None else None
+
+    def save(self, items: list[tuple[str, str]]) -> None:
+        self.items = list(items)
 
 
 class DLedgerMemoryStore(StoreBase):
@@ -55,6 +68,8 @@ class DLedgerMemoryStore(StoreBase):
         #: a new memory store is an empty store never cleared (``FRESH``); ``suspect=None``
         #: builds one that is not suspect
         self.suspect: SuspectReason | None = suspect
+        #: the configuration at the log's start (``membership_file.MembershipFile``'s interface)
+        self.membership = MemoryMembership()
 
     def clear_suspect(self) -> None:
         """The replica caught up from a leader of the current term (see ``LogStore.suspect``)."""
@@ -229,6 +244,14 @@ class DLedgerMemoryStore(StoreBase):
             out.append(self._records[j])
             j += 1
         return b"".join(out), len(out)
+
+    def config_entries(self, first: int, last: int) -> list[int]:
+        """The indexes in ``[first, last]`` of configuration entries (magic 3)."""
+        base = self.ledger_before_begin_index + 1
+        first, last = max(first, base), min(last, self.ledger_end_index)
+        records = self._records
+        return [i for i in range(first, last + 1) if records[i - base][3] == MAGIC_CONFIG_CHANGE
+                and records[i - base][:3] == b"\0\0\0"]
 
     def get_entry_term(self, index: int) -> int:
         if index == self.ledger_before_begin_index:

@@ -6,6 +6,7 @@ Layout of a store directory (docs/format.md)::
     <dir>/index/<20-digit offset>  index segments (32-byte units, unit k at byte k*32)
     <dir>/currterm                 term and vote (TermFile)
     <dir>/checkpoint               endIndex / committedIndex (+ beforeBegin*) (Checkpoint)
+    <dir>/membership               the configuration at the log's start (MembershipFile)
 
 This module is the façade: it builds the store's shared state (``state.StoreState``: the two
 segment lists, the term file, the bounds, the checkpoint, the failed flag) from its settings
@@ -78,6 +79,7 @@ from dledger.store.cut import Cut
 from dledger.store.durability import DURABILITY_MODES, FSYNC, PAGE_CACHE
 from dledger.store.flusher import Flusher
 from dledger.store.log_reader import LogReader
+from dledger.store.membership_file import MembershipFile
 from dledger.store.log_store import (DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE,
                                      AppendBatchResult, AppendHook)
 from dledger.store.log_writer import LogWriter
@@ -156,6 +158,9 @@ class DLedgerMmapFileStore(StoreBase):
         self.get_raw_range = reader.get_raw_range
         self.get_entry_term = reader.get_entry_term
         self.verify = reader.verify
+        self.config_entries = reader.config_entries
+        #: the configuration at the log's start (core.membership)
+        self.membership = MembershipFile(store_dir)
         self._lock = StoreLock(store_dir, lambda: st.closed)
         self._suspect: SuspectReason | None = None
 
@@ -183,6 +188,8 @@ class DLedgerMmapFileStore(StoreBase):
     get_entry_term: Callable[[int], int]
     #: ``verify(progress=None)``: read and check every entry; the errors found
     verify: Callable[..., list[CorruptStoreError]]
+    #: ``config_entries(first, last)``: the indexes of configuration entries in that range
+    config_entries: Callable[[int, int], list[int]]
 
     @classmethod
     def open(cls, store_dir: str, options: StoreOptions | None = None, **kwargs) -> "DLedgerMmapFileStore":
