@@ -60,6 +60,7 @@ from dledger.runtime.log_context import CURRENT, LogContext
 from dledger.snapshot.snapshotter import Snapshotter, can_snapshot
 from dledger.store import DLedgerMemoryStore, DLedgerMmapFileStore, StoreOptions
 from dledger.store.store_io import LOCAL_IO, StoreIO
+from dledger.server_membership import MembershipMethods
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def open_store_for(config: DLedgerConfig, *, background_flush: bool = False, sto
     return DLedgerMemoryStore(data_file_size=c.mapped_file_size_for_entry_data)
 
 
-class DLedgerServer:
+class DLedgerServer(MembershipMethods):
     def __init__(self, config: DLedgerConfig, *, store=None, transport=None, runtime=None,
                  rng: random.Random | None = None, state_machine=None, hub=None,
                  store_io: StoreIO = LOCAL_IO) -> None:
@@ -467,7 +468,10 @@ class DLedgerServer:
 
         def meta() -> dict[str, Any]:
             n = self.node
-            return {"group": self.config.group, "self_id": self.config.self_id, "peers": dict(self.config.peer_map),
+            config = n.member_state.configuration
+            return {"group": self.config.group, "self_id": self.config.self_id, "peers": dict(n.member_state.peer_map),
+                    "voters": list(config.voters) if config is not None else [],
+                    "learners": list(config.learners) if config is not None else [],
                     "leader_id": n.leader_id, "role": n.role.value, "term": n.term,
                     "ledger_end_index": self._store.ledger_end_index, "committed_index": n.committed_index,
                     "applied_index": n.applied_index}

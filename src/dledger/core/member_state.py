@@ -131,7 +131,11 @@ class MemberState:
         self.self_id: str = config.self_id
         #: every address this node knows: its own ``peers`` win over a configuration's (a member
         #: may reach another through a proxy or another name)
-        self.addresses: dict[str, str] = dict(config.peer_map)
+        #: the ``peers`` this node was started with (the bootstrap configuration of a new group)
+        self.given_peers: dict[str, str] = dict(config.peer_map)
+        #: (the config's own ``peer_map``, which the transport dials from: a member added later
+        #: is dialled at the address its configuration entry gives)
+        self.addresses: dict[str, str] = config.peer_map if config.peer_map else {}
         #: the configurations of the log (core.membership): the bootstrap one until the node's
         #: ``MembershipSync`` loads the store's (``set_history``)
         self.history = ConfigHistory(Configuration(dict(config.peer_map)) if config.peer_map else None)

@@ -9,9 +9,11 @@ single-server changes with learners:
 - only the leader changes membership (NOT_LEADER, naming the leader it knows), not during a
   leadership transfer (LEADER_TRANSFERRING);
 - **one at a time**: a change is refused while the configuration entry before it is not
-  committed (MEMBERSHIP_CHANGE_PENDING), and until the leader has committed an entry of its own
-  term (LEADER_NOT_READY: a new leader may hold an uncommitted change of an earlier term,
-  which its first commit settles);
+  committed (MEMBERSHIP_CHANGE_PENDING); and it waits until the leader has committed an entry
+  of its own term (a new leader may hold an uncommitted change of an earlier term, which its
+  first commit settles): the leader appends a no-op and the change is made once it commits
+  (LEADER_NOT_READY after ``max_wait_ack_time_ms`` without, or NOT_LEADER if the leadership
+  ends first; one change waits at a time);
 - ``add_learner``: a new id (UNEXPECTED_MEMBER when it is a member already) with an address;
 - ``promote``: a learner within ``learner_max_lag_entries`` of the leader's log end
   (FALL_BEHIND_TOO_MUCH otherwise: promote it once it has caught up);
@@ -29,7 +31,7 @@ from typing import Any
 
 from dledger.core.member_state import Role
 from dledger.core.membership import Configuration, MembershipError
-from dledger.entry import MAGIC_CONFIG_CHANGE
+from dledger.entry import MAGIC_CONFIG_CHANGE, MAGIC_NOOP
 from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, LeadershipTransferRequest,
                               MembershipResponse)
 
@@ -110,17 +112,26 @@ def plan_change(member, store, cfg, op: str, node_id: str, address: str, match_o
 class Reconfiguring:
     """``Node.change_membership`` and the answers of its changes (a mixin of ``Node``)."""
 
+    #: a change waiting for this leader's first commit: (token, op, node id, address, deadline)
+    _parked_change: tuple | None = None
+
     def change_membership(self, now_ms: int, token: Any, op: str, node_id: str, address: str = "") -> None:
         now = self._clock(now_ms)
         self._change_membership(now, token, op, node_id, address)
         self._after(now)
 
-    def _change_membership(self, now: int, token: Any, op: str, node_id: str, address: str) -> None:
+    def _change_membership(self, now: int, token: Any, op: str, node_id: str, address: str,
+                           park: bool = True) -> None:
         member = self.member_state
         try:
             config = plan_change(member, self.store, self.config, op, node_id, address, self.pusher.match_index,
                                  member.role is Role.LEADER and self._read_safe())
         except ChangeRefused as refused:
+            if refused.code == Code.LEADER_NOT_READY and park and self._parked_change is None:
+                # the change is made once this leader's first entry of its term commits
+                self._parked_change = (token, op, node_id, address, now + self.config.max_wait_ack_time_ms)
+                self._apply(now, self.pusher.propose(now, [(None, [], MAGIC_NOOP)]))
+                return
             if refused.transfer_to is not None:
                 req = LeadershipTransferRequest(group=member.group, local_id=member.self_id,
                                                 remote_id=member.self_id, term=member.curr_term,
@@ -133,6 +144,23 @@ class Reconfiguring:
             return
         log.info("%s: membership change %s %s: appending %s", member.self_id, op, node_id, config.describe())
         self._apply(now, self.pusher.propose(now, [(_Change(token, config), [config.encode()], MAGIC_CONFIG_CHANGE)]))
+
+    def _retry_parked_change(self, now: int) -> None:
+        """The change waiting for this leader's first commit: made now if it committed, refused if
+        the leadership ended or the wait is over."""
+        token, op, node_id, address, deadline = self._parked_change
+        member = self.member_state
+        if member.role is Role.LEADER and not self._read_safe() and now < deadline:
+            return
+        self._parked_change = None
+        self._change_membership(now, token, op, node_id, address, park=False)
+
+    def _drop_parked_change(self, code: int) -> None:
+        if self._parked_change is not None:
+            token = self._parked_change[0]
+            self._parked_change = None
+            self.complete(token, self._membership_answer(code, -1, self.member_state.configuration,
+                                                         "the node stopped"))
 
     def _membership_answer(self, code: int, index: int, config: Configuration | None,
                            message: str = "") -> MembershipResponse:

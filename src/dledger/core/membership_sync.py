@@ -76,7 +76,7 @@ class MembershipSync:
                       member.self_id, exc)
             recorded = {}
         if recorded is None and not self._waits_to_learn():
-            base = Configuration(dict(cfg.peer_map))
+            base = Configuration(dict(member.given_peers))
             self._record(base)
         history = ConfigHistory(base)
         first = base.index + 1 if base is not None else 0
@@ -85,7 +85,7 @@ class MembershipSync:
         member.set_history(history)
         latest = history.latest
         if latest is not None and recorded:
-            warning = peers_changed_warning(member.self_id, dict(cfg.peer_map), latest)
+            warning = peers_changed_warning(member.self_id, member.given_peers, latest)
             if warning:
                 log.warning("%s", warning)
         if latest is None:
@@ -108,7 +108,7 @@ class MembershipSync:
         member = self.member_state
         if member.history.base is not None or member.history.entries or getattr(self.cfg, "join", False):
             return
-        base = Configuration(dict(self.cfg.peer_map))
+        base = Configuration(dict(member.given_peers))
         self._record(base)
         member.history.base = base
         log.info("%s: bootstrap configuration taken (%s)", member.self_id, why)

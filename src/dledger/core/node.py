@@ -336,6 +336,7 @@ class Node(Stepping, Reconfiguring):
         """Fail everything pending (the node is shutting down): appends, reads, transfers,
         and the node's own outstanding requests (as if unanswered)."""
         self.stopped = True
+        self._drop_parked_change(Code.INTERNAL_ERROR)
         self._apply(self.now_ms, self.pusher.fail_all(Code.INTERNAL_ERROR))
         self._apply(self.now_ms, self.elector.fail_pending(Code.INTERNAL_ERROR))
         rpcs, self._rpcs = self._rpcs, {}
@@ -480,6 +481,8 @@ class Node(Stepping, Reconfiguring):
                       self.member_state.self_id, caller.unreadable_index)
             caller.needs_snapshot = True
         self.repairer.covered = caller.snapshot_index
+        if self._parked_change is not None:
+            self._retry_parked_change(now)
 
 
     def _unsettled(self) -> str:

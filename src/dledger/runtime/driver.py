@@ -34,12 +34,12 @@ from typing import Any, Callable
 
 from dledger.core import Node, Ready, RoleChange
 from dledger.errors import DISK_ERROR
-from dledger.protocol import AppendEntryResponse, Envelope, LeadershipTransferResponse
+from dledger.protocol import AppendEntryResponse, Envelope, LeadershipTransferResponse, MembershipResponse
 from dledger.runtime.log_context import CURRENT
 
 log = logging.getLogger(__name__)
 
-APPEND, WRITE, READ, TRANSFER = "append", "write", "read", "transfer"
+APPEND, WRITE, READ, TRANSFER, MEMBERSHIP = "append", "write", "read", "transfer", "membership"
 
 
 class Op:
@@ -114,7 +114,8 @@ class Driver:
         """An operation that reached a node no longer running: DISK_ERROR after a halt, else
         the error of a shut-down server."""
         if self.halted is not None:
-            resp = LeadershipTransferResponse() if op.kind == TRANSFER else AppendEntryResponse()
+            resp = LeadershipTransferResponse() if op.kind == TRANSFER else \
+                MembershipResponse() if op.kind == MEMBERSHIP else AppendEntryResponse()
             resp.code = DISK_ERROR
             op.finish(resp, None)
         else:
@@ -154,6 +155,14 @@ class Driver:
             self.refuse(op)
             return
         self.node.transfer_leadership(self.runtime.now_ms(), op, target)
+        self.process()
+
+    def change_membership(self, op: Op, change: str, node_id: str, address: str) -> None:
+        CURRENT.ctx = self.log_context
+        if self.stopped:
+            self.refuse(op)
+            return
+        self.node.change_membership(self.runtime.now_ms(), op, change, node_id, address)
         self.process()
 
     def stop(self) -> None:

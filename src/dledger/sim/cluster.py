@@ -52,6 +52,7 @@ from dledger.protocol import (AppendEntryResponse, DLedgerResponseCode as Code, 
                               GetEntriesResponse, ReadMode)
 from dledger.server import DLedgerServer, open_store_for
 from dledger.sim.clocks import SimClock
+from dledger.sim.cluster_membership import MembershipOps
 from dledger.errors import DLedgerError
 from dledger.sim.disk import FaultyStore, PowerLoss, SimulatedCrash, crash_store
 from dledger.sim.checkers import (InvariantChecker, InvariantViolation, RecordingStateMachine, StorageIdentity,
@@ -68,7 +69,7 @@ SIM_DEFAULTS = dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_fo
                     flush_file_interval=200)
 
 
-class Cluster:
+class Cluster(MembershipOps):
     def __init__(self, n: int = 3, seed: int = 0, store: str = "memory", base_dir=None, *,
                  network: NetworkOptions | None = None, record_applies: bool = True, strict_history: bool = True,
                  leader: str | None = None, state_machine_factory=None, disk_faults: bool = False,
@@ -86,7 +87,9 @@ class Cluster:
         self.scheduler = SimScheduler()
         self.network = SimNetwork(self.scheduler, random.Random(self.rng.getrandbits(64)), network)
         self.ids = [f"n{i}" for i in range(n)]
+        #: nodes added with ``add_node``: they start as ``--join`` does
         self.peers = ";".join(f"{pid}-127.0.0.1:{20911 + k}" for k, pid in enumerate(self.ids))
+        self.joining: set[str] = set()
         self.config_overrides = {**SIM_DEFAULTS, **config}
         self.record_applies = record_applies
         self.strict_history = strict_history
@@ -136,8 +139,9 @@ class Cluster:
     # nodes
     # =====================================================================================
     def config_for(self, node_id: str) -> DLedgerConfig:
+        extra = {"join": True} if node_id in self.joining else {}
         return DLedgerConfig(group="sim", self_id=node_id, peers=self.peers, store_type=self.store_type,
-                             store_base_dir=self.base_dir or "/nonexistent", **self.config_overrides)
+                             store_base_dir=self.base_dir or "/nonexistent", **{**self.config_overrides, **extra})
 
     def _boot(self, node_id: str) -> DLedgerServer:
         cfg = self.config_for(node_id)

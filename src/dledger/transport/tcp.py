@@ -191,7 +191,7 @@ class TcpNetwork:
         with self._registry_lock:
             if (group, node_id) in self._ids:
                 raise EndpointInUseError(f"node {node_id!r} of group {group!r} is already running in this process")
-            ep = TcpTransport(self, group, node_id, dict(peers))
+            ep = TcpTransport(self, group, node_id, peers)    # (its own: members added later are dialled)
             self._ids[(group, node_id)] = ep
             self.endpoints[(group, node_id)] = ep
         return ep

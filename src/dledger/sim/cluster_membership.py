@@ -1,0 +1,89 @@
+"""Membership changes in the simulator: ``Cluster`` methods (a mixin) to add a node, change the
+group's members through its leader, and wipe a node's disk.
+
+- ``add_node(id)`` starts a new node as ``dledger node --join`` does: an empty store, its
+  ``peers`` the current members and itself, no configuration of its own until the leader's log
+  makes it a member;
+- ``add_learner(id)``, ``promote(id)``, ``remove_member(id)``, ``add_member(id)`` ask the
+  current leader (or ``via``) as ``DLedgerServer``'s methods of those names do, and return
+  their futures (a failed future when no leader is known);
+- ``wipe(id)`` kills the node and erases its store (a machine whose disk was lost); ``restart``
+  then starts it empty (without ``bootstrap``: it votes for nothing until it learns its
+  configuration from the leader).
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import Future
+
+from dledger.sim.disk import PowerLoss
+from dledger.store import DLedgerMemoryStore
+
+
+class MembershipOps:
+    def address_of(self, node_id: str) -> str:
+        return f"127.0.0.1:{20911 + self._port_of(node_id)}"
+
+    def _port_of(self, node_id: str) -> int:
+        digits = "".join(ch for ch in node_id if ch.isdigit())
+        return int(digits) if digits else len(self.ids)
+
+    def add_node(self, node_id: str):
+        """Start a new node ``node_id`` that joins the group (it waits to be added)."""
+        if node_id in self.ids:
+            raise ValueError(f"{node_id} is already a node of this cluster")
+        self.ids.append(node_id)
+        self.peers = f"{self.peers};{node_id}-{self.address_of(node_id)}"
+        self.joining.add(node_id)
+        self.incarnation[node_id] = 0
+        self._in_flight[node_id] = set()
+        if self.store_type == "file":
+            self.power[node_id] = PowerLoss()
+        return self._boot(node_id)
+
+    def _leader_server(self, via: str | None):
+        node = via if via is not None else self.leader()
+        if node is None or node in self.crashed:
+            return None
+        return self.servers[node]
+
+    def _membership(self, method: str, via: str | None, *args, **kwargs) -> Future:
+        server = self._leader_server(via)
+        if server is None:
+            f: Future = Future()
+            f.set_exception(ConnectionError("no leader to ask"))
+            return f
+        return self._track(server.config.self_id, getattr(server, method)(*args, **kwargs))
+
+    def add_learner(self, node_id: str, via: str | None = None) -> Future:
+        return self._membership("add_learner", via, node_id, self.address_of(node_id))
+
+    def promote(self, node_id: str, via: str | None = None) -> Future:
+        return self._membership("promote", via, node_id)
+
+    def remove_member(self, node_id: str, via: str | None = None) -> Future:
+        return self._membership("remove_member", via, node_id)
+
+    def add_member(self, node_id: str, via: str | None = None, timeout_ms: int = 60_000) -> Future:
+        return self._membership("add_member", via, node_id, self.address_of(node_id), timeout_ms=timeout_ms)
+
+    def members(self, node_id: str | None = None) -> tuple[list[str], list[str]]:
+        """(voters, learners) in force at ``node_id`` (default: the leader)."""
+        node = node_id if node_id is not None else self.leader()
+        config = self.servers[node].node.member_state.configuration if node is not None else None
+        if config is None:
+            return [], []
+        return sorted(config.voters), sorted(config.learners)
+
+    def wipe(self, node_id: str) -> None:
+        """Kill ``node_id`` and erase its store: the machine lost its disk. It stays down until
+        ``restart``, which starts it empty."""
+        self.crash(node_id)
+        if self.store_type == "memory":
+            cfg = self.config_for(node_id)
+            self._memory[node_id] = DLedgerMemoryStore(data_file_size=cfg.mapped_file_size_for_entry_data)
+        else:
+            shutil.rmtree(self.config_for(node_id).default_path, ignore_errors=True)
+            self.power[node_id] = PowerLoss()
+        self.disks.pop(node_id, None)
