@@ -9,6 +9,7 @@ examples:
                                                                   # and the other storage faults
   python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, same runs
   python -m dledger.sim swarm --seeds 200 --store file --snapshots  # snapshots, trimmed logs, installs
+  python -m dledger.sim swarm --seeds 500 --membership           # members added, removed, replaced
   python -m dledger.sim --seed 17                                 # the same as "swarm --seed 17"
   python -m dledger.sim soak                                      # the wide sweep on every core (soak --help)
 """
@@ -42,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshots", action="store_true",
                    help="file stores: the key-value machine takes snapshots, logs are trimmed behind them, "
                         "followers catch up by installs; snapshot faults strike too")
+    p.add_argument("--membership", action="store_true",
+                   help="the nemesis also changes the group's members: adds (learner, then voter), removes "
+                        "(the leader too), wipes a disk, replaces a lost machine")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
@@ -64,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     for k, seed in enumerate(seeds):
         opts = SwarmOptions.from_seed(seed, nodes=args.nodes, durability=args.durability, store=args.store,
                                       codec=not args.no_codec, safety_ms=args.safety_ms,
-                                      storage_faults=not args.no_storage_faults, snapshots=args.snapshots)
+                                      storage_faults=not args.no_storage_faults, snapshots=args.snapshots,
+                                      membership=args.membership)
         try:
             r = run_swarm(opts)
         except SwarmFailure as exc:
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"nemesis {r.nemesis}; committed {len(c.committed_log())} entries")
                 if opts.snapshots:
                     print(f"snapshots {r.snapshots}")
+                if opts.membership:
+                    print(f"membership changes {r.membership}; final members {r.members}")
                 if opts.store == "file":
                     print(f"storage faults {r.disk}; halts (failed store) {[(t, n) for t, n, _r in c.halts]}; "
                           f"refused to open {[(t, n) for t, n, _r in c.refusals]}")

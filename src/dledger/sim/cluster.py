@@ -90,6 +90,8 @@ class Cluster(MembershipOps):
         #: nodes added with ``add_node``: they start as ``--join`` does
         self.peers = ";".join(f"{pid}-127.0.0.1:{20911 + k}" for k, pid in enumerate(self.ids))
         self.joining: set[str] = set()
+        #: machines gone for good (``cluster_membership``): the swarm restarts them no more
+        self.retired: set[str] = set()
         self.config_overrides = {**SIM_DEFAULTS, **config}
         self.record_applies = record_applies
         self.strict_history = strict_history

@@ -9,7 +9,8 @@ group's members through its leader, and wipe a node's disk.
   their futures (a failed future when no leader is known);
 - ``wipe(id)`` kills the node and erases its store (a machine whose disk was lost); ``restart``
   then starts it empty (without ``bootstrap``: it votes for nothing until it learns its
-  configuration from the leader).
+  configuration from the leader). A node in ``retired`` (a machine gone for good) is never
+  restarted by the swarm.
 """
 
 from __future__ import annotations

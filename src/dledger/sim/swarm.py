@@ -48,6 +48,7 @@ from dledger.sim.cluster import Cluster
 from dledger.sim.corruption import corrupt_store
 from dledger.sim.disk import SlowSync
 from dledger.sim.kv import KVRecorder, KVStateMachine, encode_cas, encode_put
+from dledger.sim.membership_faults import MembershipFaults
 from dledger.sim.linearizability import CheckResult, Verdict
 from dledger.sim.network import NetworkOptions
 from dledger.sim.snapshot_faults import SnapshotFaults
@@ -74,6 +75,9 @@ class SwarmResult:
     disk: dict[str, int] = field(default_factory=dict)
     #: with ``--snapshots``: snapshots taken on demand and snapshot files damaged
     snapshots: dict[str, int] = field(default_factory=dict)
+    #: with ``--membership``: the changes made, and the final (voters, learners)
+    membership: dict[str, int] = field(default_factory=dict)
+    members: tuple = ()
 
     @property
     def now_ms(self) -> int:
@@ -130,6 +134,8 @@ class _Swarm:
         self.c = Cluster(n=opts.nodes, seed=opts.seed, store=opts.store, base_dir=base_dir, network=net,
                          state_machine_factory=self.snaps.factory if self.snaps is not None else KVStateMachine,
                          durability=opts.durability, clock_rates=rates, **extra)
+        #: the seed's membership changes (``--membership``; ``sim/membership_faults.py``), or None
+        self.members = MembershipFaults(opts) if opts.membership else None
         self.kv = KVRecorder()
         self.clients = [_Client(i) for i in range(opts.clients)]
         self.next_cid = opts.clients
@@ -372,8 +378,8 @@ class _Swarm:
                 else:
                     c.crash(victim)
         elif action == "restart":
-            if c.crashed:
-                victim = rng.choice(sorted(c.crashed))
+            if c.crashed - c.retired:
+                victim = rng.choice(sorted(c.crashed - c.retired))
                 self.flip_at_rest(victim)
                 if self.snaps is not None:
                     self.snaps.flip_at_rest(c, victim)
@@ -394,6 +400,8 @@ class _Swarm:
         self.disk_strike()
         if self.snaps is not None:
             self.snaps.strike(c)
+        if self.members is not None:
+            self.members.strike(c)
 
     # -- phases ---------------------------------------------------------------------------
     def safety_phase(self) -> None:
@@ -415,11 +423,13 @@ class _Swarm:
         c.heal()
         self.heal_disks()
         for node_id in c.ids:
-            c.restart(node_id)
+            if node_id not in c.retired:
+                c.restart(node_id)
         up = c.live()
-        if len(up) <= c.n // 2:
+        voters = self.members.config_view(c)[0] if self.members is not None else c.ids
+        if sum(1 for v in voters if v in up) <= len(voters) // 2:
             why = "; ".join(f"{n}: {r}" for _t, n, r in c.refusals[-c.n:])
-            raise InvariantViolation(f"L1: only {len(up)} of {c.n} nodes could reopen after healing ({why})")
+            raise InvariantViolation(f"L1: only {len(up)} of {len(voters)} voters could reopen after healing ({why})")
         deadline = c.now_ms + opts.liveness_ms
 
         def left() -> int:
@@ -437,8 +447,14 @@ class _Swarm:
         if final is None or not final.done() or not final.result().ok:
             raise InvariantViolation(f"L1: no append committed within {opts.liveness_ms} ms after healing")
         index = final.result().index
-        if not c.run_until(lambda: all(c.servers[i].node.applied_index >= index for i in c.live()), left()):
-            behind = {i: c.servers[i].node.applied_index for i in c.live()}
+        if self.members is not None:
+            self.calls.extend(self.members.futures)
+            leader_config = c.servers[c.leader()].node.member_state.configuration if c.leader() else None
+            converging = [i for i in c.live() if leader_config is None or leader_config.is_member(i)]
+        else:
+            converging = c.live()
+        if not c.run_until(lambda: all(c.servers[i].node.applied_index >= index for i in converging), left()):
+            behind = {i: c.servers[i].node.applied_index for i in converging}
             raise InvariantViolation(f"L1: replicas did not converge on index {index} within "
                                      f"{opts.liveness_ms} ms after healing: applied {behind}")
         if not c.run_until(lambda: all(f.done() for f in self.calls), left()):
@@ -465,7 +481,9 @@ def run_swarm(opts: SwarmOptions, base_dir=None) -> SwarmResult:
     except Exception as exc:
         raise SwarmFailure(failure_report(opts, f"the simulation crashed: {exc!r}", swarm)) from exc
     return SwarmResult(opts, swarm.c, swarm.kv, verdict, swarm.nemesis_counts, swarm.disk_counts,
-                       swarm.snaps.counts if swarm.snaps is not None else {})
+                       swarm.snaps.counts if swarm.snaps is not None else {},
+                       swarm.members.counts if swarm.members is not None else {},
+                       swarm.members.config_view(swarm.c) if swarm.members is not None else ())
 
 
 def failure_report(opts: SwarmOptions, what: str, swarm: "_Swarm | None") -> str:

@@ -113,6 +113,15 @@ class SwarmOptions:
     snapshot_flip: float = 0.0
     snapshot_flip_victim: str | None = None
 
+    # -- membership changes (``--membership``) ------------------------------------------------
+    #: the nemesis also changes the group's members (``sim/membership_faults.py``); off: the runs
+    #: of before they existed
+    membership: bool = False
+    #: probability per nemesis strike of a membership change
+    membership_rate: float = 0.0
+    #: weight of each of ``membership_faults.MEMBERSHIP_ACTIONS``
+    membership_mix: tuple[int, ...] = ()
+
     # -- nemesis ---------------------------------------------------------------------------
     #: mean virtual time between two nemesis strikes
     fault_every_ms: int = 500
@@ -144,7 +153,7 @@ class SwarmOptions:
     @classmethod
     def from_seed(cls, seed: int, *, nodes: int = 3, durability: str = "page_cache", store: str = "memory",
                   codec: bool = True, safety_ms: int | None = None, storage_faults: bool = True,
-                  snapshots: bool = False) -> "SwarmOptions":
+                  snapshots: bool = False, membership: bool = False) -> "SwarmOptions":
         """Every field not given drawn from ``seed`` (the draw order is fixed: append new
         draws at the end so existing seeds keep their runs)."""
         if store not in ("memory", "file"):
@@ -192,6 +201,13 @@ class SwarmOptions:
                 snapshot_reserve=srng.choice([1, 2, 3]), snapshot_window_ms=srng.choice([0, 0, 300, 3_000]),
                 snapshot_now=srng.choice([0.0, 0.1, 0.3]), snapshot_flip=srng.choice([0.0, 0.0, 0.3, 1.0]),
                 snapshot_flip_victim=srng.choice(ids))
+        if membership:
+            # drawn from their own source: the fields above keep their values
+            mrng = random.Random(f"swarm-membership-options/{seed}/{nodes}/{durability}/{store}")
+            drawn = dataclasses.replace(
+                drawn, membership=True, membership_rate=mrng.choice([0.2, 0.5, 1.0]),
+                membership_mix=tuple(mrng.choice(w) for w in ([1, 2, 3], [0, 1, 2], [0, 1, 2], [1, 2, 3],
+                                                              [0, 1, 2], [0, 1, 2], [0, 1, 2])))
         if store != "file" or not storage_faults:
             return drawn
         # the storage faults, drawn after everything above (file stores only)
@@ -207,7 +223,8 @@ class SwarmOptions:
                 + ("" if self.safety_drawn else f" --safety-ms {self.safety_ms}")
                 + ("" if self.codec else " --no-codec")
                 + ("" if self.storage_faults else " --no-storage-faults")
-                + (" --snapshots" if self.snapshots else ""))
+                + (" --snapshots" if self.snapshots else "")
+                + (" --membership" if self.membership else ""))
 
     def describe(self) -> str:
         """Every field, one per line (the failure report)."""

@@ -1,0 +1,278 @@
+"""Membership changes in the simulator: learners, promotion, removal, one change at a time,
+the configuration entry in the log, and the configuration kept across restarts.
+
+Every scenario runs the production server on simulated time (``dledger.sim.Cluster``) and ends
+with the cluster's checks (every acknowledged append committed once, replicas byte-identical,
+at most one leader per term).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dledger.core import Role
+from dledger.core.membership import Configuration
+from dledger.entry import MAGIC_CONFIG_CHANGE
+from dledger.errors import DLedgerResponseCode as Code
+from dledger.sim import Cluster
+
+
+def settle(c: Cluster, ms: int = 3_000) -> str:
+    assert c.run_until(lambda: c.leader() is not None, ms)
+    return c.leader()
+
+
+def done(c: Cluster, f, ms: int = 10_000):
+    assert c.run_until(f.done, ms), "the change did not finish"
+    return f.result()
+
+
+def load(c: Cluster, n: int, tag: str) -> list:
+    return [c.append(f"{tag}{i}".encode()) for i in range(n)]
+
+
+def acked(c: Cluster, futures: list, ms: int = 10_000) -> None:
+    assert c.run_until(lambda: all(f.done() for f in futures), ms)
+    assert all(f.exception() is None and f.result().code == Code.SUCCESS for f in futures)
+
+
+def test_a_learner_gets_the_log_and_counts_toward_no_commit():
+    with Cluster(n=3, seed=11) as c:
+        settle(c)
+        acked(c, load(c, 10, "a"))
+        c.add_node("n3")
+        resp = done(c, c.add_learner("n3"))
+        assert resp.code == Code.SUCCESS and "n3" in resp.learners and "n3" not in resp.voters
+        acked(c, load(c, 10, "b"))
+        c.run_for(500)
+        leader = c.leader()
+        end = c.servers[leader].store.ledger_end_index
+        assert c.servers["n3"].store.ledger_end_index == end           # it holds the whole log
+        assert c.members("n3") == (["n0", "n1", "n2"], ["n3"])
+        # two voters down: the leader and the learner are not a quorum of the three voters
+        others = [p for p in ("n0", "n1", "n2") if p != leader]
+        for p in others:
+            c.crash(p)
+        f = c.append(b"needs-a-voter")
+        c.run_for(1_500)
+        assert not f.done() or f.result().code != Code.SUCCESS
+        assert c.servers[leader].node.committed_index == end
+        assert c.servers["n3"].role is not Role.LEADER
+        c.check()
+
+
+def test_a_learner_never_stands_for_election():
+    with Cluster(n=3, seed=12) as c:
+        settle(c)
+        c.add_node("n3")
+        assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        for p in ("n0", "n1", "n2"):
+            c.crash(p)
+        c.run_for(5_000)
+        n3 = c.servers["n3"].node
+        assert n3.role is not Role.LEADER and n3.elector.voting.round is None
+        assert n3.term == max(c.servers[p].node.term for p in ("n0", "n1", "n2"))     # it moved no term
+        c.check()
+
+
+def test_add_member_is_learner_then_voter_and_the_group_goes_3_5_3_under_load():
+    with Cluster(n=3, seed=13) as c:
+        settle(c)
+        futures = load(c, 20, "a")
+        for node_id in ("n3", "n4"):
+            c.add_node(node_id)
+            futures += load(c, 5, node_id)
+            resp = done(c, c.add_member(node_id))
+            assert resp.code == Code.SUCCESS and node_id in resp.voters, resp
+        assert c.members() == (["n0", "n1", "n2", "n3", "n4"], [])
+        for node_id in ("n0", "n1"):
+            futures += load(c, 5, f"rm{node_id}")
+            resp = done(c, c.remove_member(node_id))
+            if resp.code == Code.LEADER_TRANSFERRING:        # it led: leadership moved first
+                assert c.run_until(lambda: c.leader() not in (None, node_id), 5_000)
+                resp = done(c, c.remove_member(node_id))
+            assert resp.code == Code.SUCCESS, resp
+        acked(c, futures)
+        c.run_for(2_000)
+        assert c.members() == (["n2", "n3", "n4"], [])
+        for node_id in ("n2", "n3", "n4"):
+            assert c.members(node_id) == (["n2", "n3", "n4"], [])
+        acked(c, load(c, 10, "after"))
+        c.check()
+
+
+def test_removing_the_leader_hands_leadership_to_the_most_caught_up_voter_first():
+    with Cluster(n=3, seed=14) as c:
+        leader = settle(c)
+        acked(c, load(c, 10, "a"))
+        resp = done(c, c.remove_member(leader, via=leader))
+        assert resp.code == Code.LEADER_TRANSFERRING and "leadership moves to" in resp.message
+        assert c.run_until(lambda: c.leader() not in (None, leader), 5_000)
+        new = c.leader()
+        assert done(c, c.remove_member(leader)).code == Code.SUCCESS
+        c.run_for(3_000)
+        assert c.members() == (sorted(p for p in ("n0", "n1", "n2") if p != leader), [])
+        # the removed node learnt it is out: it stands for nothing, and the group keeps its term
+        old = c.servers[leader].node
+        assert old.member_state.configuration is not None and not old.member_state.is_voter()
+        term = c.servers[new].node.term
+        c.run_for(5_000)
+        assert c.leader() == new and c.servers[new].node.term == term
+        acked(c, load(c, 5, "b"))
+        c.check()
+
+
+def test_changes_go_one_at_a_time():
+    with Cluster(n=3, seed=15) as c:
+        leader = settle(c)
+        acked(c, load(c, 3, "a"))
+        c.add_node("n3")
+        c.add_node("n4")
+        first = c.add_learner("n3", via=leader)
+        second = c.add_learner("n4", via=leader)       # asked before the first one committed
+        assert done(c, second).code == Code.MEMBERSHIP_CHANGE_PENDING
+        assert "one at a time" in second.result().message
+        assert done(c, first).code == Code.SUCCESS
+        assert done(c, c.add_learner("n4")).code == Code.SUCCESS
+        c.check()
+
+
+@pytest.mark.parametrize("op, node_id, code, words", [
+    ("promote", "n1", Code.UNEXPECTED_ARGUMENT, "already a voter"),
+    ("promote", "n9", Code.UNEXPECTED_ARGUMENT, "not a member"),
+    ("remove", "n9", Code.UNKNOWN_MEMBER, "not a member"),
+    ("add_learner", "n1", Code.UNEXPECTED_MEMBER, "already a member"),
+])
+def test_refusals_say_what_is_wrong_and_change_nothing(op, node_id, code, words):
+    with Cluster(n=3, seed=16) as c:
+        leader = settle(c)
+        acked(c, load(c, 2, "a"))
+        server = c.servers[leader]
+        end = server.store.ledger_end_index
+        f = server.add_learner(node_id, "127.0.0.1:1") if op == "add_learner" else \
+            server.promote(node_id) if op == "promote" else server.remove_member(node_id)
+        resp = done(c, f)
+        assert resp.code == code and words in resp.message, resp
+        assert server.store.ledger_end_index == end
+        assert c.members() == (["n0", "n1", "n2"], [])
+
+
+def test_a_follower_refuses_changes_naming_the_leader():
+    with Cluster(n=3, seed=17) as c:
+        leader = settle(c)
+        c.run_for(500)                                       # every follower heard of it
+        follower = next(p for p in ("n0", "n1", "n2") if p != leader)
+        resp = done(c, c.servers[follower].add_learner("n3", "127.0.0.1:1"))
+        assert resp.code == Code.NOT_LEADER and leader in resp.message and resp.leader_id == leader
+
+
+def test_a_learner_that_does_not_catch_up_is_not_promoted():
+    with Cluster(n=3, seed=18, learner_max_lag_entries=5) as c:
+        settle(c)
+        c.add_node("n3")
+        assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        c.crash("n3")
+        acked(c, load(c, 20, "a"))
+        resp = done(c, c.promote("n3"))
+        assert resp.code == Code.FALL_BEHIND_TOO_MUCH and "behind" in resp.message
+        assert c.members() == (["n0", "n1", "n2"], ["n3"])
+        # add_member keeps trying until its deadline, then says so
+        resp = done(c, c.add_member("n3", timeout_ms=1_000), 5_000)
+        assert resp.code == Code.FALL_BEHIND_TOO_MUCH
+        c.restart("n3")
+        assert done(c, c.add_member("n3")).code == Code.SUCCESS
+        assert c.members() == (["n0", "n1", "n2", "n3"], [])
+        c.check()
+
+
+def test_the_configuration_entry_is_in_the_log_with_its_own_magic():
+    with Cluster(n=3, seed=19) as c:
+        settle(c)
+        c.add_node("n3")
+        resp = done(c, c.add_learner("n3"))
+        entry = c.servers[c.leader()].get(resp.index)
+        assert entry.magic == MAGIC_CONFIG_CHANGE
+        config = Configuration.decode(entry.body)
+        assert set(config.voters) == {"n0", "n1", "n2"} and set(config.learners) == {"n3"}
+
+
+def test_the_configuration_survives_restarts_and_peers_given_later_are_ignored(caplog):
+    with Cluster(n=3, seed=20, store="file") as c:
+        settle(c)
+        acked(c, load(c, 5, "a"))
+        c.add_node("n3")
+        assert done(c, c.add_member("n3")).code == Code.SUCCESS
+        out = "n2" if c.leader() != "n2" else "n1"
+        assert done(c, c.remove_member(out)).code == Code.SUCCESS
+        want = c.members()
+        for p in list(c.live()):
+            c.crash(p)
+        stale = ";".join(f"{p}-{c.address_of(p)}" for p in ("n0", "n1", "n2"))   # the first --peers
+        config_for = c.config_for
+
+        def first_peers(node_id):
+            cfg = config_for(node_id)
+            if node_id != "n3":
+                cfg.peers, cfg.peer_map = stale, {}
+                cfg.validate()
+            return cfg
+
+        c.config_for = first_peers
+        for p in ("n0", "n1", "n2", "n3"):
+            c.restart(p)
+        settle(c, 5_000)
+        assert c.members() == want
+        assert any("differ from the group's configuration" in r.getMessage() for r in caplog.records)
+        acked(c, load(c, 5, "b"))
+        c.check()
+
+
+def test_a_wiped_voter_replaced_as_the_docs_say():
+    """The operator procedure: remove the lost machine, start the new one with --join, add it
+    (learner, then promote)."""
+    with Cluster(n=3, seed=21) as c:
+        settle(c)
+        futures = load(c, 30, "a")
+        acked(c, futures)
+        lost = next(p for p in ("n0", "n1", "n2") if p != c.leader())
+        c.wipe(lost)
+        assert done(c, c.remove_member(lost)).code == Code.SUCCESS
+        c.add_node("n3")
+        assert done(c, c.add_member("n3")).code == Code.SUCCESS
+        survivors = sorted({"n0", "n1", "n2", "n3"} - {lost})
+        assert c.members() == (survivors, [])
+        futures += load(c, 10, "b")
+        acked(c, futures)
+        c.run_for(1_000)
+        ends = {c.servers[p].store.ledger_end_index for p in survivors}
+        assert len(ends) == 1
+        c.check()
+
+
+def test_a_wiped_node_restarted_votes_for_nobody_until_the_leader_taught_it():
+    with Cluster(n=3, seed=22) as c:
+        settle(c)
+        acked(c, load(c, 10, "a"))
+        victim = next(p for p in ("n0", "n1", "n2") if p != c.leader())
+        c.wipe(victim)
+        c.restart(victim)
+        node = c.servers[victim].node
+        assert node.member_state.configuration is None           # it knows no configuration
+        c.run_until(lambda: node.member_state.configuration is not None, 5_000)
+        # learnt from the leader; it is recovering until caught up, then a voter like any other
+        assert c.run_until(lambda: not node.recovery.recovering, 5_000)
+        assert node.store.ledger_end_index == c.servers[c.leader()].store.ledger_end_index
+        c.check()
+
+
+def test_a_joining_node_waits_to_be_added_and_stands_for_nothing():
+    with Cluster(n=3, seed=23) as c:
+        settle(c)
+        acked(c, load(c, 5, "a"))
+        c.add_node("n3")
+        c.run_for(5_000)
+        n3 = c.servers["n3"].node
+        assert n3.member_state.configuration is None and n3.store.ledger_end_index == -1
+        assert n3.elector.voting.round is None and n3.role is Role.CANDIDATE
+        assert c.members() == (["n0", "n1", "n2"], [])
+        c.check()
