@@ -36,28 +36,31 @@ def acked(c: Cluster, futures: list, ms: int = 10_000) -> None:
     assert all(f.exception() is None and f.result().code == Code.SUCCESS for f in futures)
 
 
-def test_a_learner_gets_the_log_and_counts_toward_no_commit():
+def test_learners_get_the_log_and_count_toward_no_commit():
     with Cluster(n=3, seed=11) as c:
         settle(c)
         acked(c, load(c, 10, "a"))
-        c.add_node("n3")
-        resp = done(c, c.add_learner("n3"))
-        assert resp.code == Code.SUCCESS and "n3" in resp.learners and "n3" not in resp.voters
+        for node_id in ("n3", "n4"):
+            c.add_node(node_id)
+            resp = done(c, c.add_learner(node_id))
+            assert resp.code == Code.SUCCESS and node_id in resp.learners and node_id not in resp.voters
         acked(c, load(c, 10, "b"))
         c.run_for(500)
         leader = c.leader()
         end = c.servers[leader].store.ledger_end_index
-        assert c.servers["n3"].store.ledger_end_index == end           # it holds the whole log
-        assert c.members("n3") == (["n0", "n1", "n2"], ["n3"])
-        # two voters down: the leader and the learner are not a quorum of the three voters
-        others = [p for p in ("n0", "n1", "n2") if p != leader]
-        for p in others:
-            c.crash(p)
+        for node_id in ("n3", "n4"):
+            assert c.servers[node_id].store.ledger_end_index == end          # it holds the whole log
+            assert c.members(node_id) == (["n0", "n1", "n2"], ["n3", "n4"])
+        # two voters down: the leader and two learners would be three of five members, but they
+        # are one of the three voters: nothing commits
+        for p in ("n0", "n1", "n2"):
+            if p != leader:
+                c.crash(p)
         f = c.append(b"needs-a-voter")
         c.run_for(1_500)
         assert not f.done() or f.result().code != Code.SUCCESS
         assert c.servers[leader].node.committed_index == end
-        assert c.servers["n3"].role is not Role.LEADER
+        assert all(c.servers[p].role is not Role.LEADER for p in ("n3", "n4"))
         c.check()
 
 
@@ -170,11 +173,17 @@ def test_a_learner_that_does_not_catch_up_is_not_promoted():
     with Cluster(n=3, seed=18, learner_max_lag_entries=5) as c:
         settle(c)
         c.add_node("n3")
+        c.crash("n3")
         assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        resp = done(c, c.promote("n3"))               # it never answered: not caught up
+        assert resp.code == Code.FALL_BEHIND_TOO_MUCH and "not caught up" in resp.message
+        c.restart("n3")
+        c.run_for(1_000)
+        assert c.servers["n3"].store.ledger_end_index == c.servers[c.leader()].store.ledger_end_index
         c.crash("n3")
         acked(c, load(c, 20, "a"))
-        resp = done(c, c.promote("n3"))
-        assert resp.code == Code.FALL_BEHIND_TOO_MUCH and "behind" in resp.message
+        resp = done(c, c.promote("n3"))               # it fell behind since
+        assert resp.code == Code.FALL_BEHIND_TOO_MUCH and "20 entries behind" in resp.message, resp.message
         assert c.members() == (["n0", "n1", "n2"], ["n3"])
         # add_member keeps trying until its deadline, then says so
         resp = done(c, c.add_member("n3", timeout_ms=1_000), 5_000)
@@ -275,4 +284,45 @@ def test_a_joining_node_waits_to_be_added_and_stands_for_nothing():
         assert n3.member_state.configuration is None and n3.store.ledger_end_index == -1
         assert n3.elector.voting.round is None and n3.role is Role.CANDIDATE
         assert c.members() == (["n0", "n1", "n2"], [])
+        c.check()
+
+
+def test_the_commit_quorum_checker_catches_a_leader_counting_a_non_voter():
+    """I11 (``Cluster.check_commit_quorum``) is what the swarm relies on: a leader that counted
+    anyone but the voters of its configuration is caught at the commit."""
+    from dledger.core.quorum import Majority
+    with Cluster(n=3, seed=24) as c:
+        leader = settle(c)
+        acked(c, load(c, 3, "a"))
+        c.add_node("n3")
+        assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        others = [p for p in ("n0", "n1", "n2") if p != leader]
+        c.partition([leader, "n3"], others)                  # the voters are up, cut off
+        member = c.servers[leader].node.member_state
+        member.majority = Majority([leader, "n3"])          # as if the learner were a voter
+        c.append(b"x")
+        c.run_for(1_000)
+        assert any(p.startswith("I11") for p in c.invariants.problems), c.invariants.problems
+
+
+def test_a_change_in_force_when_appended_is_undone_when_its_entry_is_cut():
+    """The leader's change never commits (it was cut off, the others elected a new leader): its
+    configuration was in force from the append on, and is gone with the entry."""
+    with Cluster(n=3, seed=25) as c:
+        old = settle(c)
+        acked(c, load(c, 3, "a"))
+        others = [p for p in ("n0", "n1", "n2") if p != old]
+        c.partition([old], others)
+        c.add_node("n3")
+        f = c.add_learner("n3", via=old)
+        c.run_for(5)
+        assert c.members(old) == (["n0", "n1", "n2"], ["n3"])          # in force at once
+        assert c.run_until(lambda: c.leader() in others, 5_000)
+        acked(c, load(c, 3, "b"))
+        c.heal()
+        assert c.run_until(lambda: c.servers[old].node.leader_id in others, 5_000)
+        c.run_for(1_000)
+        assert f.done() and (f.exception() is not None or f.result().code != Code.SUCCESS)
+        assert c.members(old) == (["n0", "n1", "n2"], [])              # undone with its entry
+        assert c.members(c.leader()) == (["n0", "n1", "n2"], [])
         c.check()

@@ -15,8 +15,10 @@ single-server changes with learners:
   (LEADER_NOT_READY after ``max_wait_ack_time_ms`` without, or NOT_LEADER if the leadership
   ends first; one change waits at a time);
 - ``add_learner``: a new id (UNEXPECTED_MEMBER when it is a member already) with an address;
-- ``promote``: a learner within ``learner_max_lag_entries`` of the leader's log end
-  (FALL_BEHIND_TOO_MUCH otherwise: promote it once it has caught up);
+- ``promote``: a learner that answered the leader, is not recovering (a new or wiped store
+  that has not verified the leader's log yet would vote for nothing) and is within
+  ``learner_max_lag_entries`` of the leader's log end (FALL_BEHIND_TOO_MUCH otherwise: promote
+  it once it has caught up);
 - ``remove``: a member; removing the leader hands leadership to the most caught-up live voter
   first (the answer is LEADER_TRANSFERRING, naming it: ask the new leader again), and a group
   keeps at least one voter.
@@ -58,8 +60,11 @@ class _Change:
         self.token, self.config = token, config
 
 
-def plan_change(member, store, cfg, op: str, node_id: str, address: str, match_of, read_safe: bool) -> Configuration:
-    """The configuration ``op`` makes of the one in force, or ``ChangeRefused``."""
+def plan_change(member, store, cfg, op: str, node_id: str, address: str, match_of, read_safe: bool,
+                progress_of=lambda _p: None) -> Configuration:
+    """The configuration ``op`` makes of the one in force, or ``ChangeRefused``.
+    ``match_of(id)``: a member's water mark; ``progress_of(id)``: the leader's dispatcher state
+    of it (a ``FollowerProgress``, None when it has none)."""
     if op not in OPS:
         raise ChangeRefused(Code.UNEXPECTED_ARGUMENT, f"unknown membership operation {op!r} (one of {', '.join(OPS)})")
     if member.role is not Role.LEADER:
@@ -88,6 +93,14 @@ def plan_change(member, store, cfg, op: str, node_id: str, address: str, match_o
         if op == "promote":
             if config.is_learner(node_id):
                 lag = store.ledger_end_index - match_of(node_id)
+                pr = progress_of(node_id)
+                if pr is None or pr.recovering or pr.match < min(0, store.ledger_end_index):
+                    # it never answered, or answered as a new or wiped store not caught up yet: as
+                    # a voter it would vote for nothing until a leader caught it up
+                    raise ChangeRefused(Code.FALL_BEHIND_TOO_MUCH,
+                                        f"learner {node_id} has not caught up with the leader yet (it has "
+                                        f"{'not answered' if pr is None or pr.match < 0 else 'not verified the log'}"
+                                        f"); promote it once it has")
                 if lag > cfg.learner_max_lag_entries:
                     raise ChangeRefused(Code.FALL_BEHIND_TOO_MUCH,
                                         f"learner {node_id} is {lag} entries behind the leader (at most "
@@ -125,7 +138,7 @@ class Reconfiguring:
         member = self.member_state
         try:
             config = plan_change(member, self.store, self.config, op, node_id, address, self.pusher.match_index,
-                                 member.role is Role.LEADER and self._read_safe())
+                                 member.role is Role.LEADER and self._read_safe(), self.pusher.progress.get)
         except ChangeRefused as refused:
             if refused.code == Code.LEADER_NOT_READY and park and self._parked_change is None:
                 # the change is made once this leader's first entry of its term commits

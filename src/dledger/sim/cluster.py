@@ -92,6 +92,8 @@ class Cluster(MembershipOps):
         self.joining: set[str] = set()
         #: machines gone for good (``cluster_membership``): the swarm restarts them no more
         self.retired: set[str] = set()
+        #: the commit index each node was last checked at (``check_commit_quorum``)
+        self._commit_seen: dict[str, int] = {}
         self.config_overrides = {**SIM_DEFAULTS, **config}
         self.record_applies = record_applies
         self.strict_history = strict_history
@@ -192,6 +194,7 @@ class Cluster(MembershipOps):
             now = self.scheduler.now
             self.invariants.observe(node_id, inc, now, ready, st.ledger_end_index)
             self.identity.observe(node_id, inc, now, ready.committed_index, st)
+            self.check_commit_quorum(node_id, ready.committed_index)
 
         server.driver.ready_listeners.append(observe)
         self.servers[node_id] = server

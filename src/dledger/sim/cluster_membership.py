@@ -18,6 +18,8 @@ from __future__ import annotations
 import shutil
 from concurrent.futures import Future
 
+from dledger.core import Role
+from dledger.errors import DLedgerError
 from dledger.sim.disk import PowerLoss
 from dledger.store import DLedgerMemoryStore
 
@@ -76,6 +78,45 @@ class MembershipOps:
         if config is None:
             return [], []
         return sorted(config.voters), sorted(config.learners)
+
+    def check_commit_quorum(self, node_id: str, committed: int) -> None:
+        """I11: an entry a leader commits is held by a quorum of the voters of the configuration
+        in force at that leader (learners and removed members count toward nothing). A voter
+        that is down or recovering (it may have lost what it acknowledged, within what the
+        durability mode allows) counts as holding it; every other voter is read now."""
+        seen = self._commit_seen
+        if committed <= seen.get(node_id, -1):
+            return
+        seen[node_id] = committed
+        node = self.servers[node_id].node
+        member = node.member_state
+        if member.role is not Role.LEADER or committed < 0 or member.configuration is None:
+            return
+        try:
+            term = node.store.get_entry_term(committed)
+        except DLedgerError:
+            return
+        holding, missing = 0, []
+        for voter in member.configuration.voters:
+            if voter not in self.servers or voter in self.crashed:
+                holding += 1
+                continue
+            other = self.servers[voter].node
+            if other.recovery.recovering:
+                holding += 1
+                continue
+            try:
+                held = other.store.get_entry_term(committed) == term
+            except DLedgerError:
+                held = False
+            if held:
+                holding += 1
+            else:
+                missing.append(voter)
+        if not member.majority.is_quorum(holding):
+            self.invariants.problems.append(
+                f"I11 at {self.now_ms} ms: leader {node_id} committed index {committed} (term {term}) held by "
+                f"{holding} of its voters {sorted(member.configuration.voters)}; not by {missing}")
 
     def wipe(self, node_id: str) -> None:
         """Kill ``node_id`` and erase its store: the machine lost its disk. It stays down until
