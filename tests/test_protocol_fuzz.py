@@ -73,6 +73,8 @@ def test_items_of_the_wrong_type_in_list_and_dict_fields_are_refused(tag):
         if f.type not in ("list", "dict"):
             continue
         bad = {"list": [[1, "x"], [None], [[b"x"]], [{"a": 1}]], "dict": [{"n0": 1}, {"n0": None}, {"n0": ["x"]}]}
+        if f.name == "match_index":                 # member id -> index: a number is what it holds
+            bad["dict"] = [{"n0": "x"}, {"n0": None}, {"n0": ["x"]}, {1: 2}]
         for value in bad[f.type]:
             values = _valid_values(cls)
             values[k] = value

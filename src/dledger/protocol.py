@@ -197,6 +197,9 @@ class VoteRequest(RequestOrResponse):
     #: the candidate's members, as ``peers_text`` writes them: a voter whose own differ refuses
     #: (PEERS_MISMATCH); empty: not sent (no check)
     members: str = ""
+    #: the index of the configuration entry in force at the candidate (-1: the bootstrap one): a
+    #: voter whose configuration does not name the candidate refuses it unless this is newer
+    config_index: int = -1
 
 
 @_dc
@@ -207,6 +210,9 @@ class VoteResponse(RequestOrResponse):
     recovering: bool = False
     #: with PEERS_MISMATCH: the voter's members (``peers_text``); empty otherwise
     members: str = ""
+    #: with REJECT_UNKNOWN_LEADER: the index of the voter's committed configuration entry that
+    #: leaves the candidate out (a candidate whose own is older learns it was removed); -1 otherwise
+    config_index: int = -1
 
 
 @_dc
@@ -485,7 +491,7 @@ def _check_for(f) -> Any:
 _SCHEMA = {cls: tuple((f.name, _check_for(f)) for f in fields(cls)) for cls, _ in MESSAGE_TYPES}
 #: fields added at the end of a message after the first wire version: a frame from an older
 #: peer may end before them, and they take their defaults
-_ADDED_FIELDS = {VoteRequest: ("unanimous", "members"), VoteResponse: ("recovering", "members"),
+_ADDED_FIELDS = {VoteRequest: ("unanimous", "members", "config_index"), VoteResponse: ("recovering", "members", "config_index"),
                  HeartBeatRequest: ("members", "config_index"),
                  HeartBeatResponse: ("recovering", "incarnation", "members"), PushEntryRequest: ("incarnation",),
                  PushEntryResponse: ("recovering", "incarnation"), GetEntriesRequest: ("read_mode",),

@@ -203,7 +203,10 @@ def _must_refuse(node, env: Envelope) -> bool:
         if req.remote_id != member.self_id:
             return True
         named = req.transfer_id if isinstance(req, LeadershipTransferRequest) else req.leader_id
-        if not member.is_peer_member(named) or named == member.self_id and not isinstance(
+        # a candidate or leader that names a newer configuration than the node's (one that may
+        # have made it a member, which the node has not got yet) is judged as a member is
+        newer = isinstance(req, (VoteRequest, HeartBeatRequest)) and req.config_index > member.config_index
+        if not member.is_peer_member(named) and not newer or named == member.self_id and not isinstance(
                 req, LeadershipTransferRequest):
             return True
     if isinstance(req, GetEntriesRequest) and req.read_mode == ReadMode.RAFT_LOG_READ:

@@ -326,3 +326,24 @@ def test_a_change_in_force_when_appended_is_undone_when_its_entry_is_cut():
         assert c.members(old) == (["n0", "n1", "n2"], [])              # undone with its entry
         assert c.members(c.leader()) == (["n0", "n1", "n2"], [])
         c.check()
+
+
+def test_a_removed_node_that_missed_its_removal_is_refused_and_told_and_stands_no_more(caplog):
+    with Cluster(n=3, seed=26) as c:
+        settle(c)
+        c.add_node("n3")
+        assert done(c, c.add_member("n3")).code == Code.SUCCESS
+        gone = next(p for p in ("n0", "n1", "n2") if p != c.leader())
+        c.crash(gone)                                   # down while it is removed: it never learns
+        assert done(c, c.remove_member(gone)).code == Code.SUCCESS
+        leader, term = c.leader(), c.servers[c.leader()].node.term
+        acked(c, load(c, 5, "a"))
+        c.restart(gone)
+        node = c.servers[gone].node
+        assert node.member_state.is_voter()            # its own (stale) log still says voter
+        c.run_for(5_000)
+        assert node.member_state.knows_removed() and node.elector.voting.round is None
+        assert any("it stands for election no more" in r.getMessage() for r in caplog.records)
+        assert c.leader() == leader and c.servers[leader].node.term == term      # nobody disrupted
+        assert c.members() == (sorted({"n0", "n1", "n2", "n3"} - {gone}), [])
+        c.check()

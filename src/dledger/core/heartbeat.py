@@ -266,9 +266,9 @@ class Heartbeats:
         """Who sent the heartbeat, and whether this node may answer a leader at all, are judged
         before its term (``core.term_gate``): the answer when either refuses, else None."""
         member = self.member_state
-        if not member.is_peer_member(req.leader_id) and req.config_index <= member.config_index:
-            # a leader this node's configuration does not name is followed only when its own
-            # configuration is newer (it was added by an entry this node has not got yet)
+        if member.refuses_outsider(req.leader_id, req.config_index):
+            # a leader this node's committed configuration does not name, and that knows no newer
+            # one, is not followed (a leader named by no uncommitted entry may be the one to cut it)
             return self.answer(req, Code.UNKNOWN_MEMBER, member.curr_term)
         if req.leader_id == member.self_id:
             return self.answer(req, Code.UNEXPECTED_MEMBER, member.curr_term)

@@ -140,6 +140,8 @@ class MemberState:
         #: ``MembershipSync`` loads the store's (``set_history``)
         self.history = ConfigHistory(Configuration(dict(config.peer_map)) if config.peer_map else None)
         self.configuration: Configuration | None = None
+        #: a newer committed configuration that leaves this node out, as a voter told it (-2: none)
+        self.removed_in = -2
         self._views(self.history.latest)
         self.peers_live: dict[str, bool] = {}
         self.role = Role.CANDIDATE
@@ -212,6 +214,27 @@ class MemberState:
     def config_index(self) -> int:
         """The index of the entry that made the configuration in force (-1: bootstrap; -2: none)."""
         return self.configuration.index if self.configuration is not None else -2
+
+    def removed(self, by: str | None, config_index: int) -> None:
+        """``by`` refused this node's vote request: its committed configuration of entry
+        ``config_index``, newer than this node's, leaves this node out. It stands for election no
+        more until its own log holds a configuration at least that new (one that adds it back)."""
+        if config_index > self.removed_in:
+            self.removed_in = config_index
+            log.warning("%s: %s says this node is not a member of the group's configuration of entry %d (it "
+                        "was removed): it stands for election no more", self.self_id, by, config_index)
+
+    def knows_removed(self) -> bool:
+        return self.removed_in > self.config_index
+
+    def refuses_outsider(self, node_id: str | None, their_config_index: int) -> bool:
+        """Whether a vote or heartbeat request from ``node_id`` is refused for its membership:
+        it is not a member of this node's configuration, that configuration is committed (an
+        uncommitted one may still be cut, and a leader it leaves out may be the one that cuts
+        it), and the sender knows no newer one (which may have made it a member)."""
+        config = self.configuration
+        return (config is not None and node_id not in self.peer_map and their_config_index <= config.index
+                and config.index <= self.committed_index)
 
     def is_voter(self, node_id: str | None = None) -> bool:
         config = self.configuration

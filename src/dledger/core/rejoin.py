@@ -121,7 +121,9 @@ class Rejoin:
     def may_stand(self) -> bool:
         """Whether this node may run a vote round (a voter of its configuration only: a learner,
         a removed node and one that knows no configuration yet never stand)."""
-        return not self.failed and (self.term_known or not self.recovering) and self.member_state.is_voter()
+        member = self.member_state
+        return not self.failed and (self.term_known or not self.recovering) and member.is_voter() \
+            and not member.knows_removed()
 
     def may_vote(self, unanimous: bool) -> bool:
         """Whether this node may grant a vote in a round that is ``unanimous`` or not."""

@@ -309,7 +309,8 @@ class Voting:
             req = VoteRequest(group=member.group, local_id=member.self_id, remote_id=peer, leader_id=member.self_id,
                               term=term, ledger_end_index=member.ledger_end_index,
                               ledger_end_term=member.ledger_end_term, leadership_transfer=transfer,
-                              unanimous=unanimous, members=member.peers_text)
+                              unanimous=unanimous, members=member.peers_text,
+                              config_index=max(member.config_index, -1))
             if peer == member.self_id:
                 # its own vote: the round's term is this node's, so only the voter's rules apply
                 resp = self.admit(req, self_vote=True) or self.vote(req, self_vote=True)
@@ -330,6 +331,9 @@ class Voting:
             # a round counts only the answers that came within it (a process paused past its
             # deadline must not count an old vote: a voter that lost its term file relies on it)
             return self._finish_round(now)
+        if resp is not None and resp.vote_result == VoteResult.REJECT_UNKNOWN_LEADER \
+                and resp.config_index > self.member_state.config_index:
+            self.member_state.removed(voter, resp.config_index)
         tally.add(voter, resp, higher)
         if tally.decided(self.member_state.majority):
             return self._finish_round(now)
@@ -446,14 +450,21 @@ class Voting:
         member = self.member_state
         candidate = req.leader_id
         if member.configuration is None:
-            # no configuration yet (a new, wiped or joining node): it votes in no plain round; a
-            # unanimous round is sound whoever the voters are (every other voter's yes covers
-            # what this empty log cannot), so it may vote there once its term is known
-            if not req.unanimous:
-                return self.answer(req, VoteResult.REJECT_RECOVERING if self.recovery.recovering
-                                   else VoteResult.REJECT_UNKNOWN_LEADER)
-        elif not member.is_peer_member(candidate):
-            return self.answer(req, VoteResult.REJECT_UNKNOWN_LEADER)
+            # no configuration yet: a new, wiped or joining store (recovering) votes in no plain
+            # round (a unanimous one is sound whoever the voters are: every other voter's yes
+            # covers what this empty log cannot); a node with a log whose entry that made it a
+            # member is still ahead of it votes as any voter does (Raft: a vote never needs the
+            # voter's own configuration; where it counts is the candidate's to say)
+            if not req.unanimous and self.recovery.recovering:
+                return self.answer(req, VoteResult.REJECT_RECOVERING)
+        elif member.refuses_outsider(candidate, req.config_index):
+            # not a member of this node's committed configuration, and the candidate knows no newer
+            # one (a removed node that did not learn it): refused, naming that configuration's
+            # entry (the candidate stands no more); any other candidate (one an uncommitted change
+            # left out, or one a newer change made a voter) is judged on its log
+            resp = self.answer(req, VoteResult.REJECT_UNKNOWN_LEADER)
+            resp.config_index = member.config_index
+            return resp
         if not self_vote and candidate == member.self_id:
             return self.answer(req, VoteResult.REJECT_UNEXPECTED_LEADER)
         recovery = self.recovery

@@ -94,6 +94,7 @@ class Cluster(MembershipOps):
         self.retired: set[str] = set()
         #: the commit index each node was last checked at (``check_commit_quorum``)
         self._commit_seen: dict[str, int] = {}
+        self._config_seen: dict = {}
         self.config_overrides = {**SIM_DEFAULTS, **config}
         self.record_applies = record_applies
         self.strict_history = strict_history

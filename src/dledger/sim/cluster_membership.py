@@ -81,23 +81,37 @@ class MembershipOps:
 
     def check_commit_quorum(self, node_id: str, committed: int) -> None:
         """I11: an entry a leader commits is held by a quorum of the voters of the configuration
-        in force at that leader (learners and removed members count toward nothing). A voter
+        in force at that leader when it decided (learners and removed members count toward
+        nothing). The decision may come in the same ``Ready`` as a newer configuration (a change
+        asked in the same turn): the configuration of the ``Ready`` before counts too. A voter
         that is down or recovering (it may have lost what it acknowledged, within what the
-        durability mode allows) counts as holding it; every other voter is read now."""
+        durability mode allows) counts as holding the entry; every other voter is read now."""
+        node = self.servers[node_id].node
+        member = node.member_state
+        before = self._config_seen.get(node_id)
+        self._config_seen[node_id] = member.configuration
         seen = self._commit_seen
         if committed <= seen.get(node_id, -1):
             return
         seen[node_id] = committed
-        node = self.servers[node_id].node
-        member = node.member_state
         if member.role is not Role.LEADER or committed < 0 or member.configuration is None:
             return
         try:
             term = node.store.get_entry_term(committed)
         except DLedgerError:
             return
+        verdicts = [self._held_by(member.configuration, committed, term)]
+        if before is not None and before is not member.configuration:
+            verdicts.append(self._held_by(before, committed, term))
+        if not any(ok for ok, _h, _m in verdicts):
+            _ok, holding, missing = verdicts[0]
+            self.invariants.problems.append(
+                f"I11 at {self.now_ms} ms: leader {node_id} committed index {committed} (term {term}) held by "
+                f"{holding} of its voters {sorted(member.configuration.voters)}; not by {missing}")
+
+    def _held_by(self, config, index: int, term: int) -> tuple[bool, int, list[str]]:
         holding, missing = 0, []
-        for voter in member.configuration.voters:
+        for voter in config.voters:
             if voter not in self.servers or voter in self.crashed:
                 holding += 1
                 continue
@@ -106,17 +120,14 @@ class MembershipOps:
                 holding += 1
                 continue
             try:
-                held = other.store.get_entry_term(committed) == term
+                held = other.store.get_entry_term(index) == term
             except DLedgerError:
                 held = False
             if held:
                 holding += 1
             else:
                 missing.append(voter)
-        if not member.majority.is_quorum(holding):
-            self.invariants.problems.append(
-                f"I11 at {self.now_ms} ms: leader {node_id} committed index {committed} (term {term}) held by "
-                f"{holding} of its voters {sorted(member.configuration.voters)}; not by {missing}")
+        return holding >= len(config.voters) // 2 + 1, holding, missing
 
     def wipe(self, node_id: str) -> None:
         """Kill ``node_id`` and erase its store: the machine lost its disk. It stays down until

@@ -385,7 +385,9 @@ class _Swarm:
                     self.snaps.flip_at_rest(c, victim)
                 c.restart(victim)
             elif rng.random() < 0.3:
-                c.restart(rng.choice(ids))
+                victim = rng.choice(ids)
+                if victim not in c.retired:
+                    c.restart(victim)
         elif action == "power_loss":
             victim = rng.choice(self.opts.power_victims)
             self.power_cut(victim, rng.random() < self.opts.torn)
