@@ -72,11 +72,12 @@ def test_the_membership_swarm_really_changes_the_group():
     they started with."""
     seen: dict[str, int] = {}
     changed = 0
-    for seed in range(8000, 8030):
-        r = run_swarm(_opts((seed, 3, "page_cache", "memory", None)))
-        for action, n in r.membership.items():
-            seen[action] = seen.get(action, 0) + n
-        changed += r.members != (["n0", "n1", "n2"], [])
-        r.close()
+    for nodes, seeds in ((3, range(8000, 8030)), (5, range(8000, 8020))):
+        for seed in seeds:
+            r = run_swarm(_opts((seed, nodes, "page_cache", "memory", None)))
+            for action, n in r.membership.items():
+                seen[action] = seen.get(action, 0) + n
+            changed += r.members != ([f"n{i}" for i in range(nodes)], [])
+            r.close()
     assert all(seen[a] > 0 for a in ("add", "learner", "promote", "remove", "remove_leader", "wipe", "replace")), seen
     assert changed >= 10, changed
