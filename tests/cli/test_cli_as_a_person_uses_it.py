@@ -98,7 +98,9 @@ def test_status_is_a_table_on_a_terminal_and_json_with_json_or_when_piped(group,
     as_json = json.loads(capsys.readouterr().out)
     assert set(as_json) == {"n0", "n1", "n2"}
     assert set(as_json["n0"]) == {"address", "committed_index", "group", "leader_id", "ledger_end_index",
-                                  "ledger_end_term", "node_id", "peers", "role", "term", "waiting"}
+                                  "ledger_end_term", "node_id", "peers", "role", "term", "waiting",
+                                  # the configuration in force, and the leader's view of each member
+                                  "voters", "learners", "config_index", "match_index", "member", "match", "lag"}
     assert as_json[lead.config.self_id]["waiting"] == ""        # the leader waits for nothing
     assert main([*client, "-w", "json"]) == 0 and json.loads(capsys.readouterr().out).keys() == as_json.keys()
     assert main(client) == 0                        # not a terminal here: JSON, as before
@@ -106,9 +108,11 @@ def test_status_is_a_table_on_a_terminal_and_json_with_json_or_when_piped(group,
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert main(client) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["NODE", "ADDRESS", "ROLE", "TERM", "LEADER", "LOG", "END", "COMMITTED"]
+    assert table[0].split() == ["NODE", "ADDRESS", "ROLE", "TERM", "LEADER", "LOG", "END", "COMMITTED", "MEMBER",
+                                "MATCH", "LAG"]
     # (a node that knows no leader yet, just after the election, adds a line "n0: no leader: ...")
-    rows = {line.split()[0]: line.split() for line in table[1:] if not line.split()[0].endswith(":")}
+    rows = {line.split()[0]: line.split() for line in table[1:]
+            if not line.split()[0].endswith(":") and not line.startswith("configuration")}
     lid = lead.config.self_id
     assert set(rows) == {"n0", "n1", "n2"} and rows[lid][2] == "LEADER" and rows[lid][4] == lid
     assert all(row[1] == f"127.0.0.1:{port}" for row, port in zip((rows[n] for n in group.ids), group.ports))
@@ -121,9 +125,9 @@ def test_the_status_table_marks_a_node_that_did_not_answer():
                "ledger_end_index": 1500, "committed_index": 1499},
         "n1": {"node_id": "n1", "address": "127.0.0.1:2", "error": "cannot reach n1 at 127.0.0.1:2: refused"}})
     assert text.splitlines() == [
-        "NODE  ADDRESS      ROLE    TERM  LEADER  LOG END  COMMITTED",
-        "n0    127.0.0.1:1  LEADER    12  n0         1500       1499",
-        "n1    127.0.0.1:2  -          -  -             -          -",
+        "NODE  ADDRESS      ROLE    TERM  LEADER  LOG END  COMMITTED  MEMBER  MATCH  LAG",
+        "n0    127.0.0.1:1  LEADER    12  n0         1500       1499  -           -    -",
+        "n1    127.0.0.1:2  -          -  -             -          -  -           -    -",
         "n1: cannot reach n1 at 127.0.0.1:2: refused"]
 
 

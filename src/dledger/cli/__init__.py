@@ -9,6 +9,7 @@
 - ``broker``: run a mini broker, a node with a message store serving produce and pull (``cli/broker.py``);
 - ``namesrv``: run a name server for RocketMQ remoting clients of brokers (``cli/namesrv.py``);
 - ``append``, ``get``, ``status``, ``transfer-leader``: the client commands (``cli/client.py``);
+- ``member add|promote|remove|list``: change or list a running group's members (``cli/member.py``);
 - ``bench``: committed entries/s and commit latency of a 3-process cluster (``bench.cli``).
 Errors of ``node``, ``broker``, ``namesrv`` and the client commands are one line on stderr and a non-zero exit code:
 2 for a bad flag or configuration (argparse's own errors too), 1 for a group that cannot be
@@ -178,11 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_audit)
 
-    from dledger.cli import broker, client, namesrv, node
+    from dledger.cli import broker, client, member, namesrv, node
     node.add_parser(sub)
     broker.add_parser(sub)
     namesrv.add_parser(sub)
     client.add_parsers(sub)
+    member.add_parser(sub)
     from dledger.bench import cli as bench_cli
     bench_cli.add_parser(sub)
     #: each subcommand's parser, by name (its errors name it)
@@ -221,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         if extra:                        # said by the subcommand, whose --help explains it
             parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-        if args.command in ("node", "broker", "namesrv", "append", "get", "status", "transfer-leader", "bench"):
+        if args.command in ("node", "broker", "namesrv", "append", "get", "status", "transfer-leader", "member",
+                            "bench"):
             return _guarded(args)
         return args.func(args)
     except BrokenPipeError:

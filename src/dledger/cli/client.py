@@ -9,7 +9,11 @@ Exit codes: 0 done; 1 the group could not be reached or refused (one line on std
 130 interrupted (Ctrl-C): ``append`` says how many entries were acknowledged before.
 ``append`` without bodies appends each line of stdin as soon as it is read. ``status`` prints a
 table on a terminal and JSON (one object per node) when its output is a pipe or a file, or with
-``--json`` / ``-w json``; ``-w table`` asks for the table anywhere.
+``--json`` / ``-w json``; ``-w table`` asks for the table anywhere. It asks the nodes of
+``--peers`` and every member their answers name, and shows the leader's configuration: each
+node's MEMBER (voter, learner, ``-`` when not a member), MATCH (the highest index the leader
+knows it holds) and LAG (the leader's log end less MATCH).
+The membership commands (``dledger member``) are in ``cli/member.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import signal
 import sys
 
 from dledger.client import AppendOutcomeUnknown, DLedgerClient
+from dledger.client.membership import describe
 from dledger.errors import DLedgerResponseCode
 from dledger.protocol import ReadMode
 
@@ -29,11 +34,11 @@ EXIT_UNKNOWN = 3
 EXIT_INTERRUPTED = 130
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, timeout: float = 3.0) -> None:
     p.add_argument("--peers", required=True, help="members of the group: 'n0-host:port;n1-host:port;...'")
     p.add_argument("--group", required=True, help="the group's name")
     p.add_argument("--secret-file", help="the shared secret, one key a line (else $DLEDGER_SECRET)")
-    p.add_argument("--timeout", type=float, default=3.0, help="seconds per request (default 3)")
+    p.add_argument("--timeout", type=float, default=timeout, help=f"seconds per request (default {timeout:g})")
     p.add_argument("--tls-cert", help="client certificate (PEM) for mutual TLS; with --tls-key and --tls-ca")
     p.add_argument("--tls-key", help="its private key")
     p.add_argument("--tls-ca", help="the cluster CA that signs the nodes' certificates")
@@ -161,11 +166,14 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 #: the columns of ``dledger status``'s table: (title, key in a node's metadata)
 STATUS_COLUMNS = (("NODE", "node_id"), ("ADDRESS", "address"), ("ROLE", "role"), ("TERM", "term"),
-                  ("LEADER", "leader_id"), ("LOG END", "ledger_end_index"), ("COMMITTED", "committed_index"))
+                  ("LEADER", "leader_id"), ("LOG END", "ledger_end_index"), ("COMMITTED", "committed_index"),
+                  ("MEMBER", "member"), ("MATCH", "match"), ("LAG", "lag"))
 
 
 def status_table(status: dict[str, dict]) -> str:
-    """Every node's answer as a table, one row per node; an unreachable node's row says why."""
+    """Every node's answer as a table, one row per node; an unreachable node's row says why.
+    MEMBER, MATCH and LAG are the leader's view (``-``: not a member, or no leader answered);
+    a last line names the configuration the leader has in force."""
     rows = [[title for title, _key in STATUS_COLUMNS]]
     errors = []
     for node_id, s in status.items():
@@ -177,9 +185,13 @@ def status_table(status: dict[str, dict]) -> str:
         if s.get("waiting"):
             errors.append(f"{node_id}: no leader: {s['waiting']}")
     widths = [max(len(row[k]) for row in rows) for k in range(len(STATUS_COLUMNS))]
-    numeric = {"TERM", "LOG END", "COMMITTED"}
+    numeric = {"TERM", "LOG END", "COMMITTED", "MATCH", "LAG"}
     lines = ["  ".join(cell.rjust(w) if STATUS_COLUMNS[k][0] in numeric else cell.ljust(w)
                        for k, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    leader = max((s for s in status.values() if s.get("role") == "LEADER"), key=lambda s: s["term"], default=None)
+    if leader is not None and leader.get("voters"):
+        made = f"entry {leader['config_index']}" if leader.get("config_index", -1) >= 0 else "bootstrap"
+        lines.append(f"configuration ({made}): {describe(leader['voters'], leader.get('learners') or {})}")
     return "\n".join(lines + errors)
 
 

@@ -1,7 +1,7 @@
 """``dledger node``: run one process serving one group (from flags) or several (from a TOML file).
 
 The configuration of each group is a ``DLedgerConfig``. From flags: ``--group``, ``--id``,
-``--peers``, ``--store-dir``, ``--durability``, ``--secret-file``, ``--bootstrap``,
+``--peers``, ``--store-dir``, ``--durability``, ``--secret-file``, ``--bootstrap``, ``--join``,
 ``--tls-cert``/``--tls-key``/``--tls-ca`` (mutual TLS, as the client's flags) and
 ``--store-segment-size`` (the data segment size; the index segment's in proportion). From ``--config FILE`` (TOML,
 read with the standard library): top-level keys are defaults for every group, and each
@@ -40,6 +40,8 @@ from dledger.metrics.health import DEFAULT_READY_MAX_LAG
 EXAMPLE = """example:
   dledger node --group g --id n0 --peers 'n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913' \\
       --store-dir /var/lib/dledger --secret-file /etc/dledger/secret --store-segment-size 64MiB
+  dledger node --group g --id n3 --peers '<the members>;n3-10.0.0.4:20911' --store-dir /var/lib/dledger \\
+      --join                            # a new member: then, from anywhere, dledger member add ... --id n3
   dledger node --config /etc/dledger/node.toml --metrics-port 9100
   curl -s http://127.0.0.1:9100/metrics | grep dledger_term
   curl -s http://127.0.0.1:9100/ready                      # 200 ready, or 503 and the reason
@@ -50,6 +52,7 @@ ALIASES = {"id": "self_id", "store_dir": "store_base_dir"}
 PROCESS_KEYS = ("metrics_port", "metrics_host", "ready_max_lag")
 FLAG_FIELDS = {"group": "group", "id": "self_id", "peers": "peers", "store_dir": "store_base_dir",
                "durability": "durability", "secret_file": "secret_file", "bootstrap": "bootstrap",
+               "join": "join",
                "tls_cert": "tls_cert_file", "tls_key": "tls_key_file", "tls_ca": "tls_ca_file"}
 #: the default data segment over the default index segment (1 GiB over 160 MiB, Java DLedger's):
 #: ``--store-segment-size`` keeps it when the index size is not given
@@ -74,6 +77,9 @@ def add_node_flags(p) -> None:
     p.add_argument("--bootstrap", action="store_const", const=True, default=None,
                    help="this node starts a brand-new cluster (its new, empty store may vote at once "
                         "even with a member missing); never for a node whose disk was replaced")
+    p.add_argument("--join", action="store_const", const=True, default=None,
+                   help="this node joins a running group: its --peers names the members and itself; it "
+                        "serves, takes no vote and waits until a member adds it (dledger member add)")
     p.add_argument("--tls-cert", help="this node's certificate (PEM): mutual TLS, with --tls-key and --tls-ca")
     p.add_argument("--tls-key", help="its private key")
     p.add_argument("--tls-ca", help="the cluster CA that signs every member's (and client's) certificate")

@@ -2,10 +2,12 @@
 
 ``DLedgerClient`` (blocking; it runs an ``AsyncDLedgerClient`` on a private event loop thread)
 and ``AsyncDLedgerClient`` (asyncio). Both: ``append``, ``batch_append``, ``get``, ``metadata``,
-``status``, ``transfer_leadership``, ``close``, and use as a context manager. Which failures are
+``status``, ``transfer_leadership``, the membership calls (``add_learner``, ``promote``,
+``remove_member``, ``add_member``, ``members``: ``client.membership``), ``close``, and use as a
+context manager. Which failures are
 resent and which are reported as ``AppendOutcomeUnknown`` is in ``client.aio``; the exception
 types are in ``client.errors``. Modules: ``connection`` (one node's connection), ``aio``,
-``errors``, and the blocking wrapper here.
+``membership``, ``errors``, and the blocking wrapper here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any, Sequence
 from dledger.client.aio import AsyncDLedgerClient
 from dledger.client.errors import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError
 from dledger.entry import DLedgerEntry
-from dledger.protocol import AppendEntryResponse, LeadershipTransferResponse, ReadMode
+from dledger.client.membership import ADD_MEMBER_TIMEOUT_S
+from dledger.protocol import AppendEntryResponse, LeadershipTransferResponse, MembershipResponse, ReadMode
 
 
 class DLedgerClient:
@@ -66,6 +69,22 @@ class DLedgerClient:
 
     def transfer_leadership(self, target_id: str) -> LeadershipTransferResponse:
         return self._run(self._aio.transfer_leadership(target_id))
+
+    def add_learner(self, node_id: str, address: str, *, timeout_s: float | None = None) -> MembershipResponse:
+        return self._run(self._aio.add_learner(node_id, address, timeout_s=timeout_s))
+
+    def promote(self, node_id: str, *, timeout_s: float | None = None) -> MembershipResponse:
+        return self._run(self._aio.promote(node_id, timeout_s=timeout_s))
+
+    def remove_member(self, node_id: str, *, timeout_s: float | None = None) -> MembershipResponse:
+        return self._run(self._aio.remove_member(node_id, timeout_s=timeout_s))
+
+    def add_member(self, node_id: str, address: str, *, learner_only: bool = False,
+                   timeout_s: float = ADD_MEMBER_TIMEOUT_S) -> MembershipResponse:
+        return self._run(self._aio.add_member(node_id, address, learner_only=learner_only, timeout_s=timeout_s))
+
+    def members(self) -> dict[str, Any]:
+        return self._run(self._aio.members())
 
     def close(self) -> None:
         if self._closed:

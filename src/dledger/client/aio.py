@@ -40,6 +40,7 @@ from typing import Any, Sequence
 from dledger.client.coalesce import AppendCoalescer
 from dledger.client.connection import AnswerLost, NodeConnection, NotSent
 from dledger.client.errors import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError
+from dledger.client.membership import MembershipCalls
 from dledger.config import parse_peers
 from dledger.entry import BODY_OFFSET, MAX_RECORD_SIZE, DLedgerEntry, decode
 from dledger.errors import DLedgerError, EntryTooLargeError
@@ -76,7 +77,7 @@ def _keys(secret, secret_file: str | None) -> tuple[bytes, ...]:
     return keys
 
 
-class AsyncDLedgerClient:
+class AsyncDLedgerClient(MembershipCalls):
     def __init__(self, peers: str, group: str, secret: bytes | str | Sequence | None = None,
                  timeout_s: float = 3.0, *, secret_file: str | None = None, client_id: str | None = None,
                  tls: tuple[str, str, str] | None = None, rng: random.Random | None = None,
@@ -152,6 +153,8 @@ class AsyncDLedgerClient:
                 continue
             if resp.code == Code.SUCCESS:
                 self._learn(resp.peers)
+                self._learn(resp.voters)
+                self._learn(resp.learners)
             if resp.code == Code.SUCCESS and resp.leader_id in self.peers:
                 self.leader_id = resp.leader_id
                 return resp.leader_id
@@ -333,26 +336,47 @@ class AsyncDLedgerClient:
                 "leader_id": resp.leader_id, "term": resp.term, "peers": dict(resp.peers),
                 "role": resp.role, "ledger_end_index": resp.ledger_end_index,
                 "ledger_end_term": resp.ledger_end_term, "committed_index": resp.committed_index,
-                "waiting": resp.waiting}
+                "waiting": resp.waiting, "voters": dict(resp.voters), "learners": dict(resp.learners),
+                "config_index": resp.config_index, "match_index": dict(resp.match_index)}
 
     async def metadata(self) -> dict[str, Any]:
         """The leader's view of the group: group, node_id, address, leader_id, term, peers, role,
-        ledger_end_index, ledger_end_term, committed_index."""
+        ledger_end_index, ledger_end_term, committed_index, the configuration in force (voters,
+        learners: id -> address; config_index, -1 for the bootstrap one) and match_index (id ->
+        the highest index the leader knows each member holds)."""
         target, _resp = await self._leader_call(
             lambda t: MetadataRequest(group=self.group, local_id=self.client_id, remote_id=t),
             resend_after_loss=True)
         return await self.node_metadata(target)
 
     async def status(self) -> dict[str, dict[str, Any]]:
-        """Every node's metadata, or ``{"error": why}`` for a node that did not answer."""
+        """Every node's metadata, or ``{"error": why}`` for a node that did not answer: the nodes
+        of ``peers`` and the members their answers name. Each one also says what the leader's
+        configuration makes of it: ``member`` (``voter``, ``learner``, or None when not a member
+        or when no node that answered leads), ``match`` (the highest index the leader knows it
+        holds) and ``lag`` (the leader's log end less ``match``)."""
         async def one(node_id: str) -> dict[str, Any]:
             try:
                 return await self.node_metadata(node_id)
             except DLedgerError as exc:
                 return {"node_id": node_id, "address": self.peers[node_id], "error": str(exc)}
 
-        results = await asyncio.gather(*(one(n) for n in self.peers))
-        return dict(zip(self.peers, results))
+        status: dict[str, dict[str, Any]] = {}
+        while len(status) < len(self.peers):        # members named by an answer are asked too
+            todo = [n for n in self.peers if n not in status]
+            status.update(zip(todo, await asyncio.gather(*(one(n) for n in todo))))
+            for s in status.values():
+                self._learn(s.get("voters"))
+                self._learn(s.get("learners"))
+        leader = max((s for s in status.values() if s.get("role") == "LEADER"), key=lambda s: s["term"], default=None)
+        for node_id, s in status.items():
+            member = match = lag = None
+            if leader is not None:
+                member = "voter" if node_id in leader["voters"] else "learner" if node_id in leader["learners"] else None
+                match = leader["match_index"].get(node_id)
+                lag = leader["ledger_end_index"] - match if match is not None and match >= 0 else None
+            s.update(member=member, match=match, lag=lag)
+        return status
 
     async def transfer_leadership(self, target_id: str) -> LeadershipTransferResponse:
         """Ask the leader to hand leadership to ``target_id``; the leader's answer (SUCCESS once

@@ -54,7 +54,8 @@ import threading
 from typing import Sequence
 
 from dledger.protocol import (AppendEntryRequest, BatchAppendEntryRequest, Envelope, FrameError,
-                              GetEntriesRequest, LeadershipTransferRequest, MetadataRequest, UnsupportedVersion)
+                              GetEntriesRequest, LeadershipTransferRequest, MembershipRequest, MetadataRequest,
+                              UnsupportedVersion)
 from dledger.transport import EndpointInUseError, Receiver
 from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake, refusal
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
@@ -68,8 +69,10 @@ _HANDSHAKE_ERRORS = (HandshakeError, FrameError, EOFError, ConnectionError, OSEr
                      ssl.SSLError)
 
 
+#: what a client connection may carry (a membership change too: ``dledger member``, answered by
+#: the leader once its configuration entry commits)
 CLIENT_REQUESTS = (AppendEntryRequest, BatchAppendEntryRequest, GetEntriesRequest, MetadataRequest,
-                   LeadershipTransferRequest)
+                   LeadershipTransferRequest, MembershipRequest)
 MAX_CLIENT_ID = 128
 
 
