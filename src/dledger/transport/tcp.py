@@ -57,6 +57,9 @@ from dledger.protocol import (AppendEntryRequest, BatchAppendEntryRequest, Envel
                               GetEntriesRequest, LeadershipTransferRequest, MembershipRequest, MetadataRequest,
                               UnsupportedVersion)
 from dledger.transport import EndpointInUseError, Receiver
+
+#: a refused connection is logged once per this many seconds per reason
+REFUSAL_LOG_INTERVAL_S = 60.0
 from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake, refusal
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
 from dledger.transport.tcp_accept import TLS_HANDSHAKE_RECORD, TlsOrPlainAcceptor
@@ -122,6 +125,8 @@ class TcpNetwork:
         #: ``callback(peer, reason)`` for every authenticated inbound connection that ends
         self.on_connection_closed: list = []
         #: what happened on this listener, for operators and tests
+        #: when each refusal was last logged (``_serve_connection``)
+        self._refusals_logged: dict[str, float] = {}
         self.stats = {"accepted": 0, "refused_cap": 0, "handshake_failed": 0, "bad_frame": 0,
                       "authenticated": 0, "client_refused": 0, "unsupported_version": 0}
 
@@ -273,8 +278,16 @@ class TcpNetwork:
             peer = await asyncio.wait_for(self._server_handshake(reader, writer, decoder), self._handshake_s)
         except _HANDSHAKE_ERRORS as exc:
             self.stats["handshake_failed"] += 1
-            log.warning("%s:%d: refused a connection from %s: %s", self.host, self.port,
-                        writer.get_extra_info("peername"), exc or type(exc).__name__)
+            why = str(exc) or type(exc).__name__
+            now = self.loop.time()
+            # the same refusal (a node that joins and is not a member yet, which asks every
+            # heartbeat interval) is logged once a minute; ``stats`` counts them all
+            if now - self._refusals_logged.get(why, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
+                if len(self._refusals_logged) > 256:
+                    self._refusals_logged.clear()
+                self._refusals_logged[why] = now
+                log.warning("%s:%d: refused a connection from %s: %s (said once a minute)", self.host, self.port,
+                            writer.get_extra_info("peername"), why)
             writer.close()
             return
         finally:
