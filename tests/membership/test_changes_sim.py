@@ -409,3 +409,20 @@ def test_a_learner_behind_retention_learns_its_configuration_from_the_install(tm
             settle(c, 5_000)
         assert f.result().code == Code.SUCCESS
         c.check()
+
+
+def test_a_node_that_waits_says_why_it_knows_no_leader():
+    with Cluster(n=3, seed=28) as c:
+        settle(c)
+        c.add_node("n3")
+        c.run_for(1_000)
+        n3 = c.servers["n3"].node
+        why = n3.waiting.reason(n3.elector.voting.last_tally)
+        assert "it joins the group and is not a member yet" in why and "dledger member add --id n3" in why
+        assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        for p in ("n0", "n1", "n2"):
+            c.crash(p)
+        c.run_for(2_000)
+        assert n3.member_state.leader_id is None
+        why = n3.waiting.reason(n3.elector.voting.last_tally)
+        assert "it is a learner of the configuration of entry" in why and "it stands for nothing" in why, why

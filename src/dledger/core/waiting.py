@@ -86,8 +86,20 @@ class Waiting:
         if recovery.failed:
             return (f"its store failed ({member.store.failed}): it neither votes nor stands until it is "
                     f"restarted on a sound disk{tail}")
+        if member.configuration is None and getattr(self.cfg, "join", False):
+            return (f"it joins the group and is not a member yet: it waits to be added (dledger member add "
+                    f"--id {member.self_id} --address <its host:port> ...); it votes and stands for nothing "
+                    f"until the leader's log makes it a member{tail}")
         if recovery.recovering and not recovery.term_known:
             return self._relearning() + tail
+        if member.configuration is not None and not member.is_voter():
+            what = "a learner" if member.configuration.is_learner(member.self_id) else "not a member"
+            return (f"it is {what} of the configuration of entry {member.configuration.index} "
+                    f"({member.configuration.describe()}): it stands for nothing; it follows the leader "
+                    f"that pushes to it{tail}")
+        if member.knows_removed():
+            return (f"it was removed from the group (a voter named the configuration of entry "
+                    f"{member.removed_in}, which leaves it out): it stands for election no more{tail}")
         if member.role is Role.CANDIDATE and tally is not None and tally.term == member.curr_term:
             return self._round(tally) + tail
         if member.role is Role.CANDIDATE:
