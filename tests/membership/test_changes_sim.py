@@ -71,6 +71,7 @@ def test_a_learner_never_stands_for_election():
         settle(c)
         c.add_node("n3")
         assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        assert c.run_until(lambda: n3.member_state.configuration is not None, 5_000)
         for p in ("n0", "n1", "n2"):
             c.crash(p)
         c.run_for(5_000)
