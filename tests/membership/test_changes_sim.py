@@ -421,6 +421,7 @@ def test_a_node_that_waits_says_why_it_knows_no_leader():
         why = n3.waiting.reason(n3.elector.voting.last_tally)
         assert "it joins the group and is not a member yet" in why and "dledger member add --id n3" in why
         assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        assert c.run_until(lambda: n3.member_state.configuration is not None, 5_000)
         for p in ("n0", "n1", "n2"):
             c.crash(p)
         c.run_for(2_000)
