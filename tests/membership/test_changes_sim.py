@@ -70,12 +70,12 @@ def test_a_learner_never_stands_for_election():
     with Cluster(n=3, seed=12) as c:
         settle(c)
         c.add_node("n3")
+        n3 = c.servers["n3"].node
         assert done(c, c.add_learner("n3")).code == Code.SUCCESS
         assert c.run_until(lambda: n3.member_state.configuration is not None, 5_000)
         for p in ("n0", "n1", "n2"):
             c.crash(p)
         c.run_for(5_000)
-        n3 = c.servers["n3"].node
         assert n3.role is not Role.LEADER and n3.elector.voting.round is None
         assert n3.term == max(c.servers[p].node.term for p in ("n0", "n1", "n2"))     # it moved no term
         c.check()
@@ -428,3 +428,29 @@ def test_a_node_that_waits_says_why_it_knows_no_leader():
         assert n3.member_state.leader_id is None
         why = n3.waiting.reason(n3.elector.voting.last_tally)
         assert "it is a learner of the configuration of entry" in why and "it stands for nothing" in why, why
+
+
+def test_a_voter_that_holds_a_change_of_the_term_grants_no_vote_in_that_term():
+    """Two changes in one term can leave no member common to a quorum of the configuration that
+    elected the term's leader and one of today's: a voter holding a change made in the term
+    votes for nobody in that term (swarm seed 20092 elected two leaders of term 1 so)."""
+    from dledger.protocol import VoteResult
+    with Cluster(n=3, seed=29) as c:
+        leader = settle(c)
+        c.add_node("n3")
+        assert done(c, c.add_learner("n3")).code == Code.SUCCESS
+        c.run_for(500)
+        follower = "n3"                                           # it joined the term without voting
+        other = next(p for p in ("n0", "n1", "n2") if p != leader)
+        node = c.servers[follower].node
+        member = node.member_state
+        # as a member that joined the term by a heartbeat, without voting (n3 relearnt it with a
+        # vote for no member, which refuses every vote anyway)
+        node.store.persist_term(member.curr_term, None)
+        assert member.configuration.made_in(member.curr_term) and member.curr_vote_for is None
+        req = VoteRequest(group="sim", local_id=other, remote_id=follower, leader_id=other, term=member.curr_term,
+                          ledger_end_index=member.ledger_end_index, ledger_end_term=member.ledger_end_term,
+                          config_index=member.config_index)
+        assert node.elector.voting.vote(req).vote_result in (VoteResult.REJECT_ALREADY_HAS_LEADER,
+                                                             VoteResult.REJECT_ALREADY_VOTED)
+        assert member.curr_vote_for is None                      # and it persisted no vote

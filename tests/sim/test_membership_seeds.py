@@ -35,6 +35,11 @@ FOUND: dict[tuple, str] = {
                                            "machine was promoted before it had answered; with a new store it "
                                            "voted in no plain round, and no candidate could gather a quorum; a "
                                            "learner is now promoted only once it answered and is not recovering",
+    (20092, 5, "fsync", "memory", 20_000): "I1, two leaders of term 1: the leader of term 1, elected by three of "
+                                           "five voters, removed two of them; a member that had not voted in "
+                                           "term 1 then won term 1 with the two votes the new configuration "
+                                           "needed; a voter that holds a change made in a term now votes for "
+                                           "nobody in that term",
 }
 FRESH = [(FIRST_DRAWN + 700_000_000 + k, nodes, durability, store, None)
          for k, (nodes, durability, store) in enumerate([(3, "page_cache", "memory"), (5, "fsync", "memory"),

@@ -77,6 +77,10 @@ class Configuration:
     def is_member(self, node_id: str | None) -> bool:
         return node_id in self.voters or node_id in self.learners
 
+    def made_in(self, term: int) -> bool:
+        """Whether the entry that made this configuration is of ``term`` (a change of that term)."""
+        return self.term == term and self.index >= 0
+
     def same_members(self, other: "Configuration | None") -> bool:
         return other is not None and set(self.voters) == set(other.voters) \
             and set(self.learners) == set(other.learners)

@@ -490,6 +490,15 @@ class Voting:
         if vote is not None and vote != candidate:
             return self.answer(req, VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
                                else VoteResult.REJECT_ALREADY_VOTED)
+        config = member.configuration
+        if vote is None and config is not None and config.made_in(member.curr_term):   # (the round's term)
+            # the members changed in the round's term: its leader (which made the change) was
+            # elected by a quorum of the configuration it held then, and after two changes a
+            # quorum of today's need not meet that one: no second leader of the term, whoever
+            # asks (swarm seed 20092; a node that made or holds the change refuses, and every
+            # quorum of the next configuration holds one that does)
+            return self.answer(req, VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
+                               else VoteResult.REJECT_ALREADY_VOTED)
         if term_gate.below(req.term, member.ledger_end_term):
             return self.answer(req, VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, member.ledger_end_term)
         if not self_vote and member.is_taking_leadership() and req.ledger_end_term == member.ledger_end_term \
