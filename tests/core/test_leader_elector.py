@@ -213,6 +213,9 @@ def test_request_for_another_member_or_group_is_refused():
     (dict(valid=3, accepted=2, already_has_leader=True), ParseResult.WAIT_TO_REVOTE),
     (dict(valid=3, accepted=1, higher_term=9), ParseResult.WAIT_TO_VOTE_NEXT),
     (dict(valid=3, accepted=1), ParseResult.WAIT_TO_VOTE_NEXT),
+    # two of three gave their vote to another in this term: nobody can win it, whoever is missing
+    (dict(valid=2, already_voted=2), ParseResult.WAIT_TO_VOTE_NEXT),
+    (dict(valid=1, already_voted=1), ParseResult.WAIT_TO_REVOTE),             # one: a quorum may yet
 ])
 def test_parse_vote_tally(counts, expected):
     t = VoteTally(term=5, **counts)

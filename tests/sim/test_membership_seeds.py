@@ -40,6 +40,11 @@ FOUND: dict[tuple, str] = {
                                            "term 1 then won term 1 with the two votes the new configuration "
                                            "needed; a voter that holds a change made in a term now votes for "
                                            "nobody in that term",
+    (20001, 5, "fsync", "memory", 20_000): "L1, no leader after healing: of four voters one was down for good "
+                                          "and two had voted in term 1 for it; their rounds in term 1 ended "
+                                          "with too few answers (the fourth answered late) and were held in "
+                                          "term 1 for ever; a round that enough voters refused for having "
+                                          "voted already now moves to the next term",
 }
 FRESH = [(FIRST_DRAWN + 700_000_000 + k, nodes, durability, store, None)
          for k, (nodes, durability, store) in enumerate([(3, "page_cache", "memory"), (5, "fsync", "memory"),

@@ -77,6 +77,8 @@ class VoteTally:
     accepted: int = 0
     not_ready: int = 0
     bigger_ledger: int = 0
+    #: voters that voted for another candidate in this term already: they vote in it no more
+    already_voted: int = 0
     already_has_leader: bool = False
     #: the highest term a voter said this candidate is behind on (``term_gate.higher_term``)
     higher_term: int | None = None
@@ -121,6 +123,8 @@ class VoteTally:
             self.bigger_ledger += 1
         elif result == VoteResult.REJECT_ALREADY_HAS_LEADER:
             self.already_has_leader = True
+        elif result == VoteResult.REJECT_ALREADY_VOTED:
+            self.already_voted += 1
         if higher is not None and (self.higher_term is None or higher > self.higher_term):
             self.higher_term = higher
             self.higher_from = voter
@@ -153,6 +157,11 @@ def parse_vote_tally(t: VoteTally, majority: Majority) -> ParseResult:
         return ParseResult.WAIT_TO_VOTE_NEXT
     if t.already_has_leader:
         return ParseResult.WAIT_TO_REVOTE
+    if len(majority) and not is_quorum(len(majority) - t.already_voted):
+        # too many voters gave their vote in this term to another: nobody can win it any more,
+        # whoever else answers (with one voter down and another slow, waiting for a quorum of
+        # answers would wait for ever: seed 20001 of the five-node membership swarm)
+        return ParseResult.WAIT_TO_VOTE_NEXT
     if not is_quorum(t.valid):
         return ParseResult.WAIT_TO_REVOTE
     if not is_quorum(t.valid - t.bigger_ledger) or t.unanimous and t.bigger_ledger:
