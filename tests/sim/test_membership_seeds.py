@@ -45,6 +45,19 @@ FOUND: dict[tuple, str] = {
                                           "with too few answers (the fourth answered late) and were held in "
                                           "term 1 for ever; a round that enough voters refused for having "
                                           "voted already now moves to the next term",
+    (8073, 3, "fsync", "memory", None): "L1, no leader after healing: a voter whose log had not reached the "
+                                       "entry that made it one knew no configuration and refused every plain "
+                                       "vote; a node without a configuration but with a log now votes as any "
+                                       "voter does",
+    (74, 5, "page_cache", "memory", None): "L1, replicas did not converge: two members holding an uncommitted "
+                                          "change that left the new leader out refused its heartbeats for good; "
+                                          "only a committed configuration now refuses a sender for membership",
+    (227, 5, "page_cache", "memory", None): "L1, no leader after healing: a removed node that never saw its "
+                                           "removal kept campaigning with a stale voter's help; a voter that "
+                                           "refuses it now names the configuration, and it stands no more",
+    (1108, 3, "page_cache", "memory", None): "L1, no append committed: a voter behind the entry that made a "
+                                            "candidate a voter refused it; a candidate that knows a newer "
+                                            "configuration is now judged on its log",
 }
 FRESH = [(FIRST_DRAWN + 700_000_000 + k, nodes, durability, store, None)
          for k, (nodes, durability, store) in enumerate([(3, "page_cache", "memory"), (5, "fsync", "memory"),
