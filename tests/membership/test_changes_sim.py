@@ -454,3 +454,7 @@ def test_a_voter_that_holds_a_change_of_the_term_grants_no_vote_in_that_term():
         assert node.elector.voting.vote(req).vote_result in (VoteResult.REJECT_ALREADY_HAS_LEADER,
                                                              VoteResult.REJECT_ALREADY_VOTED)
         assert member.curr_vote_for is None                      # and it persisted no vote
+        # nor again for a candidate it voted for earlier in the term (that candidate lost then; a
+        # smaller configuration made since would count the same vote toward a quorum: seed 9000146)
+        node.store.persist_term(member.curr_term, other)
+        assert node.elector.voting.vote(req).vote_result != VoteResult.ACCEPT

@@ -45,6 +45,11 @@ FOUND: dict[tuple, str] = {
                                           "with too few answers (the fourth answered late) and were held in "
                                           "term 1 for ever; a round that enough voters refused for having "
                                           "voted already now moves to the next term",
+    (9000146, 5, "fsync", "memory", None): "I1, two leaders of term 0: two members had voted for n3 in term 0, "
+                                          "which lost; the leader of term 0 then removed two members, and n3 "
+                                          "won term 0 again with the same two votes, now a quorum of three; a "
+                                          "voter holding a change of the term now refuses even a candidate it "
+                                          "voted for before",
     (8073, 3, "fsync", "memory", None): "L1, no leader after healing: a voter whose log had not reached the "
                                        "entry that made it one knew no configuration and refused every plain "
                                        "vote; a node without a configuration but with a log now votes as any "

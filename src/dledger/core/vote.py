@@ -500,12 +500,13 @@ class Voting:
             return self.answer(req, VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
                                else VoteResult.REJECT_ALREADY_VOTED)
         config = member.configuration
-        if vote is None and config is not None and config.made_in(member.curr_term):   # (the round's term)
+        if config is not None and config.made_in(member.curr_term):   # (the round's term)
             # the members changed in the round's term: its leader (which made the change) was
             # elected by a quorum of the configuration it held then, and after two changes a
             # quorum of today's need not meet that one: no second leader of the term, whoever
-            # asks (swarm seed 20092; a node that made or holds the change refuses, and every
-            # quorum of the next configuration holds one that does)
+            # asks, even a candidate this node voted for before (it lost then, and today's smaller
+            # quorum would count that vote again: seeds 20092 and 9000146); a node that made or
+            # holds the change refuses, and every quorum of the next configuration holds one
             return self.answer(req, VoteResult.REJECT_ALREADY_HAS_LEADER if member.leader_id is not None
                                else VoteResult.REJECT_ALREADY_VOTED)
         if term_gate.below(req.term, member.ledger_end_term):
