@@ -458,3 +458,31 @@ def test_a_voter_that_holds_a_change_of_the_term_grants_no_vote_in_that_term():
         # smaller configuration made since would count the same vote toward a quorum: seed 9000146)
         node.store.persist_term(member.curr_term, other)
         assert node.elector.voting.vote(req).vote_result != VoteResult.ACCEPT
+
+
+def test_a_removed_node_with_the_only_up_to_date_log_leads_until_its_removal_commits(caplog):
+    """The Raft dissertation's removed server: its newest configuration, not committed yet,
+    leaves it out, but it holds the one log the old configuration's voters can elect; it stands,
+    commits its removal and steps down, and the others go on."""
+    import logging
+    caplog.set_level(logging.INFO, logger="dledger.core.member_state")
+    with Cluster(n=3, seed=30) as c:
+        settle(c)
+        c.add_node("n3")
+        assert done(c, c.add_member("n3")).code == Code.SUCCESS
+        leader = c.leader()
+        removed = next(p for p in ("n0", "n1", "n2", "n3") if p != leader)
+        rest = [p for p in ("n0", "n1", "n2", "n3") if p not in (leader, removed)]
+        c.partition([leader, removed], rest)                # the removal reaches the removed node only
+        f = c.remove_member(removed)
+        assert c.run_until(lambda: c.members(removed)[0] == sorted(set(rest) | {leader}), 2_000)
+        c.crash(leader)
+        c.heal()
+        assert c.run_until(lambda: c.leader() in rest, 20_000)
+        assert c.members(c.leader()) == (sorted(set(rest) | {leader}), [])
+        assert any(r.getMessage().startswith(f"{removed}: LEADER -> CANDIDATE") and "(removed from the group)"
+                   in r.getMessage() for r in caplog.records)
+        assert f.done()
+        c.restart(leader)
+        acked(c, load(c, 3, "after"))
+        c.check()

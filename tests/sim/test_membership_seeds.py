@@ -50,6 +50,11 @@ FOUND: dict[tuple, str] = {
                                           "won term 0 again with the same two votes, now a quorum of three; a "
                                           "voter holding a change of the term now refuses even a candidate it "
                                           "voted for before",
+    (9000239, 3, "page_cache", "memory", None): "L1, no leader after healing: the one member with an "
+                                               "up-to-date log held an uncommitted change that removed it, so "
+                                               "it stood for nothing, and the others' logs were too short for "
+                                               "each other; a member the newest, uncommitted change leaves out "
+                                               "now stands until that change commits, then steps down",
     (8073, 3, "fsync", "memory", None): "L1, no leader after healing: a voter whose log had not reached the "
                                        "entry that made it one knew no configuration and refused every plain "
                                        "vote; a node without a configuration but with a log now votes as any "

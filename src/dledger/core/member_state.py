@@ -63,6 +63,8 @@ class RoleEvent(Enum):
     STORE_FAILED = "store failed"
     #: a leader stuck on a damaged entry steps aside (``core.damaged_tail``)
     STEP_ASIDE_DAMAGED_TAIL = "stepping aside: damaged entry"
+    #: a leader whose committed configuration leaves it out (``core.membership``)
+    REMOVED = "removed from the group"
     #: the transferee of a leadership transfer caught up and stands in the next term
     TAKE_LEADERSHIP = "taking leadership"
     #: a heartbeat of the candidate's term came from a leader
@@ -101,6 +103,7 @@ ROLE_TRANSITIONS: TransitionTable[Role, RoleEvent] = TransitionTable("role", {
         RoleEvent.HIGHER_TERM_SEEN: Role.CANDIDATE,
         RoleEvent.STORE_FAILED: Role.CANDIDATE,
         RoleEvent.STEP_ASIDE_DAMAGED_TAIL: Role.CANDIDATE,
+        RoleEvent.REMOVED: Role.CANDIDATE,
         RoleEvent.TAKE_LEADERSHIP: Role.CANDIDATE,
         **_FORCED,
     },
@@ -223,6 +226,17 @@ class MemberState:
             self.removed_in = config_index
             log.warning("%s: %s says this node is not a member of the group's configuration of entry %d (it "
                         "was removed): it stands for election no more", self.self_id, by, config_index)
+
+    def needed_until_committed(self) -> bool:
+        """Whether this node, though not a voter of its newest configuration, was one of the
+        configuration before, and the newest is not committed yet: it may still be needed to
+        elect a leader that commits it (the Raft dissertation's removed server: it may have the
+        only up-to-date log of the old configuration's members)."""
+        config = self.configuration
+        if config is None or config.index <= self.committed_index or config.is_voter(self.self_id):
+            return False
+        before = self.history.at(config.index - 1)
+        return before is not None and before.is_voter(self.self_id)
 
     def knows_removed(self) -> bool:
         return self.removed_in > self.config_index

@@ -501,8 +501,12 @@ class Node(Stepping, Reconfiguring):
             self.pusher.on_role_change(now, change)
             self._apply(now, self.handler.on_role_change(change))
             self._apply(now, self.elector.on_role_change(change))
-            if change.role is Role.LEADER and self.config.enable_fast_advance_commit_index \
-                    and self.member_state.committed_index < self.store.ledger_end_index:
+            member = self.member_state
+            if change.role is Role.LEADER and member.committed_index < self.store.ledger_end_index \
+                    and (self.config.enable_fast_advance_commit_index
+                         or member.history.uncommitted(member.committed_index)):
+                # (a change of the members left uncommitted commits only through an entry of this
+                # term: without it, a leader its own newest configuration leaves out would lead for ever)
                 self._apply(now, self.pusher.propose(now, [(None, [], MAGIC_NOOP)]))
 
     # -- repair of damaged entries (core/peer_repair.py) ---------------------------------------

@@ -122,8 +122,8 @@ class Rejoin:
         """Whether this node may run a vote round (a voter of its configuration only: a learner,
         a removed node and one that knows no configuration yet never stand)."""
         member = self.member_state
-        return not self.failed and (self.term_known or not self.recovering) and member.is_voter() \
-            and not member.knows_removed()
+        return not self.failed and (self.term_known or not self.recovering) \
+            and (member.is_voter() or member.needed_until_committed()) and not member.knows_removed()
 
     def may_vote(self, unanimous: bool) -> bool:
         """Whether this node may grant a vote in a round that is ``unanimous`` or not."""

@@ -368,6 +368,13 @@ class Stepping:
             elector.store_failed()
             self._apply(now, (StepDown(member.curr_term, RoleEvent.STORE_FAILED),))
             return
+        config = member.configuration
+        if config is not None and not config.is_voter(member.self_id) and config.index <= member.committed_index:
+            # the committed configuration leaves this leader out (it led until the change that
+            # removed it committed): the voters elect one of themselves
+            self._apply(now, (StepDown(member.curr_term, RoleEvent.REMOVED,
+                                       f"the configuration of entry {config.index} leaves it out"),))
+            return
         self._apply(now, elector.heartbeats.maintain(now))
         if member.role is Role.LEADER and self.config.preferred_leader_ids \
                 and elector.transfer.preferred_check_due(now):

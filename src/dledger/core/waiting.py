@@ -92,7 +92,7 @@ class Waiting:
                     f"until the leader's log makes it a member{tail}")
         if recovery.recovering and not recovery.term_known:
             return self._relearning() + tail
-        if member.configuration is not None and not member.is_voter():
+        if member.configuration is not None and not member.is_voter() and not member.needed_until_committed():
             what = "a learner" if member.configuration.is_learner(member.self_id) else "not a member"
             return (f"it is {what} of the configuration of entry {member.configuration.index} "
                     f"({member.configuration.describe()}): it stands for nothing; it follows the leader "
