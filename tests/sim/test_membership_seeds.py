@@ -55,6 +55,9 @@ FOUND: dict[tuple, str] = {
                                                "it stood for nothing, and the others' logs were too short for "
                                                "each other; a member the newest, uncommitted change leaves out "
                                                "now stands until that change commits, then steps down",
+    (9200035, 5, "page_cache", "file", None): "L1, no leader after healing: the one node with an up-to-date "
+                                             "log held a change made in its term and, refusing its own vote "
+                                             "there, tried that term for ever; it now stands in the next one",
     (8073, 3, "fsync", "memory", None): "L1, no leader after healing: a voter whose log had not reached the "
                                        "entry that made it one knew no configuration and refused every plain "
                                        "vote; a node without a configuration but with a log now votes as any "

@@ -291,15 +291,19 @@ class Voting:
             self.next_time_to_request_vote = now + self.vote_delay()
             return NONE
         was = member.curr_term
+        config = member.configuration
         if self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT or member.curr_vote_for == NO_MEMBER \
                 or member.known_max_term_in_group > member.curr_term \
+                or config is not None and config.made_in(member.curr_term) \
                 or (recovery.recovering and member.started_in == (member.curr_term, member.self_id)):
             # (a relearnt term carries a vote for no member: campaign above it; and a node that
             # learnt of a higher term (a follower's answer deposed it) never asks again in its
             # old one: a leader of that term is deposed by the same answer again; and a suspect
             # node that had voted for itself in its term before it stopped may have led that term
             # and lost what it appended then (a power cut in page_cache mode): winning that term
-            # again would give one index of that term two entries (seed 7300009))
+            # again would give one index of that term two entries (seed 7300009); and a node that
+            # holds a change of the members made in its term votes for nobody in it, itself
+            # included (``vote``): it can only win the next one (seed 9200035))
             term = member.next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:
