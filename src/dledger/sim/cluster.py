@@ -90,6 +90,8 @@ class Cluster(MembershipOps):
         #: nodes added with ``add_node``: they start as ``--join`` does
         self.peers = ";".join(f"{pid}-127.0.0.1:{20911 + k}" for k, pid in enumerate(self.ids))
         self.joining: set[str] = set()
+        #: the --peers of each node added with ``add_node`` (the others have ``peers``)
+        self.node_peers: dict[str, str] = {}
         #: machines gone for good (``cluster_membership``): the swarm restarts them no more
         self.retired: set[str] = set()
         #: the commit index each node was last checked at (``check_commit_quorum``)
@@ -145,7 +147,8 @@ class Cluster(MembershipOps):
     # =====================================================================================
     def config_for(self, node_id: str) -> DLedgerConfig:
         extra = {"join": True} if node_id in self.joining else {}
-        return DLedgerConfig(group="sim", self_id=node_id, peers=self.peers, store_type=self.store_type,
+        return DLedgerConfig(group="sim", self_id=node_id, peers=self.node_peers.get(node_id, self.peers),
+                             store_type=self.store_type,
                              store_base_dir=self.base_dir or "/nonexistent", **{**self.config_overrides, **extra})
 
     def _boot(self, node_id: str) -> DLedgerServer:

@@ -37,7 +37,9 @@ class MembershipOps:
         if node_id in self.ids:
             raise ValueError(f"{node_id} is already a node of this cluster")
         self.ids.append(node_id)
-        self.peers = f"{self.peers};{node_id}-{self.address_of(node_id)}"
+        # its --peers: every node so far and itself (the members it may reach); the nodes started
+        # before keep theirs, as an operator's would
+        self.node_peers[node_id] = ";".join(f"{i}-{self.address_of(i)}" for i in self.ids)
         self.joining.add(node_id)
         self.incarnation[node_id] = 0
         self._in_flight[node_id] = set()
