@@ -48,6 +48,9 @@ MS_SYNC = 4
 MADV_PAGEOUT = 21
 #: pages are released in steps of at least this many bytes (one madvise per step and segment)
 RELEASE_STEP = 4 * 1024 * 1024
+#: ranges end on this boundary: the kernel caches a file in folios of up to 2 MiB, and one that
+#: straddles a range's end is not paged out
+RELEASE_ALIGN = 2 * 1024 * 1024
 
 supported = False
 _libc = page_warmer.libc
@@ -124,7 +127,7 @@ def release_ranges(lst, behind: int, out: list) -> None:
     top = lst.max_wrote_position()
     if lst.released_where > top:            # truncated below it: start again from the end
         lst.released_where = top
-    target = (top - behind) & PAGE_MASK
+    target = (top - behind) & ~(RELEASE_ALIGN - 1)
     start = max(lst.released_where, lst.min_offset() & PAGE_MASK)
     if target - start < RELEASE_STEP:
         return

@@ -19,7 +19,8 @@ Rules it keeps (h11-style: bytes in, events out, no I/O):
 
 from __future__ import annotations
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, decode_envelope, encode_envelope
+from dledger.protocol import (MAX_FRAME_BYTES, Envelope, FrameError, decode_envelope, encode_envelope,
+                              encode_envelope_parts)
 
 PREFIX_BYTES = 4
 #: a frame with no payload: keeps an idle connection's read timeout from firing
@@ -36,6 +37,16 @@ def frame_payload(payload: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> byt
 def encode_frame(env: Envelope, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """One envelope as one frame (length prefix + ``encode_envelope``)."""
     return frame_payload(encode_envelope(env), max_frame_bytes)
+
+
+def encode_frame_parts(env: Envelope, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[list, int]:
+    """``encode_frame(env)`` as a list of buffers (the length prefix joined to the first) and
+    their total length, large values not copied (``protocol.encode_envelope_parts``)."""
+    parts, size = encode_envelope_parts(env)
+    if size > max_frame_bytes:
+        raise FrameError(f"payload of {size} bytes exceeds the frame limit {max_frame_bytes}")
+    parts[0] = size.to_bytes(PREFIX_BYTES, "big") + parts[0]
+    return parts, size + PREFIX_BYTES
 
 
 def decode_frame(data: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> Envelope:
@@ -142,4 +153,5 @@ class FrameDecoder:
         return out
 
 
-__all__ = ["KEEPALIVE", "PREFIX_BYTES", "FrameDecoder", "decode_frame", "encode_frame", "frame_payload"]
+__all__ = ["KEEPALIVE", "PREFIX_BYTES", "FrameDecoder", "decode_frame", "encode_frame", "encode_frame_parts",
+           "frame_payload"]

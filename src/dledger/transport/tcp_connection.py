@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -31,6 +32,9 @@ from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedV
 from dledger.transport.frames import KEEPALIVE, FrameDecoder
 
 log = logging.getLogger(__name__)
+
+#: buffers per ``sendmsg`` call at most (Linux's IOV_MAX)
+IOV_MAX = 1024
 
 
 @dataclass(slots=True)
@@ -65,30 +69,37 @@ class TcpOptions:
 
 
 class SendQueue:
-    """Frames waiting for a connection's writer; bounded, dropping the oldest."""
+    """Frames waiting for a connection's writer; bounded, dropping the oldest. A frame is
+    ``bytes`` or a list of buffers (``frames.encode_frame_parts``) with its size given."""
 
-    __slots__ = ("frames", "bytes", "max_frames", "max_bytes", "dropped", "ready")
+    __slots__ = ("frames", "sizes", "bytes", "max_frames", "max_bytes", "dropped", "ready")
 
     def __init__(self, max_frames: int, max_bytes: int) -> None:
-        self.frames: deque[bytes] = deque()
+        self.frames: deque = deque()
+        self.sizes: deque[int] = deque()
         self.bytes = 0
         self.max_frames = max_frames
         self.max_bytes = max_bytes
         self.dropped = 0
         self.ready = asyncio.Event()
 
-    def put(self, frame: bytes) -> None:
-        frames = self.frames
-        while frames and (len(frames) >= self.max_frames or self.bytes + len(frame) > self.max_bytes):
-            self.bytes -= len(frames.popleft())
+    def put(self, frame, size: int | None = None) -> None:
+        if size is None:
+            size = len(frame)
+        frames, sizes = self.frames, self.sizes
+        while frames and (len(frames) >= self.max_frames or self.bytes + size > self.max_bytes):
+            frames.popleft()
+            self.bytes -= sizes.popleft()
             self.dropped += 1
         frames.append(frame)
-        self.bytes += len(frame)
+        sizes.append(size)
+        self.bytes += size
         self.ready.set()
 
-    def take_all(self) -> list[bytes]:
+    def take_all(self) -> list:
         out = list(self.frames)
         self.frames.clear()
+        self.sizes.clear()
         self.bytes = 0
         self.ready.clear()
         return out
@@ -142,6 +153,11 @@ class Connection:
         self._tasks: list[asyncio.Task] = []
         self._last_read = self._last_write = 0.0
         self._drain_since: float | None = None
+        #: the plain socket under the transport, for vectored writes (None: write through the
+        #: transport, e.g. TLS); asyncio's selector transport keeps it as ``_sock``
+        sock = getattr(writer.transport, "_sock", None)
+        self._sock = sock if isinstance(sock, socket.socket) and writer.get_extra_info("sslcontext") is None \
+            else None
 
     async def run(self) -> str:
         """Serve until closed; returns why it closed."""
@@ -219,16 +235,54 @@ class Connection:
                 frames = queue.take_all()
                 if not frames:
                     continue
-                if len(frames) == 1:
-                    writer.write(frames[0])
-                else:
-                    writer.writelines(frames)
+                bufs: list = []
+                for frame in frames:
+                    if type(frame) is bytes:
+                        bufs.append(frame)
+                    else:
+                        bufs.extend(frame)
+                self._write(bufs)
                 self._last_write = loop.time()
                 self._drain_since = self._last_write
                 await writer.drain()
                 self._drain_since = None
         except (ConnectionError, OSError) as exc:
             self._fail(f"write failed: {exc!r}")
+
+    def _write(self, bufs: list) -> None:
+        """Hand ``bufs`` to the socket: with nothing waiting in the transport's buffer, straight
+        to the socket with vectored sends (each buffer copied once, into the socket), and
+        whatever the socket does not take then to the transport, which sends it when the
+        socket has room (as ``transport.write`` itself does with a first write); else, and on
+        a transport without a plain socket (TLS), through the transport."""
+        sock, transport = self._sock, self.writer.transport
+        if sock is not None and not transport.get_write_buffer_size() and not transport.is_closing():
+            k = 0
+            while k < len(bufs):
+                batch = bufs[k:k + IOV_MAX]
+                try:
+                    sent = sock.sendmsg(batch)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                whole = 0
+                for buf in batch:                       # skip what the socket took
+                    n = len(buf)
+                    if sent < n:
+                        break
+                    sent -= n
+                    whole += 1
+                k += whole
+                if whole < len(batch):
+                    if sent:
+                        bufs[k] = memoryview(bufs[k])[sent:]
+                    break
+            bufs = bufs[k:]
+            if not bufs:
+                return
+        if len(bufs) == 1:
+            self.writer.write(bufs[0])
+        else:
+            self.writer.writelines(bufs)
 
     async def _watchdog(self) -> None:
         o = self.options
