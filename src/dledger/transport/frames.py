@@ -87,6 +87,13 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
+    def take_buffered(self) -> bytes:
+        """The bytes held for frames not yet taken out, removed from this decoder (a reader
+        that goes on with a buffer of its own starts with them)."""
+        out = bytes(self._buf)
+        self._buf = bytearray()
+        return out
+
     def _scan(self, data, limit: int | None, emit) -> int:
         """Call ``emit(view)`` with each complete frame's payload (a memoryview valid only
         during the call), at most ``limit`` of them; keep the rest; return how many."""

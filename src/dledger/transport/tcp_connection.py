@@ -16,6 +16,10 @@ What it guarantees:
 - a malformed or oversized frame closes this connection only (``FrameError``); a request of
   another wire version is first answered UNSUPPORTED (``on_unsupported``); frames that
   were whole before it were delivered, the partial one never is.
+- on a plain socket the bytes are copied as few times as the kernel allows: frames are read
+  straight into a buffer the connection owns (``frame_reader.FrameReader``, ``recv_into``) and
+  decoded there, and written with vectored sends, large values not copied on the way
+  (``frames.encode_frame_parts``). A TLS connection reads and writes through asyncio's stream.
 Everything runs on the event loop's thread.
 """
 
@@ -28,7 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion
+from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion, decode_envelope
+from dledger.transport.frame_reader import FrameReader
 from dledger.transport.frames import KEEPALIVE, FrameDecoder
 
 log = logging.getLogger(__name__)
@@ -153,6 +158,8 @@ class Connection:
         self._tasks: list[asyncio.Task] = []
         self._last_read = self._last_write = 0.0
         self._drain_since: float | None = None
+        #: the ``FrameReader`` once a plain socket's reading went over to it
+        self.frame_reader: FrameReader | None = None
         #: the plain socket under the transport, for vectored writes (None: write through the
         #: transport, e.g. TLS); asyncio's selector transport keeps it as ``_sock``
         sock = getattr(writer.transport, "_sock", None)
@@ -163,7 +170,7 @@ class Connection:
         """Serve until closed; returns why it closed."""
         loop = asyncio.get_running_loop()
         self._last_read = self._last_write = loop.time()
-        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop()),
+        self._tasks = [loop.create_task(self._reader_for_socket()), loop.create_task(self._write_loop()),
                        loop.create_task(self._watchdog())]
         try:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -194,6 +201,58 @@ class Connection:
     def _fail(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
+
+    def _reader_for_socket(self):
+        """The coroutine that reads this connection: frames straight into a buffer of its own
+        (``frame_reader``) on a plain socket, asyncio's stream otherwise (TLS)."""
+        if self._sock is not None and isinstance(getattr(self.reader, "_buffer", None), bytearray):
+            return self._read_frames()
+        return self._read_loop()
+
+    async def _read_frames(self) -> None:
+        loop = asyncio.get_running_loop()
+        transport = self.writer.transport
+        stream_buffer = self.reader._buffer            # what the stream read past the handshake
+        pending = self.decoder.take_buffered() + bytes(stream_buffer)
+        stream_buffer.clear()
+
+        def touch() -> None:
+            self._last_read = loop.time()
+
+        reader = FrameReader(self.options.max_frame_bytes, self._on_payload, self._read_failed, touch,
+                             transport.get_protocol(), pending)
+        transport.set_protocol(reader)
+        reader.connection_made(transport)
+        if not transport.is_reading():
+            transport.resume_reading()
+        reader.parse()                                 # frames that came with the handshake
+        self.frame_reader = reader
+        ended = await reader.done
+        if ended is None:
+            self._fail("the peer closed the connection")
+        elif isinstance(ended, (ConnectionError, OSError)):
+            self._fail(f"read failed: {ended!r}")
+
+    def _on_payload(self, payload) -> None:
+        env = decode_envelope(payload)
+        if not self.closed:
+            self.on_envelope(env)
+
+    def _read_failed(self, exc: BaseException) -> None:
+        """Why reading ended, said as the stream reader says it (``_read_loop``)."""
+        if isinstance(exc, FrameError):
+            log.warning("%s: bad frame, closing the connection: %s", self.name, exc)
+            if isinstance(exc, UnsupportedVersion) and exc.answer is not None and self.on_unsupported is not None:
+                self.on_unsupported(exc)
+            self._fail(f"bad frame: {exc}")
+        elif isinstance(exc, ProtocolViolation):
+            log.warning("%s: closing the connection: %s", self.name, exc)
+            self._fail(str(exc))
+        elif isinstance(exc, (ConnectionError, OSError)):
+            self._fail(f"read failed: {exc!r}")
+        else:                           # a bug, not the peer: say so, with the stack
+            log.error("%s: closing the connection after an internal error", self.name, exc_info=exc)
+            self._fail(f"internal error: {exc!r}")
 
     async def _read_loop(self) -> None:
         o = self.options
