@@ -71,7 +71,7 @@ def test_a_frame_larger_than_the_buffer_arrives_whole():
 def test_a_declared_length_over_the_limit_fails_before_any_room_is_made():
     reader, got, errors = run_reader((1 << 30).to_bytes(4, "big") + b"x" * 10, [14], max_frame_bytes=1 << 20)
     assert got == [] and len(errors) == 1 and isinstance(errors[0], FrameError)
-    assert reader.transport.closed and len(reader._buf) == frame_reader.BUFFER_BYTES
+    assert reader.transport.closed and len(reader._buf) == frame_reader.INITIAL_BYTES
 
 
 def test_a_payload_the_callee_refuses_ends_reading_after_the_frames_before_it():
@@ -84,3 +84,10 @@ def test_a_partial_frame_is_moved_to_the_start_when_the_free_end_runs_short():
     envs = [push(k, 200_000) for k in range(12)]                 # 2.4 MB through a 1 MiB buffer
     reader, got, errors = run_reader(b"".join(encode_frame(e) for e in envs), [150_001] * 40)
     assert errors == [] and got == envs
+    assert 4 * 200_000 <= len(reader._buf) <= frame_reader.BUFFER_BYTES      # grown from 64 KiB
+
+
+def test_small_frames_keep_the_buffer_small():
+    envs = [push(k, 100) for k in range(2_000)]
+    reader, got, errors = run_reader(b"".join(encode_frame(e) for e in envs), [1_000] * 400)
+    assert errors == [] and got == envs and len(reader._buf) == frame_reader.INITIAL_BYTES

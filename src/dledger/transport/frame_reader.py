@@ -11,9 +11,10 @@ read allocated and freed a fresh block of that size.
 Rules it keeps (those of ``frames.FrameDecoder``):
 - a frame's declared length is checked against ``max_frame_bytes`` as soon as its prefix is
   whole, before any room is made for it; a frame of length 0 is a keepalive;
-- the buffer holds what was received and not yet decoded: at most one partial frame. A frame
-  larger than the buffer gets a buffer of its own size, into which the part already received
-  is moved once; otherwise a partial frame is moved to the start when the free end runs short;
+- the buffer holds what was received and not yet decoded: at most one partial frame. It starts
+  at 64 KiB and grows up to 1 MiB while it runs more than half full; a frame larger than the
+  buffer gets a buffer of its own size, into which the part already received is moved once;
+  otherwise a partial frame is moved to the start when the free end runs short;
 - ``on_payload(view)`` gets each payload as a memoryview of the buffer, valid only during the
   call (the buffer's bytes are reused afterwards): the callee decodes it or copies it;
 - the first error (a bad frame, a payload the callee refuses, a bug in the callee) ends
@@ -31,9 +32,13 @@ from typing import Callable
 from dledger.protocol import FrameError
 from dledger.transport.frames import PREFIX_BYTES
 
-#: the buffer's size, and the least free room a read is offered before the buffer is compacted
+#: a connection's buffer starts at INITIAL_BYTES and grows, up to BUFFER_BYTES (or one frame),
+#: while what it must hold passes half of it: to twice its size or four times what it must hold
+#: (a busy connection reads up to 1 MiB at a time; an idle one, of the many that many groups
+#: open, holds 64 KiB); a read is offered at least MIN_FREE bytes
+INITIAL_BYTES = 64 * 1024
 BUFFER_BYTES = 1024 * 1024
-MIN_FREE = 64 * 1024
+MIN_FREE = 16 * 1024
 
 
 class FrameReader(asyncio.BufferedProtocol):
@@ -49,7 +54,7 @@ class FrameReader(asyncio.BufferedProtocol):
         self.keepalives = self.frames = 0
         #: set once reading has ended: None (the peer closed), or the exception that ended it
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._buf = bytearray(max(BUFFER_BYTES, len(initial)))
+        self._buf = bytearray(max(INITIAL_BYTES, len(initial)))
         self._start = 0
         self._end = len(initial)
         self._buf[:self._end] = initial
@@ -63,7 +68,9 @@ class FrameReader(asyncio.BufferedProtocol):
         if pending >= PREFIX_BYTES:
             need = max(need, PREFIX_BYTES + int.from_bytes(buf[start:start + PREFIX_BYTES], "big") - pending)
         if len(buf) - end < need:
-            size = max(BUFFER_BYTES, pending + need)
+            size = len(buf)
+            if pending + need > size // 2:       # room for several frames of this size
+                size = max(min(max(2 * size, 4 * (pending + need)), BUFFER_BYTES), pending + need)
             if size > len(buf):
                 fresh = bytearray(size)
                 fresh[:pending] = memoryview(buf)[start:end]
@@ -144,4 +151,4 @@ class FrameReader(asyncio.BufferedProtocol):
             self.stream_protocol.resume_writing()
 
 
-__all__ = ["BUFFER_BYTES", "FrameReader"]
+__all__ = ["BUFFER_BYTES", "INITIAL_BYTES", "FrameReader"]
