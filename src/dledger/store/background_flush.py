@@ -22,8 +22,8 @@ out (``madvise(MADV_PAGEOUT)``) the ranges the store named, which lie behind its
 ``StoreOptions.release_pages_behind`` and were synced by this job or an earlier one. Without it
 the page cache grows by every byte appended, and every new page is memory the kernel has not
 handed out for a while: on a virtual machine that returns free memory to its host (free page
-reporting), the first touch of such a page costs a host fault, measured here at 1.2-2 s of
-system time per GiB written against 0.16 s when the pages reuse memory just freed
+reporting), the first touch of such a page costs a host fault, measured here at 1.2-1.9 s of
+system time per GiB populated against 0.12-0.16 s when the pages reuse memory just freed
 (docs/benchmarks.md). Paging out never changes content: a page still dirty is written back
 first, and a later read faults it in from the file; on a mapping that was closed meanwhile (its
 address reused) the call can only push memory out, never discard it. A kernel without

@@ -227,6 +227,9 @@ class Connection:
             transport.resume_reading()
         reader.parse()                                 # frames that came with the handshake
         self.frame_reader = reader
+        if self.reader.at_eof() or transport.is_closing():   # the peer closed meanwhile
+            self._fail("the peer closed the connection")
+            return
         ended = await reader.done
         if ended is None:
             self._fail("the peer closed the connection")
