@@ -519,79 +519,20 @@ class Envelope:
     msg: Any
 
 
-def encode_envelope(env: Envelope) -> bytes:
-    msg = env.msg
+def wire_values(msg: Any) -> tuple[int, list]:
+    """``msg``'s wire tag and its field values in wire order (``TypeError`` for anything that
+    is not a protocol message): what ``encode_envelope`` packs after the envelope's header."""
     tag = _TAG_OF.get(type(msg))
     if tag is None:
         raise TypeError(f"not a protocol message: {type(msg).__name__}")
-    values = [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
+    return tag, [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    tag, values = wire_values(env.msg)
     body = msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
                          use_bin_type=True)
     return body + crc32(body).to_bytes(CRC_BYTES, "big")
-
-
-#: a bytes value at least this long is sent as it is by ``encode_envelope_parts`` (not copied);
-#: at least 256, so that its msgpack header is bin16 or bin32
-BIG_VALUE_BYTES = 4096
-
-
-def encode_envelope_parts(env: Envelope) -> tuple[list, int]:
-    """``encode_envelope(env)`` as a list of buffers and their total length: the same bytes,
-    but every bytes value of ``BIG_VALUE_BYTES`` or more (a push's records, an append's body,
-    the bodies of a batch) is a buffer of its own, the value itself rather than a copy, so that
-    a vectored write (``socket.sendmsg``) copies it only into the socket. The CRC-32 trailer
-    is computed over the parts in turn."""
-    msg = env.msg
-    tag = _TAG_OF.get(type(msg))
-    if tag is None:
-        raise TypeError(f"not a protocol message: {type(msg).__name__}")
-    values = [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
-    if not any((type(v) is bytes and len(v) >= BIG_VALUE_BYTES)
-               or (type(v) is list and any(type(x) is bytes and len(x) >= BIG_VALUE_BYTES for x in v))
-               for v in values):
-        body = msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
-                             use_bin_type=True)
-        return [body, crc32(body).to_bytes(CRC_BYTES, "big")], len(body) + CRC_BYTES
-    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
-    packer.pack_array_header(7)
-    for item in (WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag):
-        packer.pack(item)
-    packer.pack_array_header(len(values))
-    parts: list = []
-    crc = total = 0
-
-    def cut(extra: bytes = b"") -> None:
-        nonlocal crc, total
-        head = packer.bytes() + extra
-        packer.reset()
-        if head:
-            parts.append(head)
-            crc = crc32(head, crc)
-            total += len(head)
-
-    def big(value) -> None:
-        nonlocal crc, total
-        n = len(value)
-        cut((b"\xc5" + n.to_bytes(2, "big")) if n < 0x10000 else (b"\xc6" + n.to_bytes(4, "big")))
-        parts.append(value)
-        crc = crc32(value, crc)
-        total += len(value)
-
-    for value in values:
-        if type(value) is bytes and len(value) >= BIG_VALUE_BYTES:
-            big(value)
-        elif type(value) is list and any(type(x) is bytes and len(x) >= BIG_VALUE_BYTES for x in value):
-            packer.pack_array_header(len(value))
-            for x in value:
-                if type(x) is bytes and len(x) >= BIG_VALUE_BYTES:
-                    big(x)
-                else:
-                    packer.pack(x)
-        else:
-            packer.pack(value)
-    cut()
-    parts.append(crc.to_bytes(CRC_BYTES, "big"))
-    return parts, total + CRC_BYTES
 
 
 #: request code -> the response class of that code

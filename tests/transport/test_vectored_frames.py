@@ -7,9 +7,8 @@ import socket
 
 import pytest
 
-from dledger.protocol import (BIG_VALUE_BYTES, MESSAGE_TYPES, AppendEntryRequest, BatchAppendEntryRequest,
-                              Envelope, PushEntryRequest)
-from dledger.transport.frames import FrameDecoder, encode_frame, encode_frame_parts
+from dledger.protocol import MESSAGE_TYPES, AppendEntryRequest, BatchAppendEntryRequest, Envelope, PushEntryRequest
+from dledger.transport.frames import BIG_VALUE_BYTES, FrameDecoder, encode_frame, encode_frame_parts
 from dledger.transport.tcp_connection import Connection, SendQueue, TcpOptions
 
 
