@@ -2,6 +2,7 @@
 
     python benchmarks/bench_broker.py [--engine processes|inproc|both] [--seconds S] [--rate R]
                                       [--messages N] [--producers K] [--window W] [--no-dispatch]
+                                      [--payload 128,1024] [--json]
 
 ``--engine processes`` (the default; the shape of production): three node processes on
 loopback TCP (``python -m dledger.bench.node --broker``: a ``DLedgerServer`` wrapped in a
@@ -13,7 +14,10 @@ process. For each body size (128 B, 1 KiB) and load it prints PUT_OK messages/s,
 latency (call to answer, p50/p99), the dispatch lag over every message on every replica (store
 timestamp stamped by the append hook to the end of the dispatch batch that wrote the
 consume-queue unit; p50/p99 as the upper bound of the histogram bucket) and the CPU time each
-process spent per message (leader, followers).
+process spent per message (leader, followers). ``--json``: one JSON object per row instead of
+the table (``payload``, ``load``, ``messages_per_s``, ``p50_ms``, ``p99_ms``, ``lag_p50_ms``,
+``lag_p99_ms``, as ``bench_tcp_cluster.py`` names its figures, and ``cpu_us_per_message`` per
+node, the leader's id prefixed ``L:``), after one object describing the run.
 
 ``--engine inproc``: the three nodes in this one process (asyncio runtime, in-process
 transport), ``put_message_async`` from K threads each keeping W puts in flight and
@@ -31,6 +35,7 @@ store without a client protocol in front of it. ``bench_broker.py --protocol own
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -166,13 +171,13 @@ def wait_dispatched(cluster: ProcessCluster, timeout_s: float = 60.0) -> dict[st
         time.sleep(0.05)
 
 
-def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH, window: int = 16) -> list[list]:
-    """One 3-process group: a saturation run then a fixed-rate run; one row each."""
+def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH, window: int = 16) -> list[dict]:
+    """One 3-process group: a saturation run then a fixed-rate run; one row (a dict) each."""
     rows = []
     with ProcessCluster(dledger_node_argv("page_cache", heart_beat_leak=10, extra=["--broker"])) as cluster:
         leader = cluster.wait_leader()
         runs = (("saturation", {"rate": None, "batch": batch, "window": window, "seconds": seconds}),
-                (f"{rate:,.0f}/s", {"rate": rate, "batch": 1, "window": 1, "seconds": max(2.0, seconds / 2)}))
+                ("rate", {"rate": rate, "batch": 1, "window": 1, "seconds": max(2.0, seconds / 2)}))
         for load, params in runs:
             for i in cluster.alive():
                 cluster.ask(i, {"op": "stats", "reset": True})
@@ -184,12 +189,23 @@ def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH,
             cpu1 = cluster.cpu_seconds()
             lag = merged([s["lag_ms"] for s in stats.values()])
             per_msg = {i: (cpu1[i] - cpu0[i]) / max(1, s["dispatched"]) * 1e6 for i, s in stats.items() if i in cpu1}
-            followers = [v for i, v in per_msg.items() if i != leader]
-            rows.append([load, f"{payload} B", f"{res['committed_per_s']:,.0f}", f"{res['p50_ms']:.1f}",
-                         f"{res['p99_ms']:.1f}", _fmt(lag_percentile(lag, 0.5)), _fmt(lag_percentile(lag, 0.99)),
-                         f"{per_msg.get(leader, 0):.0f}", "/".join(f"{v:.0f}" for v in followers),
-                         res["failures"] + (0 if res.get("still_leader", True) else 1)])
+            rows.append({"payload": payload, "load": load, "rate": params["rate"],
+                         "messages_per_s": round(res["committed_per_s"], 1), "p50_ms": res["p50_ms"],
+                         "p99_ms": res["p99_ms"], "lag_p50_ms": lag_percentile(lag, 0.5),
+                         "lag_p99_ms": lag_percentile(lag, 0.99),
+                         "cpu_us_per_message": {("L:" if i == leader else "") + i: round(v, 1)
+                                                for i, v in per_msg.items()},
+                         "not_ok": res["failures"] + (0 if res.get("still_leader", True) else 1)})
     return rows
+
+
+def process_table_row(r: dict) -> list:
+    cpu = r["cpu_us_per_message"]
+    leader = next((v for k, v in cpu.items() if k.startswith("L:")), 0)
+    followers = [v for k, v in cpu.items() if not k.startswith("L:")]
+    return ["saturation" if r["load"] == "saturation" else f"{r['rate']:,.0f}/s", f"{r['payload']} B",
+            f"{r['messages_per_s']:,.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}", _fmt(r["lag_p50_ms"]),
+            _fmt(r["lag_p99_ms"]), f"{leader:.0f}", "/".join(f"{v:.0f}" for v in followers), r["not_ok"]]
 
 
 def main(argv=None) -> None:
@@ -212,27 +228,48 @@ def main(argv=None) -> None:
     ap.add_argument("--window", type=int, default=256, help="inproc: messages in flight per producer (default 256)")
     ap.add_argument("--no-dispatch", action="store_true",
                     help="inproc: leave the reput service idle (the put path alone; lag columns empty)")
+    ap.add_argument("--payload", default="128,1024", help="body sizes in bytes, comma-separated (default 128,1024)")
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON object per row on stdout (keys as bench_tcp_cluster.py's: payload, load, "
+                         "messages_per_s, p50_ms, p99_ms, lag_p99_ms, ...), after one with the run's machine")
     args = ap.parse_args(argv)
-    print(f"machine: {machine()}\ncommand: {command()}")
+    sizes = [int(x) for x in args.payload.split(",") if x.strip()]
+    if args.json:
+        print(json.dumps({"run": {"machine": machine(), "command": command()}}), flush=True)
+    else:
+        print(f"machine: {machine()}\ncommand: {command()}")
     if args.engine in ("processes", "both"):
         rows = []
-        for size in (128, 1024):
+        for size in sizes:
             rows.extend(run_processes(size, args.seconds, args.rate))
-        print_table("3 broker processes on loopback TCP: PUT_OK messages/s, put latency (ms), dispatch lag "
-                    "(ms, every replica), CPU per message (us)",
-                    ["load", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "CPU leader",
-                     "CPU followers", "not OK"], rows)
+        if args.json:
+            for r in rows:
+                print(json.dumps({"engine": "processes", **r}), flush=True)
+        else:
+            print_table("3 broker processes on loopback TCP: PUT_OK messages/s, put latency (ms), dispatch lag "
+                        "(ms, every replica), CPU per message (us)",
+                        ["load", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "CPU leader",
+                         "CPU followers", "not OK"], [process_table_row(r) for r in rows])
     if args.engine in ("inproc", "both"):
         rows = []
-        for size in (128, 1024):
+        for size in sizes:
             for batched in (False, True):
                 r = run(args.messages, size, args.producers, args.window, batched, not args.no_dispatch)
+                if args.json:
+                    print(json.dumps({"engine": "inproc", "payload": size,
+                                      "load": "put_messages" if batched else "put_message",
+                                      "messages_per_s": round(r["rate"], 1), "p50_ms": r["p50"], "p99_ms": r["p99"],
+                                      "lag_p50_ms": r["lag50"], "lag_p99_ms": r["lag99"],
+                                      "not_ok": r["failures"], "dispatched": r["dispatched"],
+                                      "expected": r["expected"]}), flush=True)
+                    continue
                 rows.append([f"put_messages ({BATCH} per call)" if batched else "put_message", f"{size} B",
                              f"{r['rate']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", _fmt(r["lag50"]),
                              _fmt(r["lag99"]), r["failures"], f"{r['dispatched']}/{r['expected']}"])
-        print_table("3 replicas in one process: PUT_OK messages/s, put latency (ms) and dispatch lag (ms)",
-                    ["mode", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "not OK",
-                     "dispatched"], rows)
+        if not args.json:
+            print_table("3 replicas in one process: PUT_OK messages/s, put latency (ms) and dispatch lag (ms)",
+                        ["mode", "body", "messages/s", "put p50", "put p99", "lag p50", "lag p99", "not OK",
+                         "dispatched"], rows)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ Examples:
     python benchmarks/bench_tcp_cluster.py --vs-pysyncobj --failover
     python benchmarks/bench_tcp_cluster.py --payload 128 --mode page_cache --vs-pysyncobj --json
     python benchmarks/bench_tcp_cluster.py --payload 16384 --via embedded,client --seconds 10
+    python benchmarks/bench_tcp_cluster.py --payload 1048576 --load saturation   # 1 MiB entries, MB/s = x1.05
 
 Progress goes to stderr; the table (or ``--json``: one object per configuration with
 ``payload``, ``mode``, ``committed_per_s``, ``p50_ms``, ``p99_ms`` and, with

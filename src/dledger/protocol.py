@@ -569,12 +569,17 @@ class Envelope:
     msg: Any
 
 
-def encode_envelope(env: Envelope) -> bytes:
-    msg = env.msg
+def wire_values(msg: Any) -> tuple[int, list]:
+    """``msg``'s wire tag and its field values in wire order (``TypeError`` for anything that
+    is not a protocol message): what ``encode_envelope`` packs after the envelope's header."""
     tag = _TAG_OF.get(type(msg))
     if tag is None:
         raise TypeError(f"not a protocol message: {type(msg).__name__}")
-    values = [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
+    return tag, [getattr(msg, name) for name, _check in _SCHEMA[type(msg)]]
+
+
+def encode_envelope(env: Envelope) -> bytes:
+    tag, values = wire_values(env.msg)
     body = msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
                          use_bin_type=True)
     return body + crc32(body).to_bytes(CRC_BYTES, "big")

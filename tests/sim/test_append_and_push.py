@@ -105,16 +105,34 @@ def test_a_lagging_follower_is_fed_no_faster_than_its_byte_quota():
                  mapped_file_size_for_entry_data=8 << 20, mapped_file_size_for_entry_index=32 * 8192) as c:
         c.crash("n1")
         body = bytes(952)                      # 1,000-byte records
-        futures = [c.servers["n0"].batch_append([body] * 100) for _ in range(30)]
+        # 6 MB behind: far more than a full push window (8 pushes of 256 KiB), which is how far
+        # a follower that keeps up may lag without being held to the quota
+        futures = [c.servers["n0"].batch_append([body] * 100) for _ in range(60)]
         c.run_for(10)
         c.restart("n1")
         assert c.run_until(lambda: c.servers["n1"].store.ledger_end_index >= 0, 2_000)
         start = c.now_ms
         c.run_for(3_000)
         fed = c.servers["n1"].store.ledger_end_index
-        # about 200 KB/s (pushes of up to 256 KB) while it lags more than 1000 entries
+        # about 200 KB/s (pushes of up to 256 KB) while it lags more than 1000 entries and a window
         assert 3 * 200 <= fed <= 4 * 262 + 1, (fed, c.now_ms - start)
-        assert c.run_until(lambda: all(f.done() for f in futures), 20_000)
+        assert c.run_until(lambda: all(f.done() for f in futures), 30_000)
         assert all(f.result().ok for f in futures)
-        assert c.servers["n1"].store.ledger_end_index == 2_999
+        assert c.servers["n1"].store.ledger_end_index == 5_999
+        c.check()
+
+
+def test_a_follower_thousands_of_small_entries_behind_within_a_push_window_is_not_held_to_the_quota():
+    with Cluster(n=2, seed=7, leader="n0", peer_push_quota=10_000, max_wait_ack_time_ms=60_000,
+                 strict_history=False) as c:
+        assert c.run_until(lambda: c.leader() == "n0", 5_000)
+        # 4,000 entries of 176-byte records at once: 4,000 behind, but 700 KB, under the 2 MiB a
+        # full push window holds; held to the 10 KB/s quota they would go one push (256 KiB) a
+        # second, three seconds for them all
+        futures = [c.servers["n0"].batch_append([bytes([k % 251]) * 128] * 250) for k in range(16)]
+        start = c.now_ms
+        assert c.run_until(lambda: all(f.done() for f in futures), 5_000)
+        assert all(f.result().ok for f in futures) and c.now_ms - start < 500, c.now_ms - start
+        assert c.run_until(lambda: c.servers["n1"].store.ledger_end_index == c.servers["n0"].store.ledger_end_index,
+                           5_000)
         c.check()

@@ -14,8 +14,12 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
 - APPEND keeps up to ``max_push_in_flight`` pushes in flight (pipelining); each carries
   whatever is pending, as the encoded records from ``store.get_raw_range`` (up to
   ``max_batch_append_size`` bytes); an unanswered push is resent from the follower's match
-  index after ``max_push_timeout_ms``; a follower lagging more than 1000 entries gets at most
-  ``peer_push_quota`` bytes per second; when idle, a COMMIT push forwards the commit index.
+  index after ``max_push_timeout_ms``; a follower lagging more than 1000 entries and more
+  bytes than a full push window holds (``max_push_in_flight`` x ``max_batch_append_size``, at
+  least Java's ``peerPushThrottlePoint`` of 300 KiB; the bytes are estimated from the records
+  of the push at hand) gets at most ``peer_push_quota`` bytes per second: one that keeps up
+  under load lags by what the pipeline holds, and is not throttled; when idle, a COMMIT push
+  forwards the commit index.
 
 A follower that needs an entry at or below this leader's before-begin index (retention or a
 reset removed it here) is brought forward by the installs instead (INSTALL_SNAPSHOT,
@@ -71,6 +75,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LAG_FOR_QUOTA = 1000
+#: ... and more bytes than a full push window, at least this many (Java DLedger's
+#: ``peerPushThrottlePoint``): small entries in flight through the pipeline lag by thousands
+#: without the follower falling behind
+LAG_BYTES_FOR_QUOTA = 300 * 1024
 
 
 class _ControlSent(NamedTuple):
@@ -125,6 +133,9 @@ class EntryPusher:
         #: bringing forward a follower behind this leader's begin (core.install_dispatch)
         self.installs = InstallDispatch(member_state, store, config, snapshots)
         self.pending: dict[int, deque[Pending]] = {}
+        #: a follower further behind than this (and LAG_FOR_QUOTA entries) is held to the quota
+        self._lag_bytes_for_quota = max(LAG_BYTES_FOR_QUOTA,
+                                        config.max_push_in_flight * config.max_batch_append_size)
 
     # =====================================================================================
     # roles
@@ -413,9 +424,6 @@ class EntryPusher:
                 pr.behind_begin()
                 out.extend(self.installs.dispatch(now, pr, term))
                 return
-            lagging = end - pr.next > LAG_FOR_QUOTA
-            if lagging and pr.quota_spent(now, cfg.peer_push_quota):
-                return
             first = pr.next
             try:
                 raw, count, last_term, pre_term = self.ranges.read(first)
@@ -424,7 +432,10 @@ class EntryPusher:
                             pr.peer, exc)
                 pr.pause_until(now + cfg.max_push_timeout_ms)
                 return
-            if lagging:
+            behind = end - first
+            if behind > LAG_FOR_QUOTA and (behind + 1) * len(raw) > self._lag_bytes_for_quota * count:
+                if pr.quota_spent(now, cfg.peer_push_quota):
+                    return
                 pr.charge_quota(len(raw))
             req = self._request(pr, PushEntryType.APPEND, entries=raw, first_entry_index=first, count=count,
                                 last_entry_term=last_term, pre_log_index=first - 1, pre_log_term=pre_term)

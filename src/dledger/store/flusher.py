@@ -67,6 +67,8 @@ class Flusher:
         self.background_flush = (options.background_flush and options.durability is PAGE_CACHE
                                  and bg_flush.supported)
         self.flush_job: bg_flush.FlushJob | None = None
+        #: page out synced pages this far behind each list's end (see ``background_flush.py``)
+        self.release_pages_behind = options.release_pages_behind
         self.last_flush_ms: float | None = None
         self.last_checkpoint_ms: float | None = None
         #: writes a checkpoint to the checkpoint file (raises ``OSError``); the one place that
@@ -153,6 +155,8 @@ class Flusher:
         if not ranges and not checkpoint:
             return True
         self.flush_job = bg_flush.FlushJob(ranges, st.ledger_end_index, st.cut_epoch, checkpoint)
+        for lst in (st.data_list, st.index_list):
+            bg_flush.release_ranges(lst, self.release_pages_behind, self.flush_job.release)
         bg_flush.submit(self.flush_job)
         return True
 

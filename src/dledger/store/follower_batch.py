@@ -10,8 +10,8 @@ entry's nor above the leader's, the body CRC (when not 0), and the position: the
 ``pos`` must be exactly where this follower would place it, given segments of ``file_size``
 bytes and the same blank-padding rule as the leader. That keeps replicas byte-identical.
 
-Two ways to the same answer. A batch of same-size records with every CRC set, all landing in
-one segment, is checked column by column: one ``iter_unpack`` splits it into header fields
+Two ways to the same answer. A batch of same-size records under ``COLUMNS_BELOW`` bytes with
+every CRC set, all landing in one segment, is checked column by column: one ``iter_unpack`` splits it into header fields
 and bodies, and each check compares whole columns, so no Python bytecode runs per record.
 Anything else (or any failed check) goes through the record loop, which also produces the
 precise error. Both must agree; the tests run batches through both.
@@ -61,11 +61,18 @@ def plan_follower_batch(view: memoryview, *, expect_index: int, last_term: int, 
     """
     if not len(view):
         return EMPTY_PLAN
-    plan = plan_by_columns(view, expect_index, last_term, leader_term, next_pos, file_size, max_entry_size)
+    plan = None
+    if len(view) < 8 or _SIZE_FIELD.unpack_from(view, 4)[0] < COLUMNS_BELOW:
+        plan = plan_by_columns(view, expect_index, last_term, leader_term, next_pos, file_size, max_entry_size)
     if plan is None:
         plan = plan_by_record(view, expect_index, last_term, leader_term, next_pos, file_size, max_entry_size)
     return plan
 
+
+#: records this large or larger go through the record loop: the columns would copy out every
+#: body to check its CRC, where the loop checks it in place (a copy of 16 KiB costs more than
+#: the loop's bytecode for one record)
+COLUMNS_BELOW = 2048
 
 _UNIFORM_CACHE: dict[int, struct.Struct] = {}
 

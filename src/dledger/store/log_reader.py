@@ -159,7 +159,7 @@ class LogReader:
             # following index units read in one slice per index segment.
             upos = (begin_index + 1) * INDEX_UNIT_SIZE
             most = min(end - begin_index, max(0, max_bytes - nbytes) // BODY_OFFSET)
-            more = self._units_from(upos, most)
+            more = self._units_within(upos, most, max_bytes - nbytes, first_unit.size)
             if more:
                 _m, poss, sizes, _i, _t = zip(*more)
                 # ends[k]: where unit k must start to follow on; ends[k + 1] - pos: bytes through it
@@ -185,6 +185,26 @@ class LogReader:
         # here, follower records checked before they were written); the followers check every
         # pushed record again, CRC included, before writing it.
         return chunk, len(units)
+
+    def _units_within(self, upos: int, most: int, room: int, guess: int) -> list[tuple]:
+        """Up to ``most`` index units from ``upos`` on, read in growing steps until their
+        records pass ``room`` bytes: a follower far behind costs the units a push can take, not
+        every unit up to the log's end (``guess``: a record's size, for the first step)."""
+        step = min(most, room // max(guess, BODY_OFFSET) + 2)
+        more = self._units_from(upos, step)
+        if len(more) < step or len(more) >= most:
+            return more
+        size = sum(u[2] for u in more)
+        while size <= room and len(more) < most:
+            step = min(most - len(more), step * 4)
+            got = self._units_from(upos + len(more) * INDEX_UNIT_SIZE, step)
+            if not got:
+                break
+            more.extend(got)
+            size += sum(u[2] for u in got)
+            if len(got) < step:
+                break
+        return more
 
     def _units_from(self, upos: int, most: int) -> list[tuple]:
         """Up to ``most`` index units from index list position ``upos`` on, as tuples, read in

@@ -46,6 +46,9 @@ class MmapFileList:
         self.files: list[MmapFile] = []
         self.flushed_where = 0
         self.committed_where = 0
+        #: pages below this position were handed to the flush thread to page out
+        #: (``background_flush.release_ranges``)
+        self.released_where = 0
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:

@@ -49,6 +49,11 @@ class StoreOptions:
     checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
     #: page_cache mode: run the periodic msyncs on the flush thread (where it is supported)
     background_flush: bool = False
+    #: with ``background_flush``: after its msync, the flush thread pages out (``MADV_PAGEOUT``)
+    #: the synced pages that lie more than this many bytes behind each list's end, so that new
+    #: pages reuse freed memory instead of growing the page cache (0: never; see
+    #: ``background_flush.py``)
+    release_pages_behind: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_MODES:
@@ -58,6 +63,8 @@ class StoreOptions:
         if self.index_file_size % INDEX_UNIT_SIZE:
             raise ValueError(f"index_file_size must be a multiple of {INDEX_UNIT_SIZE}, "
                              f"got {self.index_file_size}")
+        if not isinstance(self.release_pages_behind, int) or self.release_pages_behind < 0:
+            raise ValueError(f"release_pages_behind must be a byte count >= 0, got {self.release_pages_behind!r}")
         if self.max_entry_size < BODY_OFFSET:
             raise ValueError(f"max_entry_size must be at least {BODY_OFFSET}, got {self.max_entry_size}")
         if not isinstance(self.delete_when, str):

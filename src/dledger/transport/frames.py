@@ -19,7 +19,10 @@ Rules it keeps (h11-style: bytes in, events out, no I/O):
 
 from __future__ import annotations
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, decode_envelope, encode_envelope
+import msgpack
+
+from dledger.protocol import (CRC_BYTES, MAX_FRAME_BYTES, WIRE_VERSION, Envelope, FrameError, crc32, decode_envelope,
+                              encode_envelope, wire_values)
 
 PREFIX_BYTES = 4
 #: a frame with no payload: keeps an idle connection's read timeout from firing
@@ -36,6 +39,79 @@ def frame_payload(payload: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> byt
 def encode_frame(env: Envelope, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """One envelope as one frame (length prefix + ``encode_envelope``)."""
     return frame_payload(encode_envelope(env), max_frame_bytes)
+
+
+#: a bytes value at least this long is sent as it is by ``encode_envelope_parts`` (not copied);
+#: at least 256, so that its msgpack header is bin16 or bin32
+BIG_VALUE_BYTES = 4096
+
+
+def _big(value) -> bool:
+    return type(value) is bytes and len(value) >= BIG_VALUE_BYTES
+
+
+def encode_envelope_parts(env: Envelope) -> tuple[list, int]:
+    """``protocol.encode_envelope(env)`` as a list of buffers and their total length: the same
+    bytes, but every bytes value of ``BIG_VALUE_BYTES`` or more (a push's records, an append's
+    body, the bodies of a batch) is a buffer of its own, the value itself rather than a copy,
+    so that a vectored write (``socket.sendmsg``) copies it only into the socket. The CRC-32
+    trailer is computed over the parts in turn. msgpack is a stream of items, so packing the
+    items one by one gives the bytes of packing them together."""
+    tag, values = wire_values(env.msg)
+    if not any(_big(v) or (type(v) is list and any(map(_big, v))) for v in values):
+        body = msgpack.packb([WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag, values],
+                             use_bin_type=True)
+        return [body, crc32(body).to_bytes(CRC_BYTES, "big")], len(body) + CRC_BYTES
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack_array_header(7)
+    for item in (WIRE_VERSION, env.src, env.dst, env.request_id, env.is_response, tag):
+        packer.pack(item)
+    packer.pack_array_header(len(values))
+    parts: list = []
+    crc = total = 0
+
+    def cut(extra: bytes = b"") -> None:
+        nonlocal crc, total
+        head = packer.bytes() + extra
+        packer.reset()
+        if head:
+            parts.append(head)
+            crc = crc32(head, crc)
+            total += len(head)
+
+    def big(value: bytes) -> None:
+        nonlocal crc, total
+        n = len(value)
+        cut((b"\xc5" + n.to_bytes(2, "big")) if n < 0x10000 else (b"\xc6" + n.to_bytes(4, "big")))
+        parts.append(value)
+        crc = crc32(value, crc)
+        total += n
+
+    for value in values:
+        if _big(value):
+            big(value)
+        elif type(value) is list and any(map(_big, value)):
+            packer.pack_array_header(len(value))
+            for x in value:
+                if _big(x):
+                    big(x)
+                else:
+                    packer.pack(x)
+        else:
+            packer.pack(value)
+    cut()
+    parts.append(crc.to_bytes(CRC_BYTES, "big"))
+    return parts, total + CRC_BYTES
+
+
+def encode_frame_parts(env: Envelope, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[list, int]:
+    """``encode_frame(env)`` as a list of buffers (the length prefix joined to the first) and
+    their total length, large values not copied (``encode_envelope_parts``)."""
+    parts, size = encode_envelope_parts(env)
+    if size > max_frame_bytes:
+        raise FrameError(f"payload of {size} bytes exceeds the frame limit {max_frame_bytes}")
+    parts[0] = size.to_bytes(PREFIX_BYTES, "big") + parts[0]
+    return parts, size + PREFIX_BYTES
 
 
 def decode_frame(data: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> Envelope:
@@ -75,6 +151,13 @@ class FrameDecoder:
     def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
+
+    def take_buffered(self) -> bytes:
+        """The bytes held for frames not yet taken out, removed from this decoder (a reader
+        that goes on with a buffer of its own starts with them)."""
+        out = bytes(self._buf)
+        self._buf = bytearray()
+        return out
 
     def _scan(self, data, limit: int | None, emit) -> int:
         """Call ``emit(view)`` with each complete frame's payload (a memoryview valid only
@@ -142,4 +225,5 @@ class FrameDecoder:
         return out
 
 
-__all__ = ["KEEPALIVE", "PREFIX_BYTES", "FrameDecoder", "decode_frame", "encode_frame", "frame_payload"]
+__all__ = ["BIG_VALUE_BYTES", "KEEPALIVE", "PREFIX_BYTES", "FrameDecoder", "decode_frame", "encode_envelope_parts",
+           "encode_frame", "encode_frame_parts", "frame_payload"]

@@ -61,7 +61,7 @@ from dledger.transport import EndpointInUseError, Receiver
 #: a refused connection is logged once per this many seconds per reason
 REFUSAL_LOG_INTERVAL_S = 60.0
 from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake, refusal
-from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
+from dledger.transport.frames import FrameDecoder, encode_frame, encode_frame_parts, frame_payload
 from dledger.transport.tcp_accept import TLS_HANDSHAKE_RECORD, TlsOrPlainAcceptor
 from dledger.transport.tcp_connection import (Connection, ProtocolViolation, SendQueue, TcpOptions,
                                               read_payload)
@@ -409,8 +409,8 @@ class PeerLink:
         self.on_failure: list = []
         self.closed = False
 
-    def send(self, frame: bytes) -> None:
-        self.queue.put(frame)
+    def send(self, frame, size: int | None = None) -> None:
+        self.queue.put(frame, size)
         if self.task is None:
             self.task = self.ep.network.loop.create_task(self._run())
 
@@ -518,15 +518,15 @@ class TcpTransport:
             else:
                 link = self.links[dst] = PeerLink(self, dst, addr)
         try:
-            frame = encode_frame(envelope, self.network.options.max_frame_bytes)
+            frame, size = encode_frame_parts(envelope, self.network.options.max_frame_bytes)
         except FrameError as exc:
             self.unsendable += 1
             log.error("%s: cannot send %s to %s: %s", self.node_id, type(envelope.msg).__name__, dst, exc)
             return
         if client is not None:
-            client.queue.put(frame)
+            client.queue.put(frame, size)
         else:
-            link.send(frame)
+            link.send(frame, size)
 
     def _deliver(self, envelope: Envelope) -> None:
         if not self.closed and self.receiver is not None:

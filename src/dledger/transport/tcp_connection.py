@@ -16,6 +16,10 @@ What it guarantees:
 - a malformed or oversized frame closes this connection only (``FrameError``); a request of
   another wire version is first answered UNSUPPORTED (``on_unsupported``); frames that
   were whole before it were delivered, the partial one never is.
+- on a plain socket the bytes are copied as few times as the kernel allows: frames are read
+  straight into a buffer the connection owns (``frame_reader.FrameReader``, ``recv_into``) and
+  decoded there, and written with vectored sends, large values not copied on the way
+  (``frames.encode_frame_parts``). A TLS connection reads and writes through asyncio's stream.
 Everything runs on the event loop's thread.
 """
 
@@ -23,14 +27,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion
+from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion, decode_envelope
+from dledger.transport.frame_reader import FrameReader
 from dledger.transport.frames import KEEPALIVE, FrameDecoder
 
 log = logging.getLogger(__name__)
+
+#: buffers per ``sendmsg`` call at most (Linux's IOV_MAX)
+IOV_MAX = 1024
 
 
 @dataclass(slots=True)
@@ -65,30 +74,37 @@ class TcpOptions:
 
 
 class SendQueue:
-    """Frames waiting for a connection's writer; bounded, dropping the oldest."""
+    """Frames waiting for a connection's writer; bounded, dropping the oldest. A frame is
+    ``bytes`` or a list of buffers (``frames.encode_frame_parts``) with its size given."""
 
-    __slots__ = ("frames", "bytes", "max_frames", "max_bytes", "dropped", "ready")
+    __slots__ = ("frames", "sizes", "bytes", "max_frames", "max_bytes", "dropped", "ready")
 
     def __init__(self, max_frames: int, max_bytes: int) -> None:
-        self.frames: deque[bytes] = deque()
+        self.frames: deque = deque()
+        self.sizes: deque[int] = deque()
         self.bytes = 0
         self.max_frames = max_frames
         self.max_bytes = max_bytes
         self.dropped = 0
         self.ready = asyncio.Event()
 
-    def put(self, frame: bytes) -> None:
-        frames = self.frames
-        while frames and (len(frames) >= self.max_frames or self.bytes + len(frame) > self.max_bytes):
-            self.bytes -= len(frames.popleft())
+    def put(self, frame, size: int | None = None) -> None:
+        if size is None:
+            size = len(frame)
+        frames, sizes = self.frames, self.sizes
+        while frames and (len(frames) >= self.max_frames or self.bytes + size > self.max_bytes):
+            frames.popleft()
+            self.bytes -= sizes.popleft()
             self.dropped += 1
         frames.append(frame)
-        self.bytes += len(frame)
+        sizes.append(size)
+        self.bytes += size
         self.ready.set()
 
-    def take_all(self) -> list[bytes]:
+    def take_all(self) -> list:
         out = list(self.frames)
         self.frames.clear()
+        self.sizes.clear()
         self.bytes = 0
         self.ready.clear()
         return out
@@ -142,12 +158,19 @@ class Connection:
         self._tasks: list[asyncio.Task] = []
         self._last_read = self._last_write = 0.0
         self._drain_since: float | None = None
+        #: the ``FrameReader`` once a plain socket's reading went over to it
+        self.frame_reader: FrameReader | None = None
+        #: the plain socket under the transport, for vectored writes (None: write through the
+        #: transport, e.g. TLS); asyncio's selector transport keeps it as ``_sock``
+        sock = getattr(writer.transport, "_sock", None)
+        self._sock = sock if isinstance(sock, socket.socket) and writer.get_extra_info("sslcontext") is None \
+            else None
 
     async def run(self) -> str:
         """Serve until closed; returns why it closed."""
         loop = asyncio.get_running_loop()
         self._last_read = self._last_write = loop.time()
-        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop()),
+        self._tasks = [loop.create_task(self._reader_for_socket()), loop.create_task(self._write_loop()),
                        loop.create_task(self._watchdog())]
         try:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -178,6 +201,61 @@ class Connection:
     def _fail(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
+
+    def _reader_for_socket(self):
+        """The coroutine that reads this connection: frames straight into a buffer of its own
+        (``frame_reader``) on a plain socket, asyncio's stream otherwise (TLS)."""
+        if self._sock is not None and isinstance(getattr(self.reader, "_buffer", None), bytearray):
+            return self._read_frames()
+        return self._read_loop()
+
+    async def _read_frames(self) -> None:
+        loop = asyncio.get_running_loop()
+        transport = self.writer.transport
+        stream_buffer = self.reader._buffer            # what the stream read past the handshake
+        pending = self.decoder.take_buffered() + bytes(stream_buffer)
+        stream_buffer.clear()
+
+        def touch() -> None:
+            self._last_read = loop.time()
+
+        reader = FrameReader(self.options.max_frame_bytes, self._on_payload, self._read_failed, touch,
+                             transport.get_protocol(), pending)
+        transport.set_protocol(reader)
+        reader.connection_made(transport)
+        if not transport.is_reading():
+            transport.resume_reading()
+        reader.parse()                                 # frames that came with the handshake
+        self.frame_reader = reader
+        if self.reader.at_eof() or transport.is_closing():   # the peer closed meanwhile
+            self._fail("the peer closed the connection")
+            return
+        ended = await reader.done
+        if ended is None:
+            self._fail("the peer closed the connection")
+        elif isinstance(ended, (ConnectionError, OSError)):
+            self._fail(f"read failed: {ended!r}")
+
+    def _on_payload(self, payload) -> None:
+        env = decode_envelope(payload)
+        if not self.closed:
+            self.on_envelope(env)
+
+    def _read_failed(self, exc: BaseException) -> None:
+        """Why reading ended, said as the stream reader says it (``_read_loop``)."""
+        if isinstance(exc, FrameError):
+            log.warning("%s: bad frame, closing the connection: %s", self.name, exc)
+            if isinstance(exc, UnsupportedVersion) and exc.answer is not None and self.on_unsupported is not None:
+                self.on_unsupported(exc)
+            self._fail(f"bad frame: {exc}")
+        elif isinstance(exc, ProtocolViolation):
+            log.warning("%s: closing the connection: %s", self.name, exc)
+            self._fail(str(exc))
+        elif isinstance(exc, (ConnectionError, OSError)):
+            self._fail(f"read failed: {exc!r}")
+        else:                           # a bug, not the peer: say so, with the stack
+            log.error("%s: closing the connection after an internal error", self.name, exc_info=exc)
+            self._fail(f"internal error: {exc!r}")
 
     async def _read_loop(self) -> None:
         o = self.options
@@ -219,16 +297,54 @@ class Connection:
                 frames = queue.take_all()
                 if not frames:
                     continue
-                if len(frames) == 1:
-                    writer.write(frames[0])
-                else:
-                    writer.writelines(frames)
+                bufs: list = []
+                for frame in frames:
+                    if type(frame) is bytes:
+                        bufs.append(frame)
+                    else:
+                        bufs.extend(frame)
+                self._write(bufs)
                 self._last_write = loop.time()
                 self._drain_since = self._last_write
                 await writer.drain()
                 self._drain_since = None
         except (ConnectionError, OSError) as exc:
             self._fail(f"write failed: {exc!r}")
+
+    def _write(self, bufs: list) -> None:
+        """Hand ``bufs`` to the socket: with nothing waiting in the transport's buffer, straight
+        to the socket with vectored sends (each buffer copied once, into the socket), and
+        whatever the socket does not take then to the transport, which sends it when the
+        socket has room (as ``transport.write`` itself does with a first write); else, and on
+        a transport without a plain socket (TLS), through the transport."""
+        sock, transport = self._sock, self.writer.transport
+        if sock is not None and not transport.get_write_buffer_size() and not transport.is_closing():
+            k = 0
+            while k < len(bufs):
+                batch = bufs[k:k + IOV_MAX]
+                try:
+                    sent = sock.sendmsg(batch)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                whole = 0
+                for buf in batch:                       # skip what the socket took
+                    n = len(buf)
+                    if sent < n:
+                        break
+                    sent -= n
+                    whole += 1
+                k += whole
+                if whole < len(batch):
+                    if sent:
+                        bufs[k] = memoryview(bufs[k])[sent:]
+                    break
+            bufs = bufs[k:]
+            if not bufs:
+                return
+        if len(bufs) == 1:
+            self.writer.write(bufs[0])
+        else:
+            self.writer.writelines(bufs)
 
     async def _watchdog(self) -> None:
         o = self.options
