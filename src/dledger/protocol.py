@@ -1,48 +1,10 @@
 """Messages between nodes: one slotted dataclass per request/response, the codes, the codec.
 
-Names and fields follow Java DLedger's protocol classes in snake_case. Differences, on purpose:
-- ``PushEntryRequest.entries`` is the leader's encoded records back to back, exactly as they lie
-  in its data file (``store.get_raw_range``); the follower validates and writes those bytes at
-  the same positions. ``first_entry_index``/``count``/``last_entry_index``/``last_entry_term``
-  describe them (Java derives them from the entry list).
-- ``HeartBeatRequest.commit_index`` carries the leader's commit index (Java's carries none).
-- An APPEND ``PushEntryRequest`` carries ``pre_log_term``, the term of the leader's entry at
-  ``first_entry_index - 1``: the follower accepts it only when its own entry there has it.
-- ``ReadMode.parse`` accepts a mode by member, number or name; ``out_of_range`` range-checks
-  every term, index, count and position field of a message from a peer (``PEER_TERM_BOUND``);
-  ``check_in_range`` raises its refusal as ``errors.PeerProtocolError``.
-- ``GetEntriesRequest.read_mode`` (Java's has none) is the ``ReadMode`` the node serves the get
-  in: READ_INDEX_READ (the default, also for a request that does not send the field)
-  confirms the node's leadership with a quorum before it answers, UNSAFE_READ answers from the
-  node's own log up to its commit index in any role (docs/embedding.md). A value that is not a
-  ``ReadMode`` number is refused by ``out_of_range`` (UNEXPECTED_ARGUMENT).
-- ``PushEntryResponse.type`` echoes the request type, and ``VoteRequest.leadership_transfer``
-  marks the vote of a transferee (see ``core.vote``).
-- ``AppendEntryResponse.positions`` lists every position of a batch append.
-- Protocol-aware recovery (docs/architecture.md) adds ``VoteResult.REJECT_RECOVERING``,
-  ``VoteRequest.unanimous``, ``VoteResponse.recovering``, ``PushEntryResponse.recovering``,
-  ``HeartBeatResponse.recovering``, the follower's ``incarnation`` in those two answers and
-  its echo ``PushEntryRequest.incarnation``,
-  and ``MetadataResponse.ledger_end_index``/``vote_for``; ``dledger status`` adds
-  ``MetadataResponse.role``/``ledger_end_term``/``committed_index``; read modes for ``get`` add
-  ``GetEntriesRequest.read_mode``; a repair pull's answer adds
-  ``PullEntriesResponse.absent``/``recovering`` (``core.damaged_tail``); diagnosable elections
-  add ``VoteRequest.members``/``HeartBeatRequest.members`` (the sender's members: a receiver
-  whose own member ids differ refuses with PEERS_MISMATCH, and its answer's ``members`` names its own) and
-  ``MetadataResponse.waiting`` (why the node knows no leader). Each is at the end of its
-  message with a default: a frame from a peer or client that does not send them yet decodes with
-  the defaults.
-- ``InstallSnapshotRequest`` (Java's code 51006) moves a follower's log start. For a commit
-  log (no state machine) it carries no snapshot (``data`` empty, ``total_size`` -1), only
-  ``last_included_index``/``last_included_term`` (the leader's before-begin index and its term)
-  and the added ``next_pos`` (the leader's position of the entry after it), ``commit_index`` and
-  ``incarnation`` (as a push). For a state machine it streams the leader's snapshot of
-  ``last_included_index`` in chunks, one request each: ``data`` at ``offset`` with its
-  ``chunk_crc``, and the whole snapshot's ``total_size`` and ``data_crc`` (Java sends the whole
-  snapshot in one request, unchecked). The answer adds ``end_index`` (the follower's log end),
-  ``recovering``, ``incarnation`` and ``received`` (the snapshot bytes the follower holds
-  durably: the next chunk starts there, also after a broken connection). It passes the term gate
-  as a push does.
+Names and fields follow Java DLedger's protocol classes in snake_case; what differs, on purpose,
+and the fields added at the end of a message (a frame without them decodes with their defaults)
+are listed in docs/architecture.md, "The wire protocol". ``out_of_range`` range-checks every
+term, index, count, position and mode field of a message from a peer (``PEER_TERM_BOUND``);
+``check_in_range`` raises its refusal as ``errors.PeerProtocolError``.
 
 Wire format: an ``Envelope`` (source, destination, request id, response flag, message) packed
 with msgpack as ``[2, src, dst, request_id, is_response, tag, [field values...]]``, followed by

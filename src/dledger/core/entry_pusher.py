@@ -59,6 +59,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dledger.core.fast_backup import next_after_mismatch
 from dledger.core.follower_progress import DispatchState, FollowerProgress, retry_delay
 from dledger.core.install_dispatch import InstallDispatch, InstallSent
 from dledger.core.intents import Complete, Fail, Send, StepDown
@@ -472,35 +473,6 @@ class EntryPusher:
             return False
         return True
 
-    def _next_after_mismatch(self, compared: int, resp) -> int:
-        """The next ``next`` (COMPARE asks at ``next - 1``) after the follower's entry ``compared``
-        turned out of term ``x_term``, whose run starts there at ``x_index`` (Raft's fast backup).
-
-        Entries of one term agree wherever two logs hold them (log matching): when this leader
-        holds entries of ``x_term``, the logs agree up to the last of them and differ after it,
-        so the next COMPARE asks there; without any, the follower's whole run differs: it asks
-        just below it. Never lower: the TRUNCATE after a match drops everything above it, and
-        entries the follower shares with this leader, committed ones included, would have one
-        copy fewer until pushed again (seed 91056). A follower that named no term (``compared``
-        lies past its end, or its entry could not be read) is asked at its end index instead."""
-        if resp.x_term == -1:
-            return resp.end_index + 1
-        store, term = self.store, resp.x_term
-        try:
-            # the last entry of a term <= x_term at or below ``compared`` (terms never decrease)
-            lo, hi = store.ledger_before_begin_index, min(compared, store.ledger_end_index)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if store.get_entry_term(mid) <= term:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            held = lo > store.ledger_before_begin_index and store.get_entry_term(lo) == term
-        except DLedgerError as exc:
-            log.warning("%s: cannot find the last entry of term %d: %s", self.member_state.self_id, term, exc)
-            return compared                    # one index lower: never below an agreeing entry
-        return max(lo + 1, resp.x_index) if held else resp.x_index
-
     # -- a recovering follower (core.rejoin) ---------------------------------------------
     def peer_recovering(self, now: int, peer: str, following: bool, incarnation: int = 0) -> list:
         """``peer`` (``incarnation``) answered a heartbeat saying ``recovering`` (``following``:
@@ -595,7 +567,8 @@ class EntryPusher:
             if resp.code == Code.SUCCESS:
                 pr.on_compare_match(compared)
             elif resp.code == Code.INCONSISTENT_STATE:
-                new = self._next_after_mismatch(compared, resp)
+                new = next_after_mismatch(self.store, self.member_state.self_id, compared, resp.x_term,
+                                          resp.x_index, resp.end_index)
                 pr.compare_mismatch(max(0, min(new, pr.next - 1)))     # strictly downwards
             else:
                 pr.compare_refused()
