@@ -162,7 +162,8 @@ class DLedgerConfig:
     max_push_in_flight: int = 8                 # pushes in flight per follower (pipelining window)
     max_batch_append_size: int = 256 * 1024    # bytes per push (DLedger: 4096 with batching on)
     max_batch_append_count: int = 4096          # entries per push
-    peer_push_quota: int = 20 * 1024 * 1024     # bytes/s per follower that lags > 1000 entries
+    peer_push_quota: int = 20 * 1024 * 1024     # bytes/s per follower that lags > 1000 entries and
+                                                # more bytes than a full push window
     enable_fast_advance_commit_index: bool = False  # append a NOOP on election so old entries commit
     enable_leader_elector: bool = True          # run elections (off: roles are forced, tests only)
 
