@@ -58,6 +58,10 @@ FOUND: dict[tuple, str] = {
     (9200035, 5, "page_cache", "file", None): "L1, no leader after healing: the one node with an up-to-date "
                                              "log held a change made in its term and, refusing its own vote "
                                              "there, tried that term for ever; it now stands in the next one",
+    (9400365, 3, "fsync", "file", None): "L1, no leader after healing (the simulator's fault): restarted original "
+                                        "nodes were given the peers of the nodes added since, and two that had "
+                                        "never written their configuration took different bootstrap ones; "
+                                        "an added node now gets peers of its own, the others keep theirs",
     (8073, 3, "fsync", "memory", None): "L1, no leader after healing: a voter whose log had not reached the "
                                        "entry that made it one knew no configuration and refused every plain "
                                        "vote; a node without a configuration but with a log now votes as any "
