@@ -34,3 +34,19 @@ def assert_known_failures_still_fail(known: dict, run: Callable[[tuple, object],
         with pytest.raises(SwarmFailure) as exc:
             run(key, tmp_path / str(k))
         assert why.split(":")[0] in str(exc.value), (key, str(exc.value)[:500])
+
+
+def assert_options_leave_the_others(option: str, flag: str) -> None:
+    """Drawing ``option`` (a ``SwarmOptions.from_seed`` keyword, its fields named after it) leaves
+    every other field of a seed as it was drawn without it, and puts ``flag`` on the reproduction
+    line (so that existing seeds keep their runs)."""
+    import dataclasses
+
+    from dledger.sim import SwarmOptions
+
+    for seed in range(20):
+        plain = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file")
+        drawn = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file", **{option: True})
+        fields = {f.name for f in dataclasses.fields(SwarmOptions) if not f.name.startswith(option.rstrip("s"))}
+        assert {f: getattr(plain, f) for f in fields} == {f: getattr(drawn, f) for f in fields}
+        assert flag in drawn.reproduce() and flag not in plain.reproduce()

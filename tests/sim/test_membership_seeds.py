@@ -10,12 +10,11 @@ replays a draw, as ``test_fresh_seeds.py``).
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
 from dledger.sim import SwarmOptions, run_swarm
-from helpers.swarm_lists import assert_seed_keeps_every_invariant
+from helpers.swarm_lists import assert_options_leave_the_others, assert_seed_keeps_every_invariant
 from sim.test_fresh_seeds import FIRST_DRAWN
 
 # (seed, nodes, durability, store, safety_ms)
@@ -99,12 +98,7 @@ def test_a_membership_seed_keeps_every_invariant(key, tmp_path):
 
 
 def test_membership_options_leave_every_other_field_as_the_seed_draws_it():
-    for seed in range(20):
-        plain = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file")
-        changed = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file", membership=True)
-        fields = {f.name for f in dataclasses.fields(SwarmOptions) if not f.name.startswith("membership")}
-        assert {f: getattr(plain, f) for f in fields} == {f: getattr(changed, f) for f in fields}
-        assert "--membership" in changed.reproduce() and "--membership" not in plain.reproduce()
+    assert_options_leave_the_others("membership", "--membership")
 
 
 def test_the_membership_swarm_really_changes_the_group():

@@ -12,13 +12,12 @@ past several snapshots and segments), and fresh seeds drawn at every run as
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
 from dledger.sim import SwarmOptions, run_swarm
 from dledger.sim.soak import CONFIGS
-from helpers.swarm_lists import assert_seed_keeps_every_invariant
+from helpers.swarm_lists import assert_options_leave_the_others, assert_seed_keeps_every_invariant
 from sim.test_fresh_seeds import FIRST_DRAWN
 
 LONG_MS = 10_000
@@ -80,12 +79,7 @@ def test_a_snapshot_seed_keeps_every_invariant(key, tmp_path):
 
 
 def test_snapshot_options_leave_every_other_field_as_the_seed_draws_it():
-    for seed in range(20):
-        plain = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file")
-        snap = SwarmOptions.from_seed(seed, nodes=3, durability="fsync", store="file", snapshots=True)
-        fields = {f.name for f in dataclasses.fields(SwarmOptions) if not f.name.startswith("snapshot")}
-        assert {f: getattr(plain, f) for f in fields} == {f: getattr(snap, f) for f in fields}
-        assert "--snapshots" in snap.reproduce() and "--snapshots" not in plain.reproduce()
+    assert_options_leave_the_others("snapshots", "--snapshots")
 
 
 def test_the_snapshot_swarm_installs_trims_and_checks_the_hash_chain(tmp_path, monkeypatch):
