@@ -486,3 +486,37 @@ def test_a_removed_node_with_the_only_up_to_date_log_leads_until_its_removal_com
         c.restart(leader)
         acked(c, load(c, 3, "after"))
         c.check()
+
+
+@pytest.mark.parametrize("when", ["before the entry reaches anyone", "once the entry is on a follower",
+                                  "right after it commits"])
+def test_a_change_interrupted_by_the_leaders_crash(when):
+    """The leader dies during a change: what every node ends with is either the configuration
+    before or the one after, the same on all, and nothing acknowledged is lost."""
+    with Cluster(n=3, seed=31) as c:
+        old = settle(c)
+        futures = load(c, 10, "a")
+        acked(c, futures)
+        c.add_node("n3")
+        if when == "before the entry reaches anyone":
+            c.partition([old], [p for p in c.ids if p != old])
+        f = c.add_learner("n3", via=old)
+        if when == "once the entry is on a follower":
+            assert c.run_until(lambda: any(c.members(p)[1] == ["n3"] for p in c.ids if p not in (old, "n3")), 2_000)
+        elif when == "right after it commits":
+            assert c.run_until(f.done, 5_000) and f.result().code == Code.SUCCESS
+        else:
+            c.run_for(5)
+        c.crash(old)
+        c.heal()
+        assert c.run_until(lambda: c.leader() not in (None, old), 10_000)
+        c.restart(old)
+        futures += load(c, 5, "b")
+        acked(c, futures)
+        c.run_for(1_000)
+        views = {p: c.members(p) for p in ("n0", "n1", "n2")}
+        assert len(set(map(str, views.values()))) == 1, views
+        assert views[old] in ((["n0", "n1", "n2"], []), (["n0", "n1", "n2"], ["n3"]))
+        if when == "right after it commits":
+            assert views[old] == (["n0", "n1", "n2"], ["n3"])       # committed: it survives
+        c.check()
