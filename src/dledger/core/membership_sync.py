@@ -105,13 +105,22 @@ class MembershipSync:
     def adopt_bootstrap(self, why: str) -> None:
         """Protocol-aware recovery found a brand-new group (every other member as new as this
         node): take the bootstrap configuration, unless this node joins or knows one already."""
+        if not getattr(self.cfg, "join", False):
+            self._take_base(dict(self.member_state.given_peers), f"bootstrap configuration taken ({why})")
+
+    def _take_base(self, members: dict[str, str], what: str) -> None:
+        """A node that knows no configuration takes the bootstrap one of ``members`` (recorded)."""
         member = self.member_state
-        if member.history.base is not None or member.history.entries or getattr(self.cfg, "join", False):
+        if member.history.base is not None or member.history.entries:
             return
-        base = Configuration(dict(member.given_peers))
+        try:
+            base = Configuration(members)
+        except MembershipError as exc:
+            log.warning("%s: %s refused: %s", member.self_id, what, exc)
+            return
         self._record(base)
         member.history.base = base
-        log.info("%s: bootstrap configuration taken (%s)", member.self_id, why)
+        log.info("%s: %s", member.self_id, what)
         member.configuration_changed()
 
     # =====================================================================================
@@ -136,7 +145,10 @@ class MembershipSync:
         end = store.ledger_end_index
         start = self.cut_from
         scanned = self.scanned_to
-        if scanned > end or (scanned > store.ledger_before_begin_index and self._term_at(scanned) != self.scanned_term):
+        # (the term at the last scan's end: the log's own end term when the log did not move, which
+        # costs no read; one index read only when it grew)
+        if scanned > end or (scanned > store.ledger_before_begin_index
+                             and (store.ledger_end_term if scanned == end else self._term_at(scanned)) != self.scanned_term):
             floor = max(min(member.committed_index, end), store.ledger_before_begin_index) + 1
             start = floor if start is None else min(start, floor)
         if start is not None:
@@ -175,19 +187,7 @@ class MembershipSync:
     def learned_bootstrap(self, members: dict[str, str], leader: str) -> None:
         """The leader of a group whose configuration is still its bootstrap one named its
         members in a heartbeat: a node that knows no configuration takes it."""
-        member = self.member_state
-        if member.history.base is not None or member.history.entries:
-            return
-        try:
-            base = Configuration(dict(members))
-        except MembershipError as exc:
-            log.warning("%s: the members leader %s names do not make a configuration: %s", member.self_id,
-                        leader, exc)
-            return
-        self._record(base)
-        member.history.base = base
-        log.info("%s: bootstrap configuration learnt from leader %s", member.self_id, leader)
-        member.configuration_changed()
+        self._take_base(dict(members), f"bootstrap configuration learnt from leader {leader}")
 
     # =====================================================================================
     # internals
