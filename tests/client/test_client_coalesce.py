@@ -102,4 +102,4 @@ def test_concurrent_appends_through_the_client_each_get_their_own_index_and_posi
     assert when(lead, lambda s: s.node.committed_index >= 299).wait(WAIT)
     for body, r in zip(bodies, rs):
         entry = lead.get(r.index)
-        assert entry.body == body and entry.pos == r.pos and r.positions == []
+        assert entry.body == body and entry.pos == r.pos and r.positions == [r.pos]   # as a lone append's

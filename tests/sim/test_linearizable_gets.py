@@ -47,6 +47,7 @@ def _unaware_old_leader(c: Cluster) -> tuple[str, object]:
     old = _leader(c)
     c.processes[old].clock.set_rate(SLOW)
     _commit(c, b"before")
+    c.run_for(20)           # the followers hear of its commit (a COMMIT push, answered) before the cut
     rest = [i for i in c.ids if i != old]
     c.partition([old], rest)
     assert c.run_until(lambda: c.leader() in rest, 3_000)

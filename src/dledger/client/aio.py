@@ -265,8 +265,10 @@ class AsyncDLedgerClient(MembershipCalls):
         resp = await self._check_append(target, resp, bodies)
         n, positions = len(bodies), resp.positions
         first = resp.index - n + 1
-        return [replace(resp, index=first + k, pos=positions[k] if len(positions) == n else -1, positions=[])
-                for k in range(n)]
+        # each answer as a lone append's: its own index, position and ``positions=[pos]``
+        if len(positions) != n:
+            return [replace(resp, index=first + k, pos=-1, positions=[]) for k in range(n)]
+        return [replace(resp, index=first + k, pos=positions[k], positions=[positions[k]]) for k in range(n)]
 
     async def batch_append(self, bodies: Sequence[bytes]) -> AppendEntryResponse:
         """Append several entries as one batch (all or none); ``index`` is the last one's and

@@ -19,7 +19,9 @@ One dispatcher per follower, its state a ``FollowerProgress``, walks DLedger's s
   least Java's ``peerPushThrottlePoint`` of 300 KiB; the bytes are estimated from the records
   of the push at hand) gets at most ``peer_push_quota`` bytes per second: one that keeps up
   under load lags by what the pipeline holds, and is not throttled; when idle, a COMMIT push
-  forwards the commit index.
+  forwards the commit index (``COMMIT_FORWARD_DELAY_MS`` after the last push, so that appends
+  made one at a time carry it in their own pushes), and once ``max_push_timeout_ms`` passed
+  without a push it is a keepalive.
 
 A follower that needs an entry at or below this leader's before-begin index (retention or a
 reset removed it here) is brought forward by the installs instead (INSTALL_SNAPSHOT,
@@ -80,6 +82,11 @@ LAG_FOR_QUOTA = 1000
 #: ``peerPushThrottlePoint``): small entries in flight through the pipeline lag by thousands
 #: without the follower falling behind
 LAG_BYTES_FOR_QUOTA = 300 * 1024
+#: a follower that is idle (nothing in flight, nothing to send) hears of a commit index its
+#: last push did not carry in a COMMIT push once this long passed since that push: appends
+#: made one at a time then carry it in their next push instead of a push and an answer more
+#: per append (Java DLedger forwards it at most once a second)
+COMMIT_FORWARD_DELAY_MS = 5
 
 
 class _ControlSent(NamedTuple):
@@ -347,7 +354,9 @@ class EntryPusher:
                     if pr.inflights:
                         out.append(pr.inflights.oldest().sent_ms + timeout)
                     elif not pr.commit_outstanding:
-                        out.append(pr.last_push_ms + timeout)
+                        out.append(pr.last_push_ms + (COMMIT_FORWARD_DELAY_MS
+                                                      if pr.commit_sent < self.member_state.committed_index
+                                                      else timeout))
                     if pr.next <= end and not pr.inflights.full():
                         out.append(now)
                 elif pr.control_sent_ms >= 0:
@@ -444,7 +453,8 @@ class EntryPusher:
             out.append(Send(pr.peer, req, _AppendSent(pr, term, first, count, pr.epoch)))
         committed = self.member_state.committed_index
         if not pr.inflights and pr.next > end and not pr.commit_outstanding \
-                and (pr.commit_sent < committed or now - pr.last_push_ms >= cfg.max_push_timeout_ms):
+                and (pr.commit_sent < committed and now - pr.last_push_ms >= COMMIT_FORWARD_DELAY_MS
+                     or now - pr.last_push_ms >= cfg.max_push_timeout_ms):
             # forward the commit index; when idle, also a keepalive whose answer carries the
             # follower's end index (a follower that lost its log is found this way)
             pr.commit_push_sent(now, committed)

@@ -1,7 +1,8 @@
 """Driver: the one crank that turns a sans-IO ``Node``, used by every runtime.
 
 What it does with each ``Ready`` (in this order, see docs/architecture.md):
-1. hand every envelope in ``messages`` to the transport;
+1. hand every envelope in ``messages`` to the transport, then have it write them (``flush``,
+   when the transport has one: the TCP transport writes a turn's frames at its end);
 2. complete the operation of every ``Completion`` (its token is an ``Op``: a future plus
    what to put in it);
 3. tell role-change handlers about every ``RoleChange``, in order (exceptions are logged);
@@ -78,6 +79,8 @@ class Driver:
         self.halted: str | None = None
         #: who log records are about while this driver runs (``runtime.log_context``)
         self.log_context = None
+        #: writes what a turn sent at its end, when the transport queues it (``TcpTransport``)
+        self._flush = getattr(transport, "flush", None)
         transport.set_receiver(self.on_envelope)
 
     # -- inputs ---------------------------------------------------------------------------
@@ -231,10 +234,12 @@ class Driver:
                 self.halt(failure)
                 return
         ready = self.node.take_ready()
-        if send:
+        if send and ready.messages:
             transport_send = self.transport.send
             for env in ready.messages:
                 transport_send(env)
+            if self._flush is not None:
+                self._flush()
         for c in ready.completions:
             try:
                 c.token.finish(c.response, c.result)

@@ -63,7 +63,7 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 from dledger.transport.auth import CLIENT, ClientHandshake, HandshakeError, Peer, ServerHandshake, refusal
 from dledger.transport.frames import FrameDecoder, encode_frame, encode_frame_parts, frame_payload
 from dledger.transport.tcp_accept import TLS_HANDSHAKE_RECORD, TlsOrPlainAcceptor
-from dledger.transport.tcp_connection import (Connection, ProtocolViolation, SendQueue, TcpOptions,
+from dledger.transport.tcp_connection import (Connection, ProtocolViolation, SendQueue, TcpOptions, WriteBatch,
                                               read_payload)
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class TcpNetwork:
         self.rng = rng or random.Random()
         self.endpoints: dict[tuple[str, str], TcpTransport] = {}
         self.inbound: set[Connection] = set()
+        #: frames queued while an input is handled leave together after it (``WriteBatch``)
+        self.writes = WriteBatch(loop)
         self._pending: set[asyncio.StreamWriter] = set()      # accepted, handshake not done
         self._server: asyncio.AbstractServer | None = None
         self._acceptor: TlsOrPlainAcceptor | None = None        # a TLS listener's accept loop
@@ -302,7 +304,7 @@ class TcpNetwork:
             # answers go back on this connection
             queue = SendQueue(o.max_queue_frames, o.max_queue_bytes)
             conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver_client(peer, env),
-                              lambda exc: self._unsupported(conn, peer, exc))
+                              lambda exc: self._unsupported(conn, peer, exc), self.writes, answers_client=True)
             old = ep.clients.get(peer.src)
             ep.clients[peer.src] = conn
             if old is not None:
@@ -310,7 +312,7 @@ class TcpNetwork:
         else:
             queue = SendQueue(1, 1 << 10)       # this side sends keepalives only
             conn = Connection(reader, writer, decoder, queue, o, name, lambda env: self._deliver(peer, env),
-                              lambda exc: self._unsupported(conn, peer, exc))
+                              lambda exc: self._unsupported(conn, peer, exc), self.writes)
         conn.peer = peer
         self.inbound.add(conn)
         reason = "cancelled"
@@ -475,7 +477,7 @@ class PeerLink:
         except BaseException:
             writer.close()
             raise
-        return Connection(reader, writer, decoder, self.queue, o, name, self._unexpected)
+        return Connection(reader, writer, decoder, self.queue, o, name, self._unexpected, batch=net.writes)
 
     def _unexpected(self, env: Envelope) -> None:
         raise ProtocolViolation(f"the listener of {self.dst} sent an envelope on an outgoing connection")
@@ -523,10 +525,17 @@ class TcpTransport:
             self.unsendable += 1
             log.error("%s: cannot send %s to %s: %s", self.node_id, type(envelope.msg).__name__, dst, exc)
             return
-        if client is not None:
-            client.queue.put(frame, size)
+        conn = client if client is not None else link.conn
+        if conn is not None and not conn.closed:
+            conn.queue.put(frame, size, wake=False)     # written when this turn is through
+            self.network.writes.mark(conn)
         else:
             link.send(frame, size)
+
+    def flush(self) -> None:
+        """Write what this turn queued (the driver calls it after each turn of the node;
+        during a read, the read's end writes it)."""
+        self.network.writes.flush()
 
     def _deliver(self, envelope: Envelope) -> None:
         if not self.closed and self.receiver is not None:

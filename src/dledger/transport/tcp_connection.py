@@ -20,6 +20,11 @@ What it guarantees:
   straight into a buffer the connection owns (``frame_reader.FrameReader``, ``recv_into``) and
   decoded there, and written with vectored sends, large values not copied on the way
   (``frames.encode_frame_parts``). A TLS connection reads and writes through asyncio's stream.
+- a frame leaves without a turn of the loop: what a node sends while it handles one input
+  (everything a read delivered, a timer, the host's appends) is queued, and once that input
+  is handled the connections it was queued on write it straight to their sockets
+  (``WriteBatch``; answers to clients first). A connection whose socket is full leaves it to
+  its writer task, which awaits ``drain()`` as above, so the bounds hold.
 Everything runs on the event loop's thread.
 """
 
@@ -88,7 +93,9 @@ class SendQueue:
         self.dropped = 0
         self.ready = asyncio.Event()
 
-    def put(self, frame, size: int | None = None) -> None:
+    def put(self, frame, size: int | None = None, wake: bool = True) -> None:
+        """Queue ``frame``; ``wake=False`` leaves the writer task asleep (a ``WriteBatch`` will
+        write it)."""
         if size is None:
             size = len(frame)
         frames, sizes = self.frames, self.sizes
@@ -99,7 +106,8 @@ class SendQueue:
         frames.append(frame)
         sizes.append(size)
         self.bytes += size
-        self.ready.set()
+        if wake:
+            self.ready.set()
 
     def take_all(self) -> list:
         out = list(self.frames)
@@ -111,6 +119,53 @@ class SendQueue:
 
     def clear(self) -> None:
         self.take_all()
+
+
+class WriteBatch:
+    """The connections frames were queued on while one input was handled, written when it is
+    through: ``hold()`` / ``release()`` around the input (a read's frames), ``mark(conn)`` per
+    frame queued, ``flush()`` at the end of anything else that sent (the driver calls it after
+    each turn of a node). Frames queued outside any of these leave on the next turn of the
+    loop. Connections that answer clients are written first: a client's answer does not wait
+    behind the pushes that forward the same commit."""
+
+    __slots__ = ("loop", "held", "dirty", "scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.held = 0
+        self.dirty: dict = {}
+        self.scheduled = False
+
+    def mark(self, conn: "Connection") -> None:
+        self.dirty[conn] = None
+        if not self.held and not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self._on_turn)
+
+    def hold(self) -> None:
+        self.held += 1
+
+    def release(self) -> None:
+        self.held -= 1
+        if not self.held and self.dirty:
+            self.flush()
+
+    def _on_turn(self) -> None:
+        self.scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        if self.held or not self.dirty:
+            return
+        dirty = self.dirty
+        self.dirty = {}
+        for conn in dirty:
+            if conn.answers_client:
+                conn.write_now()
+        for conn in dirty:
+            if not conn.answers_client:
+                conn.write_now()
 
 
 async def read_payload(reader: asyncio.StreamReader, decoder: FrameDecoder, chunk: int) -> bytes:
@@ -141,7 +196,8 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: FrameDecoder,
                  queue: SendQueue, options: TcpOptions, name: str,
                  on_envelope: Callable[[Envelope], None],
-                 on_unsupported: Callable[[UnsupportedVersion], None] | None = None) -> None:
+                 on_unsupported: Callable[[UnsupportedVersion], None] | None = None,
+                 batch: WriteBatch | None = None, answers_client: bool = False) -> None:
         self.reader = reader
         self.writer = writer
         self.decoder = decoder
@@ -151,6 +207,10 @@ class Connection:
         self.on_envelope = on_envelope
         #: a request of another wire version arrived: answer it (before the connection closes)
         self.on_unsupported = on_unsupported
+        #: where frames queued while a read is handled are written from (None: the writer task)
+        self.batch = batch
+        #: this connection carries a client's answers (written first by ``WriteBatch``)
+        self.answers_client = answers_client
         self.closed = False
         self.reason: str | None = None
         #: who is on the other side (set by the listener after the handshake)
@@ -221,6 +281,17 @@ class Connection:
 
         reader = FrameReader(self.options.max_frame_bytes, self._on_payload, self._read_failed, touch,
                              transport.get_protocol(), pending)
+        batch = self.batch
+        if batch is not None:                   # what handling a read sends leaves after it
+            parse = reader.parse
+
+            def parse_then_write() -> None:
+                batch.hold()
+                try:
+                    parse()
+                finally:
+                    batch.release()
+            reader.parse = parse_then_write
         transport.set_protocol(reader)
         reader.connection_made(transport)
         if not transport.is_reading():
@@ -311,6 +382,31 @@ class Connection:
         except (ConnectionError, OSError) as exc:
             self._fail(f"write failed: {exc!r}")
 
+    def write_now(self) -> None:
+        """Write the queued frames now, straight to the socket, unless its buffer is not empty
+        (the writer task is draining it: wake it to take them, so the bounds hold)."""
+        queue = self.queue
+        if self.closed or not queue.frames:
+            return
+        transport = self.writer.transport
+        if self._drain_since is not None or transport.get_write_buffer_size() or transport.is_closing():
+            queue.ready.set()
+            return
+        bufs: list = []
+        for frame in queue.take_all():
+            if type(frame) is bytes:
+                bufs.append(frame)
+            else:
+                bufs.extend(frame)
+        try:
+            self._write(bufs)
+        except (ConnectionError, OSError) as exc:
+            # ends as a failed write of the writer task does: reading stops, ``run`` returns
+            self._fail(f"write failed: {exc!r}")
+            transport.abort()
+            return
+        self._last_write = asyncio.get_running_loop().time()
+
     def _write(self, bufs: list) -> None:
         """Hand ``bufs`` to the socket: with nothing waiting in the transport's buffer, straight
         to the socket with vectored sends (each buffer copied once, into the socket), and
@@ -374,4 +470,4 @@ class ProtocolViolation(Exception):
     """An authenticated peer sent an envelope its connection may not carry."""
 
 
-__all__ = ["Connection", "ProtocolViolation", "SendQueue", "TcpOptions", "read_payload"]
+__all__ = ["Connection", "ProtocolViolation", "SendQueue", "TcpOptions", "WriteBatch", "read_payload"]
