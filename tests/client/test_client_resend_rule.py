@@ -20,8 +20,8 @@ from transport.tcp_helpers import free_ports
 
 class ScriptedNode:
     """Node "n0" of group "t" on its own loop thread: answers metadata naming itself leader, and
-    answers the k-th append with ``script[k]`` (an answer code, or "drop" to close the
-    connection without answering). ``appends`` counts the appends that arrived."""
+    answers the k-th append with ``script[k]`` (an answer code, "drop" to close the
+    connection without answering, or "silent" to say nothing and keep it open). ``appends`` counts the appends that arrived."""
 
     def __init__(self, script):
         self.script = list(script)
@@ -53,6 +53,8 @@ class ScriptedNode:
                     if step == "drop":
                         writer.close()
                         return
+                    if step == "silent":
+                        continue
                     resp = AppendEntryResponse(group="t", local_id="n0", leader_id="n0", term=1, code=int(step),
                                                index=self.appends - 1)
                 else:
@@ -123,6 +125,16 @@ def test_a_definite_refusal_is_an_error_and_not_resent(scripted):
         with pytest.raises(AppendRefusedError) as exc:
             c.append(b"x")
         assert exc.value.code == Code.UNEXPECTED_ARGUMENT and node.appends == 1
+
+
+def test_an_append_never_answered_is_unknown_at_the_deadline_and_not_resent(scripted):
+    node = scripted(["silent"])
+    with DLedgerClient(node.peers, "t", timeout_s=0.5) as c:
+        with pytest.raises(AppendOutcomeUnknown) as exc:
+            c.append(b"x")
+        assert "did not answer within 0.5 s" in str(exc.value)
+        assert node.appends == 1
+        assert c.append(b"y").code == Code.SUCCESS           # the connection still serves
 
 
 def test_refusals_until_the_timeout_are_unavailable_never_unknown(scripted):

@@ -45,6 +45,15 @@ class AnswerLost(Exception):
     """The request was sent, but its answer did not arrive (connection lost or timed out)."""
 
 
+class _AnswerTimeout(Exception):
+    """No answer came by the request's deadline."""
+
+
+def _time_out(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(_AnswerTimeout())
+
+
 class NodeConnection:
     """The client's connection to node ``node_id`` at ``addr`` (opened on first request and
     again after it breaks)."""
@@ -121,10 +130,15 @@ class NodeConnection:
                 self._writer.write(encode_frame(Envelope(self.client_id, self.node_id, rid, False, msg)))
             except (OSError, RuntimeError) as exc:
                 raise AnswerLost(f"writing to {self.node_id} failed: {exc!r}") from None
+            # a timer fails the answer's future at the deadline (``asyncio.wait_for`` would put a
+            # future and a turn of the loop more between the answer and its caller)
+            timer = loop.call_later(max(deadline - loop.time(), 0.001), _time_out, fut)
             try:
-                return await asyncio.wait_for(fut, max(deadline - loop.time(), 0.001))
-            except asyncio.TimeoutError:
+                return await fut
+            except _AnswerTimeout:
                 raise AnswerLost(f"{self.node_id} did not answer within {timeout:.1f} s") from None
+            finally:
+                timer.cancel()
         finally:
             self._pending.pop(rid, None)
 
