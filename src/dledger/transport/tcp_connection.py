@@ -32,8 +32,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion, decode_envelope
+from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion
 from dledger.transport.frame_reader import FrameReader
+from dledger.transport.frame_views import decode_envelope_view
 from dledger.transport.frames import KEEPALIVE, FrameDecoder
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class Connection:
             self._fail(f"read failed: {ended!r}")
 
     def _on_payload(self, payload) -> None:
-        env = decode_envelope(payload)
+        env = decode_envelope_view(payload)     # a push's records: a view of the reader's buffer
         if not self.closed:
             self.on_envelope(env)
 
