@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: buffers per ``sendmsg`` call at most (Linux's IOV_MAX)
 IOV_MAX = 1024
+#: when the socket is full, at most this much is handed to the transport at a time (``_write``)
+HANDOFF_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -159,6 +161,8 @@ class Connection:
         self._tasks: list[asyncio.Task] = []
         self._last_read = self._last_write = 0.0
         self._drain_since: float | None = None
+        #: what the writer has yet to hand on of the frames it took (the socket was full)
+        self._rest: list = []
         #: the ``FrameReader`` once a plain socket's reading went over to it
         self.frame_reader: FrameReader | None = None
         #: the plain socket under the transport, for vectored writes (None: write through the
@@ -166,6 +170,8 @@ class Connection:
         sock = getattr(writer.transport, "_sock", None)
         self._sock = sock if isinstance(sock, socket.socket) and writer.get_extra_info("sslcontext") is None \
             else None
+        if self._sock is not None:       # drain() waits until what the socket did not take is sent
+            writer.transport.set_write_buffer_limits(high=0)
 
     async def run(self) -> str:
         """Serve until closed; returns why it closed."""
@@ -304,20 +310,38 @@ class Connection:
                         bufs.append(frame)
                     else:
                         bufs.extend(frame)
-                self._write(bufs)
+                self._rest = self._write(bufs)
                 self._last_write = loop.time()
                 self._drain_since = self._last_write
+                while self._rest:               # the socket was full: the rest once it has room
+                    await writer.drain()
+                    if self.closed:
+                        return
+                    self._rest = self._write(self._rest)
                 await writer.drain()
                 self._drain_since = None
         except (ConnectionError, OSError) as exc:
             self._fail(f"write failed: {exc!r}")
 
-    def _write(self, bufs: list) -> None:
-        """Hand ``bufs`` to the socket: with nothing waiting in the transport's buffer, straight
-        to the socket with vectored sends (each buffer copied once, into the socket), and
-        whatever the socket does not take then to the transport, which sends it when the
-        socket has room (as ``transport.write`` itself does with a first write); else, and on
-        a transport without a plain socket (TLS), through the transport."""
+    def write_now(self, frame: bytes) -> None:
+        """Write ``frame`` at once, behind the rest of a frame the writer is sending (a last
+        answer before the connection closes)."""
+        rest, self._rest = self._rest, []
+        if rest:
+            self.writer.writelines([*rest, frame])
+        else:
+            self.writer.write(frame)
+
+    def _write(self, bufs: list) -> list:
+        """Hand ``bufs`` to the socket; return what is left to send once it has room. With
+        nothing waiting in the transport's buffer they go straight to the socket with vectored
+        sends (each buffer copied once, into the socket); when the socket takes only part, the
+        transport is given the next ``HANDOFF_BYTES`` at most (it copies them into its buffer
+        and sends them when the socket has room, and, its high-water mark being 0, ``drain()``
+        waits until it has) and the rest is returned: asyncio 3.11 would join all of it into
+        one copy (``writelines``), copy that into its buffer and move the buffer's tail down
+        after each send, three copies of every byte of a large push. Else, and on a transport
+        without a plain socket (TLS), everything goes through the transport."""
         sock, transport = self._sock, self.writer.transport
         if sock is not None and not transport.get_write_buffer_size() and not transport.is_closing():
             k = 0
@@ -339,13 +363,21 @@ class Connection:
                     if sent:
                         bufs[k] = memoryview(bufs[k])[sent:]
                     break
-            bufs = bufs[k:]
-            if not bufs:
-                return
+            if k == len(bufs):
+                return []
+            head = bufs[k]
+            if len(head) > HANDOFF_BYTES:
+                head = memoryview(head)
+                bufs[k] = head[HANDOFF_BYTES:]
+                self.writer.write(head[:HANDOFF_BYTES])
+                return bufs[k:]
+            self.writer.write(head)
+            return bufs[k + 1:]
         if len(bufs) == 1:
             self.writer.write(bufs[0])
         else:
             self.writer.writelines(bufs)
+        return []
 
     async def _watchdog(self) -> None:
         o = self.options
