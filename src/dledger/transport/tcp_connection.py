@@ -5,9 +5,9 @@ What it guarantees:
   ``max_queue_bytes`` bytes; when a new frame does not fit, the *oldest* frames are dropped (and
   counted in ``dropped``). Raft tolerates loss, and the newest message is the one worth sending:
   a later heartbeat carries a later commit index, and an unacknowledged push is resent by its
-  dispatcher anyway. The writer hands every waiting frame to the socket at once
-  (``writelines``, no joined copy) and awaits ``drain()`` after each batch, so the socket's own
-  buffer stays near asyncio's high-water mark;
+  dispatcher anyway. The writer hands every waiting frame to the socket at once (vectored,
+  no joined copy) and awaits ``drain()`` after each batch (``_write``: what the socket does not
+  take is handed on 64 KiB at a time as it drains);
 - a stuck peer is detected: a ``drain()`` that does not finish within ``write_timeout_ms``
   (the peer stopped reading: half-open or hung) closes the connection;
 - a silent peer is detected: both ends send a keepalive frame whenever they have sent nothing
