@@ -99,7 +99,7 @@ def test_the_core_has_no_clock_socket_thread_asyncio_or_global_random():
 #: the transport's sans-IO parts: bytes in, events out, no I/O of their own (the simulator and
 #: the TCP transport share them); tcp_setup is the one module that knows config field names,
 #: and it reads them from the object it is given (transport never imports dledger.config)
-TRANSPORT_SANS_IO = {"frames.py", "auth.py"}
+TRANSPORT_SANS_IO = {"frames.py", "frame_views.py", "auth.py"}
 IO_MODULES = {"asyncio", "socket", "selectors", "threading", "time", "subprocess"}
 
 

@@ -567,6 +567,12 @@ def _unsupported_answer(src: str, dst: str, request_id: int, is_response: bool, 
 
 def decode_envelope(data: bytes) -> Envelope:
     """Decode one frame; ``FrameError`` says what is wrong with it (nothing else is raised)."""
+    return envelope_of(unpack_body(checked_body(data)))
+
+
+def checked_body(data) -> memoryview:
+    """The msgpack part of frame ``data`` (a view of it), once its type, length and CRC-32
+    trailer are checked; ``FrameError`` otherwise."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise FrameError(f"a frame is bytes, not {type(data).__name__}")
     try:
@@ -580,10 +586,19 @@ def decode_envelope(data: bytes) -> Envelope:
     body = data[:-CRC_BYTES]
     if crc32(body) != int.from_bytes(data[-CRC_BYTES:], "big"):
         raise FrameError("checksum mismatch: the frame was damaged in transit")
+    return body
+
+
+def unpack_body(body) -> Any:
+    """msgpack's reading of a checked body; ``FrameError`` when it is not msgpack."""
     try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+        return msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises several unrelated types
         raise FrameError(f"malformed msgpack: {exc}") from None
+
+
+def envelope_of(obj: Any) -> Envelope:
+    """The envelope an unpacked body holds, every field checked; ``FrameError`` otherwise."""
     if not isinstance(obj, list) or len(obj) != 7:
         raise FrameError("an envelope is a list of 7 items")
     version, src, dst, request_id, is_response, tag, values = obj

@@ -194,6 +194,8 @@ class EntryHandler:
                     return self._answer(req, Code.REPEATED_PUSH), NONE
                 if len(self.waiting) >= MAX_WAITING:
                     return self._answer(req, Code.PUSH_REQUEST_IS_FULL), NONE
+                if type(req.entries) is not bytes:   # a view of a transport's buffer: not kept
+                    req.entries = bytes(req.entries)
                 self.waiting[first] = WaitingPush(src, rid, req, now)
                 return None, NONE
             resp = self._append(req)

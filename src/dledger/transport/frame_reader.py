@@ -15,8 +15,13 @@ Rules it keeps (those of ``frames.FrameDecoder``):
   at 64 KiB and grows up to 1 MiB while it runs more than half full; a frame larger than the
   buffer gets a buffer of its own size, into which the part already received is moved once;
   otherwise a partial frame is moved to the start when the free end runs short;
-- ``on_payload(view)`` gets each payload as a memoryview of the buffer, valid only during the
-  call (the buffer's bytes are reused afterwards): the callee decodes it or copies it;
+- ``on_payload(view)`` gets each payload as a memoryview of the buffer. The callee may keep a
+  view of it (``frame_views``: a push's records, written to the store from there): the bytes
+  under a live view never change. Before the buffer is written again (a read, a partial frame
+  moved to its start) the reader checks whether a view of it is still alive (any view holds a
+  reference to the buffer: ``sys.getrefcount``); if one is, it goes on in a fresh buffer, into
+  which the partial frame is copied, and the old one is freed with its last view (counted in
+  ``lent``). A push handled at once, as a follower's append is, leaves no view behind;
 - the first error (a bad frame, a payload the callee refuses, a bug in the callee) ends
   reading: ``on_error(exc)`` is told and the transport is closed.
 The transport's flow-control calls (``pause_writing``/``resume_writing``) and its
@@ -27,6 +32,7 @@ connection keeps working (``drain()``) as it did.
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Callable
 
 from dledger.protocol import FrameError
@@ -52,6 +58,8 @@ class FrameReader(asyncio.BufferedProtocol):
         self.stream_protocol = stream_protocol
         self.transport: asyncio.BaseTransport | None = None
         self.keepalives = self.frames = 0
+        #: buffers left to payload views that outlived their call (a fresh one was taken)
+        self.lent = 0
         #: set once reading has ended: None (the peer closed), or the exception that ended it
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         self._buf = bytearray(max(INITIAL_BYTES, len(initial)))
@@ -62,6 +70,8 @@ class FrameReader(asyncio.BufferedProtocol):
 
     # -- the transport's side --------------------------------------------------------------
     def get_buffer(self, sizehint: int) -> memoryview:
+        if sys.getrefcount(self._buf) > 2:      # this attribute and the call's argument: a view lives
+            self._fresh_buffer()
         buf, start, end = self._buf, self._start, self._end
         pending = end - start
         need = MIN_FREE
@@ -80,6 +90,14 @@ class FrameReader(asyncio.BufferedProtocol):
             self._start, self._end = 0, pending
             end = pending
         return memoryview(buf)[end:]
+
+    def _fresh_buffer(self) -> None:
+        """Go on in a buffer of the same size: views of the old one keep their bytes."""
+        old, start, end = self._buf, self._start, self._end
+        fresh = bytearray(len(old))
+        fresh[:end - start] = memoryview(old)[start:end]
+        self._buf, self._start, self._end = fresh, 0, end - start
+        self.lent += 1
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes

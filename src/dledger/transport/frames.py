@@ -23,6 +23,7 @@ import msgpack
 
 from dledger.protocol import (CRC_BYTES, MAX_FRAME_BYTES, WIRE_VERSION, Envelope, FrameError, crc32, decode_envelope,
                               encode_envelope, wire_values)
+from dledger.transport.frame_views import decode_envelope_view
 
 PREFIX_BYTES = 4
 #: a frame with no payload: keeps an idle connection's read timeout from firing
@@ -115,7 +116,9 @@ def encode_frame_parts(env: Envelope, max_frame_bytes: int = MAX_FRAME_BYTES) ->
 
 
 def decode_frame(data: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> Envelope:
-    """Exactly one envelope frame (prefix included); ``FrameError`` on anything else."""
+    """Exactly one envelope frame (prefix included); ``FrameError`` on anything else. A push's
+    records are a view of ``data`` (``frame_views``): ``data`` is ``bytes``, or stays as it is
+    while the envelope lives."""
     if len(data) < PREFIX_BYTES:
         raise FrameError(f"a frame of {len(data)} bytes is shorter than its length prefix")
     declared = int.from_bytes(data[:PREFIX_BYTES], "big")
@@ -125,7 +128,7 @@ def decode_frame(data: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> Envelop
         raise FrameError(f"declared frame length {declared} but {len(data) - PREFIX_BYTES} bytes follow")
     if declared == 0:
         raise FrameError("a keepalive frame carries no envelope")
-    return decode_envelope(memoryview(data)[PREFIX_BYTES:])
+    return decode_envelope_view(memoryview(data)[PREFIX_BYTES:])
 
 
 class FrameDecoder:

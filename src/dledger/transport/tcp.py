@@ -369,7 +369,7 @@ class TcpNetwork:
             return                              # it spoke for another node: no answer
         if peer.kind == CLIENT:
             try:
-                conn.writer.write(encode_frame(answer, self.options.max_frame_bytes))
+                conn.write_last(encode_frame(answer, self.options.max_frame_bytes))
             except (ConnectionError, OSError, RuntimeError):
                 pass
             return

@@ -5,9 +5,9 @@ What it guarantees:
   ``max_queue_bytes`` bytes; when a new frame does not fit, the *oldest* frames are dropped (and
   counted in ``dropped``). Raft tolerates loss, and the newest message is the one worth sending:
   a later heartbeat carries a later commit index, and an unacknowledged push is resent by its
-  dispatcher anyway. The writer hands every waiting frame to the socket at once
-  (``writelines``, no joined copy) and awaits ``drain()`` after each batch, so the socket's own
-  buffer stays near asyncio's high-water mark;
+  dispatcher anyway. The writer hands every waiting frame to the socket at once (vectored,
+  no joined copy) and awaits ``drain()`` after each batch (``_write``: what the socket does not
+  take is handed on 64 KiB at a time as it drains);
 - a stuck peer is detected: a ``drain()`` that does not finish within ``write_timeout_ms``
   (the peer stopped reading: half-open or hung) closes the connection;
 - a silent peer is detected: both ends send a keepalive frame whenever they have sent nothing
@@ -37,14 +37,17 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion, decode_envelope
+from dledger.protocol import MAX_FRAME_BYTES, Envelope, FrameError, UnsupportedVersion
 from dledger.transport.frame_reader import FrameReader
+from dledger.transport.frame_views import decode_envelope_view
 from dledger.transport.frames import KEEPALIVE, FrameDecoder
 
 log = logging.getLogger(__name__)
 
 #: buffers per ``sendmsg`` call at most (Linux's IOV_MAX)
 IOV_MAX = 1024
+#: when the socket is full, at most this much is handed to the transport at a time (``_write``)
+HANDOFF_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -218,6 +221,8 @@ class Connection:
         self._tasks: list[asyncio.Task] = []
         self._last_read = self._last_write = 0.0
         self._drain_since: float | None = None
+        #: what the writer has yet to hand on of the frames it took (the socket was full)
+        self._rest: list = []
         #: the ``FrameReader`` once a plain socket's reading went over to it
         self.frame_reader: FrameReader | None = None
         #: the plain socket under the transport, for vectored writes (None: write through the
@@ -225,6 +230,8 @@ class Connection:
         sock = getattr(writer.transport, "_sock", None)
         self._sock = sock if isinstance(sock, socket.socket) and writer.get_extra_info("sslcontext") is None \
             else None
+        if self._sock is not None:       # drain() waits until what the socket did not take is sent
+            writer.transport.set_write_buffer_limits(high=0)
 
     async def run(self) -> str:
         """Serve until closed; returns why it closed."""
@@ -308,7 +315,7 @@ class Connection:
             self._fail(f"read failed: {ended!r}")
 
     def _on_payload(self, payload) -> None:
-        env = decode_envelope(payload)
+        env = decode_envelope_view(payload)     # a push's records: a view of the reader's buffer
         if not self.closed:
             self.on_envelope(env)
 
@@ -361,35 +368,44 @@ class Connection:
         queue, writer = self.queue, self.writer
         try:
             while not self.closed:
-                if not queue.frames:
+                if not queue.frames and not self._rest:
                     await queue.ready.wait()
                     if self.closed:
                         return
-                frames = queue.take_all()
-                if not frames:
-                    continue
-                bufs: list = []
-                for frame in frames:
-                    if type(frame) is bytes:
-                        bufs.append(frame)
-                    else:
-                        bufs.extend(frame)
-                self._write(bufs)
-                self._last_write = loop.time()
-                self._drain_since = self._last_write
+                if not self._rest:              # (else ``write_now`` left the rest of a frame)
+                    frames = queue.take_all()
+                    if not frames:
+                        continue
+                    bufs: list = []
+                    for frame in frames:
+                        if type(frame) is bytes:
+                            bufs.append(frame)
+                        else:
+                            bufs.extend(frame)
+                    self._rest = self._write(bufs)
+                    self._last_write = loop.time()
+                self._drain_since = loop.time()
+                while self._rest:               # the socket was full: the rest once it has room
+                    await writer.drain()
+                    if self.closed:
+                        return
+                    self._rest = self._write(self._rest)
                 await writer.drain()
                 self._drain_since = None
         except (ConnectionError, OSError) as exc:
             self._fail(f"write failed: {exc!r}")
 
     def write_now(self) -> None:
-        """Write the queued frames now, straight to the socket, unless its buffer is not empty
-        (the writer task is draining it: wake it to take them, so the bounds hold)."""
+        """Write the queued frames now, straight to the socket, unless the writer task is at
+        work (bytes in the transport's buffer, or the rest of a frame the socket did not take):
+        then wake it to take them, so the bounds hold. What the socket does not take now is
+        left to the writer task, as after its own writes."""
         queue = self.queue
         if self.closed or not queue.frames:
             return
         transport = self.writer.transport
-        if self._drain_since is not None or transport.get_write_buffer_size() or transport.is_closing():
+        if self._drain_since is not None or self._rest or transport.get_write_buffer_size() \
+                or transport.is_closing():
             queue.ready.set()
             return
         bufs: list = []
@@ -399,20 +415,37 @@ class Connection:
             else:
                 bufs.extend(frame)
         try:
-            self._write(bufs)
+            rest = self._write(bufs)
         except (ConnectionError, OSError) as exc:
             # ends as a failed write of the writer task does: reading stops, ``run`` returns
             self._fail(f"write failed: {exc!r}")
             transport.abort()
             return
         self._last_write = asyncio.get_running_loop().time()
+        if rest:
+            self._rest = rest
+            self._drain_since = self._last_write
+            queue.ready.set()
 
-    def _write(self, bufs: list) -> None:
-        """Hand ``bufs`` to the socket: with nothing waiting in the transport's buffer, straight
-        to the socket with vectored sends (each buffer copied once, into the socket), and
-        whatever the socket does not take then to the transport, which sends it when the
-        socket has room (as ``transport.write`` itself does with a first write); else, and on
-        a transport without a plain socket (TLS), through the transport."""
+    def write_last(self, frame: bytes) -> None:
+        """Write ``frame`` at once, behind the rest of a frame the writer is sending (a last
+        answer before the connection closes)."""
+        rest, self._rest = self._rest, []
+        if rest:
+            self.writer.writelines([*rest, frame])
+        else:
+            self.writer.write(frame)
+
+    def _write(self, bufs: list) -> list:
+        """Hand ``bufs`` to the socket; return what is left to send once it has room. With
+        nothing waiting in the transport's buffer they go straight to the socket with vectored
+        sends (each buffer copied once, into the socket); when the socket takes only part, the
+        transport is given the next ``HANDOFF_BYTES`` at most (it copies them into its buffer
+        and sends them when the socket has room, and, its high-water mark being 0, ``drain()``
+        waits until it has) and the rest is returned: asyncio 3.11 would join all of it into
+        one copy (``writelines``), copy that into its buffer and move the buffer's tail down
+        after each send, three copies of every byte of a large push. Else, and on a transport
+        without a plain socket (TLS), everything goes through the transport."""
         sock, transport = self._sock, self.writer.transport
         if sock is not None and not transport.get_write_buffer_size() and not transport.is_closing():
             k = 0
@@ -434,13 +467,21 @@ class Connection:
                     if sent:
                         bufs[k] = memoryview(bufs[k])[sent:]
                     break
-            bufs = bufs[k:]
-            if not bufs:
-                return
+            if k == len(bufs):
+                return []
+            head = bufs[k]
+            if len(head) > HANDOFF_BYTES:
+                head = memoryview(head)
+                bufs[k] = head[HANDOFF_BYTES:]
+                self.writer.write(head[:HANDOFF_BYTES])
+                return bufs[k:]
+            self.writer.write(head)
+            return bufs[k + 1:]
         if len(bufs) == 1:
             self.writer.write(bufs[0])
         else:
             self.writer.writelines(bufs)
+        return []
 
     async def _watchdog(self) -> None:
         o = self.options
