@@ -7,7 +7,7 @@ examples:
   python -m dledger.sim swarm --seeds 500 --first-seed 10000 --nodes 5 --durability fsync
   python -m dledger.sim swarm --seeds 50 --store file             # real store directories, power loss
                                                                   # and the other storage faults
-  python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, same runs
+  python -m dledger.sim swarm --seeds 1000 --no-codec             # envelopes by reference: faster, no frame corruption
   python -m dledger.sim swarm --seeds 200 --store file --snapshots  # snapshots, trimmed logs, installs
   python -m dledger.sim swarm --seeds 500 --membership           # members added, removed, replaced
   python -m dledger.sim --seed 17                                 # the same as "swarm --seed 17"
@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--safety-ms", "--duration-ms", dest="safety_ms", type=int, default=None,
                    help="length of the safety phase (default: drawn from the seed)")
     p.add_argument("--no-codec", action="store_true",
-                   help="pass envelopes by reference instead of through the wire codec (faster, same runs)")
+                   help="pass envelopes by reference instead of through the wire codec (faster; the same runs, but no frame corruption, which flips bits of encoded frames)")
     p.add_argument("--no-storage-faults", action="store_true",
                    help="file stores: draw no storage fault beyond crash and power loss")
     p.add_argument("--snapshots", action="store_true",

@@ -193,6 +193,10 @@ class SwarmOptions:
             pause=rng.choice([0.0, 0.0, 0.1, 0.3]), clock_drift=rng.choice([0.0, 0.0, 0.01, 0.05]),
             storage_faults=storage_faults,
         )
+        if not codec:
+            # corruption flips bits of encoded frames: without the codec there are none (the
+            # draw above stays, so the other fields keep their values)
+            drawn = dataclasses.replace(drawn, corrupt=0.0)
         if snapshots and store == "file":
             # drawn from their own source: the fields above keep their values
             srng = random.Random(f"swarm-snapshots/{seed}/{nodes}/{durability}")
