@@ -145,3 +145,17 @@ def test_a_put_answered_after_a_step_down_and_back_keeps_its_stamp(tmp_path):
         assert g.c.run_until(f.done, 2_000)
         r = f.result()
         assert r.status is OK and r.queue_offset == 0 and r.msg_id
+
+
+def test_a_put_ok_result_built_slot_by_slot_is_the_dataclass_itself():
+    import dataclasses
+
+    import pytest
+
+    from dledger.broker.put_result import PutMessageResult, put_ok
+    r = put_ok(1048, 180, 7, "0A0000010000271100000000000418", 1_764_000_000_000, "n0")
+    want = PutMessageResult(PutMessageStatus.PUT_OK, 1048, 180, 7, "0A0000010000271100000000000418",
+                            1_764_000_000_000, "n0")
+    assert r == want and hash(r) == hash(want) and repr(r) == repr(want) and r.ok and r.detail == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.queue_offset = 8

@@ -29,14 +29,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
+from collections import Counter
 from concurrent.futures import Future
+from operator import itemgetter
 
 from dledger.broker import consumer
 from dledger.broker.message_codec import (PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION,
                                           MessageFormatError, decode, encode_message, locate,
                                           message_id, split_host)
 from dledger.broker.put_checks import put_problem
-from dledger.broker.put_result import AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, refused
+from dledger.broker.put_result import (AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, put_ok,
+                                       refused)
 from dledger.broker.consumer_state import ConsumerState
 from dledger.broker.reput import ReputService
 from dledger.broker.role_change import RoleTracker
@@ -216,9 +219,9 @@ class DLedgerCommitLog:
 
     def _on_dispatched(self, batch: list[tuple[int, int]]) -> None:
         """A dispatch batch was written: each message's lag, to the end of the batch."""
-        now, observe = self.server.runtime.wall_time() * 1000, self.dispatch_lag.observe
-        for _offset, stamp in batch:
-            observe(now - stamp)
+        now, observe = self.server.runtime.wall_time() * 1000, self.dispatch_lag.observe_times
+        for stamp, n in Counter(map(itemgetter(1), batch)).items():     # a batch's stamps repeat
+            observe(now - stamp, n)
         self.consumer_state.catch_up()
 
     # =====================================================================================
@@ -274,8 +277,7 @@ class DLedgerCommitLog:
         if stamped is None:
             return refused(PutMessageStatus.UNKNOWN_ERROR, f"no stamp recorded for the entry at {pos}")
         offset = pos + BODY_OFFSET
-        return PutMessageResult(PutMessageStatus.PUT_OK, offset, size, stamped[0],
-                                f"{self._id_prefix}{offset:016X}", stamped[1], resp.leader_id)
+        return put_ok(offset, size, stamped[0], f"{self._id_prefix}{offset:016X}", stamped[1], resp.leader_id)
 
     def put_message_async(self, topic: str, queue_id: int, body: bytes, *, tags: str | None = None,
                           keys=(), properties: dict | None = None, born_host=None, flag: int = 0) -> AwaitableFuture:
