@@ -60,6 +60,9 @@ CHECKPOINT_INTERVAL_MS = 1000
 DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750,
                            1000, 2000, 5000, 10000)
 _STAMP = struct.Struct(">q")
+#: the queue offset and the physical offset, side by side in the message
+_STAMP2 = struct.Struct(">qq")
+assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
 #: the fields a message of ``put_messages`` may have (``put_message``'s arguments)
 _PUT_FIELDS = frozenset({"topic", "queue_id", "body", "tags", "keys", "properties", "born_host", "flag"})
 
@@ -143,8 +146,7 @@ class DLedgerCommitLog:
         qo = self._table.get(key, 0)
         self._table[key] = qo + 1
         now = int(self.server.runtime.wall_time() * 1000)
-        _STAMP.pack_into(view, body_offset + QUEUE_OFFSET_POSITION, qo)
-        _STAMP.pack_into(view, body_offset + PHYSICAL_OFFSET_POSITION, entry.pos + body_offset)
+        _STAMP2.pack_into(view, body_offset + QUEUE_OFFSET_POSITION, qo, entry.pos + body_offset)
         _STAMP.pack_into(view, body_offset + ts_pos, now)
         self._stamped[entry.pos] = (qo, now)
 
