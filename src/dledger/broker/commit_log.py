@@ -281,6 +281,21 @@ class DLedgerCommitLog:
         offset = pos + BODY_OFFSET
         return put_ok(offset, size, stamped[0], f"{self._id_prefix}{offset:016X}", stamped[1], resp.leader_id)
 
+    def _results(self, resp, raws: list[bytes]) -> list[PutMessageResult]:
+        """``_result`` of each message of a batch append, its answer read once."""
+        positions = resp.positions or [-1] * len(raws)
+        if resp.code != Code.SUCCESS:
+            return [self._result(resp, p, len(r)) for p, r in zip(positions, raws)]
+        pop, prefix, leader, out = self._stamped.pop, self._id_prefix, resp.leader_id, []
+        for pos, raw in zip(positions, raws):
+            stamped = pop(pos, None)
+            if stamped is None:
+                out.append(refused(PutMessageStatus.UNKNOWN_ERROR, f"no stamp recorded for the entry at {pos}"))
+                continue
+            offset = pos + BODY_OFFSET
+            out.append(put_ok(offset, len(raw), stamped[0], f"{prefix}{offset:016X}", stamped[1], leader))
+        return out
+
     def put_message_async(self, topic: str, queue_id: int, body: bytes, *, tags: str | None = None,
                           keys=(), properties: dict | None = None, born_host=None, flag: int = 0) -> AwaitableFuture:
         """Put one message; a future of ``PutMessageResult`` (bad input: a status, at once)."""
@@ -338,8 +353,7 @@ class DLedgerCommitLog:
             if single:
                 out.set_result(self._result(resp, resp.pos, len(raws[0])))
             else:
-                positions = resp.positions or [-1] * len(raws)
-                out.set_result([self._result(resp, p, len(r)) for p, r in zip(positions, raws)])
+                out.set_result(self._results(resp, raws))
 
         inner.add_done_callback(done)
         return out
