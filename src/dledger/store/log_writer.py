@@ -245,6 +245,7 @@ class LogWriter:
             body_views = map(whole.__getitem__, map(slice, map(add, starts, repeat(BODY_OFFSET, n)),
                                                      map(add, starts, sizes)))
             crcs = list(map(crc32, body_views))
+        # the heads again, CRCs in (``pack_into`` answers None: the map runs for its writes)
         for _ in map(RECORD_PREFIX.pack_into, repeat(buf, n), starts, repeat(magic, n), sizes, indexes,
                      repeat(term, n), positions, repeat(0, n), repeat(0, n), crcs, lens):
             pass
