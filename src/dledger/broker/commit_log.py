@@ -317,8 +317,8 @@ class DLedgerCommitLog:
             if not isinstance(m, dict):
                 return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                       f"messages[{i}]: must be a dict, got {type(m).__name__}")])
-            unknown = m.keys() - _PUT_FIELDS
-            if unknown:
+            if not _PUT_FIELDS.issuperset(m):
+                unknown = m.keys() - _PUT_FIELDS
                 return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                       f"messages[{i}]: unknown field(s) {', '.join(sorted(map(str, unknown)))}")])
             raw = encode(m.get("topic"), m.get("queue_id", 0), m.get("body"), m.get("tags"), m.get("keys", ()),
