@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger.broker.message_codec import (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageFormatError,
-                                          decode, dispatch_fields, encode_message, parse_properties)
+                                          decode, dispatch_fields, dispatch_properties, encode_message,
+                                          parse_properties, properties_bytes)
 
 HOSTS = st.sampled_from([("10.0.0.7", 5555), ("::1", 9876), ("192.168.1.20", 0), ("fe80::1", 65535)])
 #: property text pieces, separators included: duplicates, empty items, items with two \x01
@@ -141,3 +142,50 @@ def test_a_wrong_length_or_flag_field_is_refused_exactly_as_the_decoder_refuses_
 @given(st.binary(max_size=300))
 def test_garbage_is_refused_or_read_as_the_decoder_reads_it(raw):
     check(raw)
+
+
+#: property names: the three dispatch reads, their near misses and others; values with spaces,
+#: separators, unicode and nothing at all
+NAMES = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "TAGSX", "XKEYS", "UNIQ", "WAIT", "é", ""])
+VALUES = st.one_of(st.sampled_from(["", " ", "k1 k2", " k1  k2 ", "tag", "\x01", "\x02", "a\x01b", "é ü"]),
+                   st.text(max_size=12))
+
+
+@settings(max_examples=500, deadline=None)
+@given(items=st.lists(st.tuples(NAMES, VALUES), max_size=6), trailing=st.booleans())
+def test_the_fast_property_read_agrees_with_the_full_parse(items, trailing):
+    """``dispatch_properties`` (one match for the usual layout, else the dict) gives what
+    ``parse_properties`` gives, for property texts in any order, with duplicates, separators
+    inside values, empty values and unicode."""
+    text = "\x02".join(f"{k}\x01{v}" for k, v in items) + ("\x02" if trailing and items else "")
+    props = parse_properties(text)
+    assert dispatch_properties(text) == (props.get("TAGS"), props.get("KEYS"), props.get("UNIQ_KEY"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(uniq=st.one_of(st.none(), VALUES), tags=st.one_of(st.none(), VALUES), keys=st.one_of(st.none(), VALUES),
+       extra=st.dictionaries(st.sampled_from(["WAIT", "a", "é"]), VALUES, max_size=2), uniq_first=st.booleans())
+def test_properties_as_the_broker_writes_them_are_read_back(uniq, tags, keys, extra, uniq_first):
+    """The layout ``put_message`` writes (UNIQ_KEY among the caller's properties, then TAGS and
+    KEYS), and any other: encoded by ``properties_bytes`` (or refused for a separator), read back
+    by ``dispatch_properties`` as ``parse_properties`` reads them."""
+    props = dict(extra)
+    if uniq is not None and uniq_first:
+        props = {"UNIQ_KEY": uniq, **props}
+    for name, value in (("TAGS", tags), ("KEYS", keys)):
+        if value is not None:
+            props[name] = value
+    if uniq is not None and not uniq_first:
+        props["UNIQ_KEY"] = uniq
+    try:
+        raw = properties_bytes(props)
+    except MessageFormatError as exc:
+        assert any(sep in text for kv in props.items() for text in kv for sep in "\x01\x02")
+        assert exc.field in ("property name", "property value")
+        return
+    text = raw.decode("utf-8")
+    assert parse_properties(text) == props
+    assert dispatch_properties(text) == (props.get("TAGS"), props.get("KEYS"), props.get("UNIQ_KEY"))
+    # and inside a whole message
+    msg = encode_message(topic="T", body=b"x", properties=props)
+    assert dispatch_fields(msg)[4:7] == (props.get("TAGS"), props.get("KEYS"), props.get("UNIQ_KEY"))

@@ -114,3 +114,22 @@ def test_offset_message_ids_carry_store_host_and_offset():
         parse_message_id("XYZ")
     with pytest.raises(MessageFormatError, match="^msg_id: 3 bytes"):
         parse_message_id("ABCDEF")
+
+
+def test_encoding_refuses_what_the_layout_cannot_hold_whatever_it_kept_from_earlier_calls():
+    """The topic field and the packed hosts are kept per value: a bad value is refused every
+    time, a good one gives the same bytes as the first time."""
+    first = encode_message(topic="T", body=b"b", store_host="10.0.0.1:10911", properties={"TAGS": "a"})
+    for _ in range(2):
+        with pytest.raises(MessageFormatError, match="^topic: 32768 bytes"):
+            encode_message(topic="t" * 32768, body=b"")
+        with pytest.raises(MessageFormatError, match="^storeHost: "):
+            encode_message(topic="T", body=b"", store_host="nowhere:1")
+        with pytest.raises(MessageFormatError, match="^property name: "):
+            encode_message(topic="T", body=b"", properties={"a\x01": "v"})
+        with pytest.raises(TypeError):
+            encode_message(topic="T", body=b"", properties={"P": 1})
+        assert encode_message(topic="T", body=b"b", store_host="10.0.0.1:10911", properties={"TAGS": "a"}) == first
+    # a host given as a list (not hashable, so not kept) is refused, as every call refused it
+    with pytest.raises(MessageFormatError, match="^bornHost: "):
+        encode_message(topic="T", body=b"b", born_host=["10.0.0.2", 1])

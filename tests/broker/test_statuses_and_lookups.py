@@ -145,3 +145,42 @@ def test_a_put_answered_after_a_step_down_and_back_keeps_its_stamp(tmp_path):
         assert g.c.run_until(f.done, 2_000)
         r = f.result()
         assert r.status is OK and r.queue_offset == 0 and r.msg_id
+
+
+def test_a_put_ok_result_built_slot_by_slot_is_the_dataclass_itself():
+    import dataclasses
+
+    import pytest
+
+    from dledger.broker.put_result import PutMessageResult, put_ok
+    r = put_ok(1048, 180, 7, "0A0000010000271100000000000418", 1_764_000_000_000, "n0")
+    want = PutMessageResult(PutMessageStatus.PUT_OK, 1048, 180, 7, "0A0000010000271100000000000418",
+                            1_764_000_000_000, "n0")
+    assert r == want and hash(r) == hash(want) and repr(r) == repr(want) and r.ok and r.detail == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.queue_offset = 8
+
+
+def test_a_batch_answer_gives_each_message_what_its_own_answer_would_give():
+    """``_results`` (a batch append's answer, read once) agrees with ``_result`` message by
+    message: PUT_OK with the stamps, UNKNOWN_ERROR for a message without one, the mapped status
+    for every message of a refused append."""
+    from types import SimpleNamespace
+
+    from dledger.protocol import DLedgerResponseCode as Code
+
+    log = DLedgerCommitLog.__new__(DLedgerCommitLog)
+    log._id_prefix = "7F00000100002A9F"
+    raws = [b"a" * 100, b"b" * 120, b"c" * 90]
+    for code in (Code.SUCCESS, Code.WAIT_QUORUM_ACK_TIMEOUT, Code.NOT_LEADER):
+        resp = SimpleNamespace(code=code, leader_id="n1", positions=[0, 148, 316])
+        stamps = {0: (4, 1_764_000_000_000), 316: (5, 1_764_000_000_001)}   # none for 148
+        log._stamped = dict(stamps)
+        got = log._results(resp, raws)
+        log._stamped = dict(stamps)
+        want = [log._result(resp, p, len(r)) for p, r in zip(resp.positions, raws)]
+        assert got == want and log._stamped == {}
+        if code == Code.SUCCESS:
+            assert [r.status for r in got] == [PutMessageStatus.PUT_OK, PutMessageStatus.UNKNOWN_ERROR,
+                                               PutMessageStatus.PUT_OK]
+            assert got[2].msg_id == "7F00000100002A9F" + f"{316 + 48:016X}" and got[2].queue_offset == 5

@@ -87,3 +87,13 @@ def test_a_push_refused_by_the_follower_is_not_counted_as_replicated():
     receive(Envelope("n1", "n0", 5, True, PushEntryResponse(code=502)))     # not SUCCESS
     flow = m.replicate["n1"]
     assert flow.latency.snapshot()[1] == 0 and flow.entries.total == 0
+
+
+def test_observing_a_value_several_times_at_once_counts_as_observing_it_each_time():
+    one, many = Histogram((1, 5, 10)), Histogram((1, 5, 10))
+    for value, times in ((0.5, 3), (5, 2), (7.5, 4), (11, 1)):
+        for _ in range(times):
+            one.observe(value)
+        many.observe_times(value, times)
+    assert many.counts == one.counts == [3, 2, 4, 1]
+    assert many.snapshot() == one.snapshot()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import tempfile
 
 import hypothesis.strategies as st
@@ -136,6 +137,68 @@ def test_joined_leader_batches_write_the_same_bytes_as_the_record_loop(batches, 
             s.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _stamp_hook(seen):
+    """A hook as the broker's: it reads the entry's fields and writes into the body (its first
+    16 bytes, when it has them: the index and the position), and records what it saw."""
+    def hook(entry, record, off):
+        seen.append((entry.index, entry.term, entry.pos, entry.size, entry.magic, bytes(entry.body),
+                     bytes(record[:off])))
+        if len(record) >= off + 16:
+            struct.pack_into(">qq", record, off, entry.index, entry.pos + off)
+    return hook
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=30), min_size=1, max_size=12),
+       st.sampled_from([2048, 8192]))
+def test_joined_leader_batches_with_append_hooks_write_the_same_bytes_as_the_record_loop(batches, data_file_size):
+    """With append hooks the joined path runs them on views of the joined records and takes each
+    CRC after them: the files, the answers and what every hook saw are the record loop's."""
+    base = tempfile.mkdtemp(prefix="dledger-fast-")
+    try:
+        stores = [DLedgerMmapFileStore.open(os.path.join(base, name), data_file_size=data_file_size,
+                                            index_file_size=32 * 16) for name in ("joined", "loop")]
+        stores[1]._writer._append_leader_joined = lambda *a: None
+        seen = [[], []]
+        for s, log in zip(stores, seen):
+            s.persist_term(1, None)
+            s.add_append_hook(_stamp_hook(log))
+        for k, sizes in enumerate(batches):
+            bodies = [bytes((k + i + j) % 256 for j in range(n)) for i, n in enumerate(sizes)]
+            results = [s.batch_append_as_leader(bodies) for s in stores]
+            assert results[0] == results[1]
+        assert seen[0] == seen[1]
+        assert _files(stores[0]) == _files(stores[1])
+        for i in range(stores[0].ledger_end_index + 1):
+            assert stores[0].get(i).crc_ok()
+        for s in stores:
+            s.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_hook_that_raises_in_a_joined_batch_leaves_nothing_written(open_file_store):
+    store = open_file_store()
+    store.persist_term(1, None)
+    calls = []
+
+    def hook(entry, record, off):
+        calls.append(entry.index)
+        if entry.index == 2:
+            raise ValueError("refused")
+
+    store.add_append_hook(hook)
+    store.batch_append_as_leader([b"a" * 20, b"b" * 20])
+    files = _files(store)
+    with pytest.raises(ValueError):
+        store.batch_append_as_leader([b"c" * 20, b"d" * 20, b"e" * 20])
+    assert calls == [0, 1, 2] and store.ledger_end_index == 1 and _files(store) == files
+    calls.clear()
+    store._writer.hooks.remove(hook)
+    assert store.batch_append_as_leader([b"f" * 20, b"g" * 20]).first_index == 2
+    assert store.get(3).body == b"g" * 20
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,14 +29,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
+from collections import Counter
 from concurrent.futures import Future
+from operator import itemgetter
 
 from dledger.broker import consumer
 from dledger.broker.message_codec import (PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION,
                                           MessageFormatError, decode, encode_message, locate,
                                           message_id, split_host)
 from dledger.broker.put_checks import put_problem
-from dledger.broker.put_result import AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, refused
+from dledger.broker.put_result import (AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, put_ok,
+                                       refused)
 from dledger.broker.consumer_state import ConsumerState
 from dledger.broker.reput import ReputService
 from dledger.broker.role_change import RoleTracker
@@ -57,6 +60,9 @@ CHECKPOINT_INTERVAL_MS = 1000
 DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750,
                            1000, 2000, 5000, 10000)
 _STAMP = struct.Struct(">q")
+#: the queue offset and the physical offset, side by side in the message
+_STAMP2 = struct.Struct(">qq")
+assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
 #: the fields a message of ``put_messages`` may have (``put_message``'s arguments)
 _PUT_FIELDS = frozenset({"topic", "queue_id", "body", "tags", "keys", "properties", "born_host", "flag"})
 
@@ -140,8 +146,7 @@ class DLedgerCommitLog:
         qo = self._table.get(key, 0)
         self._table[key] = qo + 1
         now = int(self.server.runtime.wall_time() * 1000)
-        _STAMP.pack_into(view, body_offset + QUEUE_OFFSET_POSITION, qo)
-        _STAMP.pack_into(view, body_offset + PHYSICAL_OFFSET_POSITION, entry.pos + body_offset)
+        _STAMP2.pack_into(view, body_offset + QUEUE_OFFSET_POSITION, qo, entry.pos + body_offset)
         _STAMP.pack_into(view, body_offset + ts_pos, now)
         self._stamped[entry.pos] = (qo, now)
 
@@ -216,9 +221,9 @@ class DLedgerCommitLog:
 
     def _on_dispatched(self, batch: list[tuple[int, int]]) -> None:
         """A dispatch batch was written: each message's lag, to the end of the batch."""
-        now, observe = self.server.runtime.wall_time() * 1000, self.dispatch_lag.observe
-        for _offset, stamp in batch:
-            observe(now - stamp)
+        now, observe = self.server.runtime.wall_time() * 1000, self.dispatch_lag.observe_times
+        for stamp, n in Counter(map(itemgetter(1), batch)).items():     # a batch's stamps repeat
+            observe(now - stamp, n)
         self.consumer_state.catch_up()
 
     # =====================================================================================
@@ -274,8 +279,22 @@ class DLedgerCommitLog:
         if stamped is None:
             return refused(PutMessageStatus.UNKNOWN_ERROR, f"no stamp recorded for the entry at {pos}")
         offset = pos + BODY_OFFSET
-        return PutMessageResult(PutMessageStatus.PUT_OK, offset, size, stamped[0],
-                                f"{self._id_prefix}{offset:016X}", stamped[1], resp.leader_id)
+        return put_ok(offset, size, stamped[0], f"{self._id_prefix}{offset:016X}", stamped[1], resp.leader_id)
+
+    def _results(self, resp, raws: list[bytes]) -> list[PutMessageResult]:
+        """``_result`` of each message of a batch append, its answer read once."""
+        positions = resp.positions or [-1] * len(raws)
+        if resp.code != Code.SUCCESS:
+            return [self._result(resp, p, len(r)) for p, r in zip(positions, raws)]
+        pop, prefix, leader, out = self._stamped.pop, self._id_prefix, resp.leader_id, []
+        for pos, raw in zip(positions, raws):
+            stamped = pop(pos, None)
+            if stamped is None:
+                out.append(refused(PutMessageStatus.UNKNOWN_ERROR, f"no stamp recorded for the entry at {pos}"))
+                continue
+            offset = pos + BODY_OFFSET
+            out.append(put_ok(offset, len(raw), stamped[0], f"{prefix}{offset:016X}", stamped[1], leader))
+        return out
 
     def put_message_async(self, topic: str, queue_id: int, body: bytes, *, tags: str | None = None,
                           keys=(), properties: dict | None = None, born_host=None, flag: int = 0) -> AwaitableFuture:
@@ -298,8 +317,8 @@ class DLedgerCommitLog:
             if not isinstance(m, dict):
                 return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                       f"messages[{i}]: must be a dict, got {type(m).__name__}")])
-            unknown = m.keys() - _PUT_FIELDS
-            if unknown:
+            if not _PUT_FIELDS.issuperset(m):
+                unknown = m.keys() - _PUT_FIELDS
                 return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
                                       f"messages[{i}]: unknown field(s) {', '.join(sorted(map(str, unknown)))}")])
             raw = encode(m.get("topic"), m.get("queue_id", 0), m.get("body"), m.get("tags"), m.get("keys", ()),
@@ -334,8 +353,7 @@ class DLedgerCommitLog:
             if single:
                 out.set_result(self._result(resp, resp.pos, len(raws[0])))
             else:
-                positions = resp.positions or [-1] * len(raws)
-                out.set_result([self._result(resp, p, len(r)) for p, r in zip(positions, raws)])
+                out.set_result(self._results(resp, raws))
 
         inner.add_done_callback(done)
         return out

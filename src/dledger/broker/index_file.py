@@ -58,17 +58,20 @@ class KeyHasher:
     """``key_hash(f"{topic}#{key}")`` without hashing every character every time.
 
     Java's hash is a polynomial in 31 (mod 2**32), so for an ASCII key of ``L`` characters
-    ``h(topic#key) = h(topic#) * 31**L + h(key[:-4]) * 31**4 + h(key[-4:])``. The first two
-    terms depend on the topic and the key's head only (``L`` is the head's length + 4): their
+    ``h(topic#key) = h(topic#) * 31**L + h(key[:-2]) * 31**2 + h(key[-2:])``. The first two
+    terms depend on the topic and the key's head only (``L`` is the head's length + 2): their
     sum is kept per topic and head (keys such as RocketMQ's UNIQ_KEY or ``order-<n>`` share
-    their heads for thousands of messages), so a key mostly costs one look-up and its last
-    four characters. Other keys (shorter than 5 or not ASCII) take ``key_hash`` (the same
-    value). At most ``_CACHE_MAX`` sums are kept, all topics together.
+    their heads for hundreds of messages), and the last term per pair of characters, so a key
+    mostly costs two look-ups. Other keys (shorter than 3 or not ASCII) take ``key_hash`` (the
+    same value). At most ``_CACHE_MAX`` sums are kept, all topics together (the pairs, at most
+    128 * 128, apart).
     """
 
     def __init__(self) -> None:
         self._topics: dict[str, tuple[int, dict[str, int]]] = {}
         self._kept = 0
+        #: h(two ASCII characters), by the characters
+        self._pairs: dict[str, int] = {}
 
     def __call__(self, topic: str, key: str) -> int:
         return self.message(topic, key, None)[0] if key else key_hash(f"{topic}#")
@@ -76,12 +79,14 @@ class KeyHasher:
     def message(self, topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
         """The hashes of ``topic#uniq_key`` and ``topic#key`` for each key of ``keys`` split on
         spaces, in that order, empty keys dropped."""
-        keys = keys.split(KEY_SEPARATOR) if keys else []
-        if uniq_key:
-            keys.insert(0, uniq_key)
-        out: list[int] = []
-        if not keys:
-            return out
+        if keys:
+            keys = keys.split(KEY_SEPARATOR) if KEY_SEPARATOR in keys else [keys]
+            if uniq_key:
+                keys.insert(0, uniq_key)
+        elif uniq_key:
+            keys = [uniq_key]
+        else:
+            return []
         kept = self._topics.get(topic)
         if kept is None:
             self._kept += 1
@@ -90,12 +95,14 @@ class KeyHasher:
                 self._kept = 1
             kept = self._topics[topic] = (java_string_hash(topic + "#") & _M32, {})
         t, heads = kept
+        pairs = self._pairs
+        out: list[int] = []
         for key in keys:
-            if len(key) < 5 or not key.isascii():
+            if len(key) < 3 or not key.isascii():
                 if key:
                     out.append(key_hash(f"{topic}#{key}"))
                 continue
-            head = key[:-4]
+            head = key[:-2]
             u = heads.get(head)
             if u is None:
                 self._kept += 1
@@ -104,9 +111,12 @@ class KeyHasher:
                     self._topics[topic] = (t, heads)
                     heads.clear()
                     self._kept = 2                       # this topic and the head kept below
-                u = heads[head] = (t * pow(31, len(key), 1 << 32) + java_string_hash(head) * 923521) & _M32
-            a, b, c, d = key[-4:].encode()
-            u = (u + a * 29791 + b * 961 + c * 31 + d) & _M32
+                u = heads[head] = (t * pow(31, len(key), 1 << 32) + java_string_hash(head) * 961) & _M32
+            tail = key[-2:]
+            v = pairs.get(tail)
+            if v is None:
+                v = pairs[tail] = ord(tail[0]) * 31 + ord(tail[1])
+            u = (u + v) & _M32
             out.append(u if u < 0x80000000 else (0x100000000 - u if u > 0x80000000 else 0))
         return out
 

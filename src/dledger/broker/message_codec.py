@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -192,14 +193,37 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+#: properties as this broker writes them (``put_message``: UNIQ_KEY among the caller's
+#: properties, then TAGS, then KEYS), each item closed by its separator and every name one of
+#: these: one match reads them, where ``parse_properties`` builds a dict of every item
+_USUAL_PROPERTIES = re.compile("(?:UNIQ_KEY\x01([^\x01\x02]*)\x02)?(?:TAGS\x01([^\x01\x02]*)\x02)?"
+                               "(?:KEYS\x01([^\x01\x02]*)\x02)?(?:UNIQ_KEY\x01([^\x01\x02]*)\x02)?")
+
+
+def dispatch_properties(text: str) -> tuple[str | None, str | None, str | None]:
+    """``(TAGS, KEYS, UNIQ_KEY)`` of properties text, each None when absent: the values
+    ``parse_properties`` gives, found by one match when the text holds these properties only,
+    in the order this broker writes them (else from ``parse_properties``)."""
+    m = _USUAL_PROPERTIES.fullmatch(text)
+    if m is None:
+        props = parse_properties(text)
+        return props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_KEY)
+    uniq_first, tags, keys, uniq = m.groups()
+    return tags, keys, uniq_first if uniq is None else uniq
+
+
 def properties_bytes(properties: dict[str, str] | None) -> bytes:
-    out = []
-    for k, v in (properties or {}).items():
-        for name, text in (("property name", k), ("property value", v)):
-            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-                raise MessageFormatError(name, f"{text!r} holds a separator character (\\x01 or \\x02)")
-        out.append(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}")
-    return "".join(out).encode("utf-8")
+    if not properties:
+        return b""
+    # each (name, value) joined by \x01 (a TypeError for a name or value not a str), the
+    # pairs by \x02; a separator inside a name or value shows in the counts
+    text = PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, properties.items())) + PROPERTY_SEPARATOR
+    if text.count(NAME_VALUE_SEPARATOR) != len(properties) or text.count(PROPERTY_SEPARATOR) != len(properties):
+        for k, v in properties.items():           # which one holds a separator
+            for name, value in (("property name", k), ("property value", v)):
+                if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:
+                    raise MessageFormatError(name, f"{value!r} holds a separator character (\\x01 or \\x02)")
+    return text.encode("utf-8")
 
 
 def decode(buf, *, inflate: bool = True) -> Message:
@@ -278,40 +302,55 @@ def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0,
     """A message in the CommitLog layout (v1, or v2 when the topic is over 127 bytes)."""
     if not topic:
         raise MessageFormatError("topic", "is empty")
-    topic_b = topic.encode("utf-8")
-    if len(topic_b) > 32767:
-        raise MessageFormatError("topic", f"{len(topic_b)} bytes; at most 32767")
+    v2, topic_field = _topic_field(topic)
     props = properties_bytes(properties)
     if len(props) > MAX_PROPERTIES_SIZE:
         raise MessageFormatError("properties", f"{len(props)} bytes; at most {MAX_PROPERTIES_SIZE}")
     stored_body = zlib.compress(body) if sys_flag & COMPRESSED_FLAG else bytes(body)
-    try:
-        born_addr, born_port = split_host(born_host)
-        born = _packed_address(born_addr)
-    except ValueError as exc:
-        raise MessageFormatError("bornHost", str(exc)) from None
-    try:
-        store_addr, store_port = split_host(store_host)
-        store = _packed_address(store_addr)
-    except ValueError as exc:
-        raise MessageFormatError("storeHost", str(exc)) from None
+    born, born_port = _host_field(born_host, "bornHost")
+    store, store_port = _host_field(store_host, "storeHost")
     sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
     if len(born) == 16:
         sys_flag |= BORNHOST_V6_FLAG
     if len(store) == 16:
         sys_flag |= STOREHOST_V6_FLAG
-    v2 = len(topic_b) > MAX_TOPIC_SIZE_V1
-    topic_field = (_I16.pack(len(topic_b)) if v2 else bytes([len(topic_b)])) + topic_b
     total = _FIXED_SIZE + len(born) + len(store) + len(stored_body) + len(topic_field) + 2 + len(props)
     try:
         fixed = _fixed_part(len(born), len(store)).pack(
-            total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(stored_body), queue_id, flag, queue_offset,
-            physical_offset, sys_flag, born_timestamp, born, born_port, store_timestamp, store, store_port,
-            reconsume_times, prepared_transaction_offset, len(stored_body))
+            total, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(stored_body) & 0x7FFFFFFF, queue_id, flag,
+            queue_offset, physical_offset, sys_flag, born_timestamp, born, born_port, store_timestamp, store,
+            store_port, reconsume_times, prepared_transaction_offset, len(stored_body))
         props_len = _I16.pack(len(props))
     except struct.error as exc:
         raise MessageFormatError("integer field", f"out of range ({exc})") from None
     return b"".join((fixed, stored_body, topic_field, props_len, props))
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_field(topic: str) -> tuple[bool, bytes]:
+    """``(v2, the topic's length and bytes)``: magic v2 (a 2-byte length) over 127 bytes."""
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > 32767:
+        raise MessageFormatError("topic", f"{len(topic_b)} bytes; at most 32767")
+    v2 = len(topic_b) > MAX_TOPIC_SIZE_V1
+    return v2, (_I16.pack(len(topic_b)) if v2 else bytes([len(topic_b)])) + topic_b
+
+
+def _host_field(host, name: str) -> tuple[bytes, int]:
+    """``(4 or 16 address bytes, port)`` of a host; ``MessageFormatError`` naming ``name``."""
+    try:
+        try:
+            return _packed_host(host)
+        except TypeError:                 # not hashable (a list): not kept
+            return _packed_host.__wrapped__(host)
+    except ValueError as exc:
+        raise MessageFormatError(name, str(exc)) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _packed_host(host) -> tuple[bytes, int]:
+    addr, port = split_host(host)
+    return _packed_address(addr), port
 
 
 #: the fixed-size fields, totalSize .. bodyLength, without the two host addresses
@@ -425,9 +464,7 @@ def dispatch_fields(buf, start: int = 0, end: int | None = None):
     if not props_len:
         return topic, queue_id, queue_offset, store_timestamp, None, None, None, body_at, body_len
     try:
-        props = parse_properties(buf[start + off + 2:end].decode("utf-8"))
+        tags, keys, uniq = dispatch_properties(buf[start + off + 2:end].decode("utf-8"))
     except UnicodeDecodeError:
         return None
-    get = props.get
-    return (topic, queue_id, queue_offset, store_timestamp, get(PROPERTY_TAGS), get(PROPERTY_KEYS),
-            get(PROPERTY_UNIQ_KEY), body_at, body_len)
+    return topic, queue_id, queue_offset, store_timestamp, tags, keys, uniq, body_at, body_len

@@ -11,6 +11,7 @@ bytes (the v2 message layout's i16 length; over 127 bytes the message is written
 from __future__ import annotations
 
 import re
+from itertools import repeat
 
 _TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_BYTES = 32767
@@ -22,6 +23,22 @@ def _kind(value) -> str:
 
 
 def topic_problem(topic) -> str | None:
+    if type(topic) is str and topic in _GOOD_TOPICS:
+        return None
+    why = _topic_problem(topic)
+    if why is None and type(topic) is str:
+        if len(_GOOD_TOPICS) >= _GOOD_TOPICS_MAX:
+            _GOOD_TOPICS.clear()
+        _GOOD_TOPICS.add(topic)
+    return why
+
+
+#: topics found good (a put's topic is checked once, not per message); at most this many
+_GOOD_TOPICS: set[str] = set()
+_GOOD_TOPICS_MAX = 4096
+
+
+def _topic_problem(topic) -> str | None:
     if not isinstance(topic, str):
         return f"topic: must be a str, got {_kind(topic)}"
     if not topic:
@@ -52,8 +69,8 @@ def put_problem(topic, queue_id, body, tags, keys, properties, born_host, flag) 
     if keys is not None and not isinstance(keys, str):
         if not isinstance(keys, (list, tuple, set, frozenset)):
             return f"keys: must be a str or a list of str, got {_kind(keys)}"
-        bad = next((k for k in keys if not isinstance(k, str)), None)
-        if bad is not None:
+        if not all(map(isinstance, keys, repeat(str))):
+            bad = next(k for k in keys if not isinstance(k, str))
             return f"keys: must be a str or a list of str; one is {_kind(bad)}"
     if properties is not None:
         if not isinstance(properties, dict):

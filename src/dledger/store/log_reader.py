@@ -233,15 +233,18 @@ class LogReader:
         total = len(chunk)
         off = 0
         i = first
-        for unit in map(IndexUnit._make, units):
+        for unit in units:
             if off + BODY_OFFSET > total:
                 raise CorruptStoreError(f"entry {i} is corrupt: record header truncated", path=path,
                                         offset=base_off + off)
             magic, size, index, term, pos, ch, cc, body_crc, body_size = unpack(chunk, off)
+            # a header equal to its unit field by field agrees with it (``matches_unit``, asked
+            # only otherwise, allows Java's differences)
             if (index != i or body_size != size - BODY_OFFSET or size < BODY_OFFSET
                     or ((ch or cc) and (body_crc or size == BODY_OFFSET))
                     or magic not in VALID_MAGICS
-                    or not matches_unit(unit, magic, size, index, term, pos, body_crc)
+                    or ((magic, pos, size, index, term) != unit
+                        and not matches_unit(IndexUnit._make(unit), magic, size, index, term, pos, body_crc))
                     or (body_crc and crc32(view[off + BODY_OFFSET:off + size]) != body_crc)):
                 exc = CorruptStoreError(f"entry {i} is corrupt", path=path, offset=base_off + off)
                 self.state.note_damage(i, exc)
