@@ -143,14 +143,22 @@ class BrokerSwarm:
             self._restart(node)
         self.log.append(f"{c.now_ms} heal and restart all")
         assert c.run_until(lambda: self.g.leader() is not None, 20_000), self.why("no master after healing")
-        # one more put through the master, as the core swarm's liveness phase appends: a new
-        # master commits the entries of earlier terms only with one of its own, so without it a
-        # replica that had committed them before may have dispatched more than the master
-        self._put()
-        c.run_until(lambda: all(f.done() for _, f in self.pending), 20_000)
+        # puts through the master until it has committed its whole log, as the core swarm's
+        # liveness phase appends: a new master commits the entries of earlier terms only with
+        # one of its own, so until then a replica that had committed them before may have
+        # dispatched more than the master (a put may also meet a master that loses its place)
+        deadline = c.now_ms + 20_000
+        while c.now_ms < deadline and not self._master_committed_all():
+            self._put()
+            c.run_until(lambda: all(f.done() for _, f in self.pending) and self._master_committed_all(), 1_000)
         self._collect(final=True)
         self.g.settle(20_000)
         return self.check()
+
+    def _master_committed_all(self) -> bool:
+        lead = self.g.leader()
+        return lead is not None and \
+            self.g.c.servers[lead].node.committed_index >= self.g.c.servers[lead].store.ledger_end_index
 
     def why(self, text: str) -> str:
         return f"seed {self.seed}: {text}; faults: " + "; ".join(self.log[-25:])
