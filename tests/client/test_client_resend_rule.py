@@ -8,7 +8,7 @@ import threading
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dledger import AppendOutcomeUnknown, AppendRefusedError, ClusterUnavailableError, DLedgerClient
+from dledger import AppendOutcomeUnknown, AppendRefusedError, AsyncDLedgerClient, ClusterUnavailableError, DLedgerClient
 from dledger.protocol import (AppendEntryRequest, AppendEntryResponse, DLedgerResponseCode as Code, Envelope,
                               MetadataRequest, MetadataResponse)
 from dledger.transport.auth import ServerHandshake
@@ -129,12 +129,16 @@ def test_a_definite_refusal_is_an_error_and_not_resent(scripted):
 
 def test_an_append_never_answered_is_unknown_at_the_deadline_and_not_resent(scripted):
     node = scripted(["silent"])
-    with DLedgerClient(node.peers, "t", timeout_s=0.5) as c:
-        with pytest.raises(AppendOutcomeUnknown) as exc:
-            c.append(b"x")
-        assert "did not answer within 0.5 s" in str(exc.value)
-        assert node.appends == 1
-        assert c.append(b"y").code == Code.SUCCESS           # the connection still serves
+
+    async def main():
+        async with AsyncDLedgerClient(node.peers, "t", timeout_s=0.5) as c:
+            with pytest.raises(AppendOutcomeUnknown) as exc:       # not the guard's TimeoutError
+                await asyncio.wait_for(c.append(b"x"), 5)
+            assert "did not answer within 0.5 s" in str(exc.value)
+            assert node.appends == 1
+            return (await asyncio.wait_for(c.append(b"y"), 5)).code
+
+    assert asyncio.run(main()) == Code.SUCCESS                     # the connection still serves
 
 
 def test_refusals_until_the_timeout_are_unavailable_never_unknown(scripted):
