@@ -1,10 +1,12 @@
 """Helpers for real-socket tests on 127.0.0.1: free ports, a group of TCP servers, events that
 fire when a server's state reaches a condition (checked after every step of its driver, on
-the loop's thread), and a raw client that speaks the handshake by hand."""
+the loop's thread), a raw client that speaks the handshake by hand, and a connection on a
+socket pair whose small send buffer takes large frames only in part."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 
 from dledger import DLedgerConfig, DLedgerServer
@@ -14,6 +16,7 @@ from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.auth import ClientHandshake, HandshakeError, Peer
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
 from dledger.transport.loopback import free_ports
+from dledger.transport.tcp_connection import Connection, SendQueue, TcpOptions
 
 WAIT = 10.0
 
@@ -130,3 +133,26 @@ async def closed_by_peer(reader: asyncio.StreamReader, timeout: float = WAIT) ->
 
 def envelope_frame(env: Envelope) -> bytes:
     return encode_frame(env)
+
+
+async def small_buffer_connection(**kwargs) -> tuple[Connection, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A ``Connection`` on one end of a socket pair whose send buffer holds 16 KiB (a large frame
+    is taken in part), and the stream reader and writer of the other end. ``kwargs`` go to the
+    ``Connection`` (``batch=``)."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+    reader, writer = await asyncio.open_connection(sock=a)
+    peer_reader, peer_writer = await asyncio.open_connection(sock=b)
+    conn = Connection(reader, writer, FrameDecoder(), SendQueue(64, 1 << 26), TcpOptions(), "t", lambda e: None,
+                      **kwargs)
+    return conn, peer_reader, peer_writer
+
+
+async def read_envelopes(reader: asyncio.StreamReader, n: int) -> list[Envelope]:
+    """The next ``n`` envelopes read from ``reader`` (each read bounded by ``WAIT``)."""
+    decoder, got = FrameDecoder(), []
+    while len(got) < n:
+        data = await asyncio.wait_for(reader.read(1 << 20), WAIT)
+        assert data, "the connection closed"
+        got.extend(decoder.feed(data))
+    return got

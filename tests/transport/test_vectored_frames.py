@@ -3,13 +3,13 @@ bytes as ``encode_frame``, large values not copied, and a write the socket takes
 finished by the transport in order."""
 
 import asyncio
-import socket
 
 import pytest
 
 from dledger.protocol import MESSAGE_TYPES, AppendEntryRequest, BatchAppendEntryRequest, Envelope, PushEntryRequest
-from dledger.transport.frames import BIG_VALUE_BYTES, FrameDecoder, encode_frame, encode_frame_parts
-from dledger.transport.tcp_connection import Connection, SendQueue, TcpOptions
+from dledger.transport.frames import BIG_VALUE_BYTES, encode_frame, encode_frame_parts
+
+from transport.tcp_helpers import read_envelopes, small_buffer_connection
 
 
 @pytest.mark.parametrize("size", [0, 100, BIG_VALUE_BYTES - 1, BIG_VALUE_BYTES, 70_000])
@@ -43,11 +43,7 @@ def test_large_values_travel_as_themselves_not_copies():
 
 def test_a_vectored_write_the_socket_takes_in_part_is_finished_in_order():
     async def scenario():
-        a, b = socket.socketpair()
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
-        reader, writer = await asyncio.open_connection(sock=a)
-        peer_reader, peer_writer = await asyncio.open_connection(sock=b)
-        conn = Connection(reader, writer, FrameDecoder(), SendQueue(64, 1 << 26), TcpOptions(), "t", lambda e: None)
+        conn, peer_reader, peer_writer = await small_buffer_connection()
         assert conn._sock is not None                   # the plain socket: vectored sends
         envs = [Envelope("a", "b", k, False, PushEntryRequest(group="g", entries=bytes([k]) * (300_000 + k),
                                                               count=1, first_entry_index=k))
@@ -56,11 +52,7 @@ def test_a_vectored_write_the_socket_takes_in_part_is_finished_in_order():
             parts, size = encode_frame_parts(env)
             conn.queue.put(parts, size)
         runner = asyncio.get_running_loop().create_task(conn.run())
-        decoder, got = FrameDecoder(), []
-        while len(got) < len(envs):
-            data = await asyncio.wait_for(peer_reader.read(1 << 20), 10)
-            assert data
-            got.extend(decoder.feed(data))
+        got = await read_envelopes(peer_reader, len(envs))
         runner.cancel()
         conn.close("done")
         peer_writer.close()

@@ -10,6 +10,8 @@ from dledger.protocol import AppendEntryResponse, Envelope, PushEntryRequest
 from dledger.transport.frames import FrameDecoder, encode_frame, encode_frame_parts
 from dledger.transport.tcp_connection import Connection, SendQueue, TcpOptions, WriteBatch
 
+from transport.tcp_helpers import read_envelopes, small_buffer_connection
+
 
 class Recorder:
     """A stand-in connection that notes when it was written."""
@@ -79,13 +81,8 @@ def test_a_flushed_frame_is_in_the_socket_before_the_loop_turns():
 
 def test_frames_the_socket_cannot_take_now_are_finished_by_the_writer_task_in_order():
     async def scenario():
-        a, b = socket.socketpair()
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
-        reader, writer = await asyncio.open_connection(sock=a)
-        peer_reader, peer_writer = await asyncio.open_connection(sock=b)
         batch = WriteBatch(asyncio.get_running_loop())
-        conn = Connection(reader, writer, FrameDecoder(), SendQueue(64, 1 << 26), TcpOptions(), "t", lambda e: None,
-                          batch=batch)
+        conn, peer_reader, peer_writer = await small_buffer_connection(batch=batch)
         runner = asyncio.get_running_loop().create_task(conn.run())
         await asyncio.sleep(0)
         envs = [_push(k, 300_000 + k) for k in range(8)]
@@ -96,9 +93,7 @@ def test_frames_the_socket_cannot_take_now_are_finished_by_the_writer_task_in_or
             if k % 3 == 2:
                 batch.flush()
         batch.flush()
-        decoder, got = FrameDecoder(), []
-        while len(got) < len(envs):
-            got.extend(decoder.feed(await asyncio.wait_for(peer_reader.read(1 << 20), 10)))
+        got = await read_envelopes(peer_reader, len(envs))
         assert [(e.request_id, e.msg.entries) for e in got] == [(e.request_id, e.msg.entries) for e in envs]
         runner.cancel()
         conn.close("done")

@@ -120,6 +120,17 @@ class SendQueue:
         self.ready.clear()
         return out
 
+    def take_buffers(self) -> list:
+        """Every waiting frame's buffers, in order, as one list for a vectored write (a frame
+        of parts gives its parts), and the queue emptied."""
+        bufs: list = []
+        for frame in self.take_all():
+            if type(frame) is bytes:
+                bufs.append(frame)
+            else:
+                bufs.extend(frame)
+        return bufs
+
     def clear(self) -> None:
         self.take_all()
 
@@ -373,15 +384,9 @@ class Connection:
                     if self.closed:
                         return
                 if not self._rest:              # (else ``write_now`` left the rest of a frame)
-                    frames = queue.take_all()
-                    if not frames:
+                    bufs = queue.take_buffers()
+                    if not bufs:
                         continue
-                    bufs: list = []
-                    for frame in frames:
-                        if type(frame) is bytes:
-                            bufs.append(frame)
-                        else:
-                            bufs.extend(frame)
                     self._rest = self._write(bufs)
                     self._last_write = loop.time()
                 self._drain_since = loop.time()
@@ -408,14 +413,8 @@ class Connection:
                 or transport.is_closing():
             queue.ready.set()
             return
-        bufs: list = []
-        for frame in queue.take_all():
-            if type(frame) is bytes:
-                bufs.append(frame)
-            else:
-                bufs.extend(frame)
         try:
-            rest = self._write(bufs)
+            rest = self._write(queue.take_buffers())
         except (ConnectionError, OSError) as exc:
             # ends as a failed write of the writer task does: reading stops, ``run`` returns
             self._fail(f"write failed: {exc!r}")
