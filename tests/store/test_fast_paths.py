@@ -24,6 +24,7 @@ from dledger.entry import BODY_OFFSET, DLedgerEntry, encode
 from dledger.errors import CorruptEntryError, CorruptStoreError, DLedgerError
 from dledger.store import DLedgerMmapFileStore
 from dledger.store.follower_batch import next_position, plan_by_columns, plan_by_record
+from dledger.store.log_store import BatchedAppendHook
 
 FIELDS = ("magic", "size", "index", "term", "pos", "crc", "body", "body_size")
 FIELD_OFFSET = {"magic": 0, "size": 4, "index": 8, "term": 16, "pos": 24, "crc": 40, "body_size": 44}
@@ -288,3 +289,74 @@ def test_a_record_damaged_after_it_was_written_is_refused_by_the_follower(open_f
     with pytest.raises(CorruptStoreError):
         leader.get(6)                                # and the leader's own reads refuse it
 
+
+
+def _batched_stamp_hook(seen, batches_seen):
+    """``_stamp_hook`` with its batch form (``BatchedAppendHook``): the same writes, all records
+    of a joined batch in one call."""
+    per_record = _stamp_hook(seen)
+
+    def on_records(records, starts, sizes, indexes, positions, term, magic):
+        batches_seen.append(len(starts))
+        with memoryview(records) as whole:
+            for start, size, index, pos in zip(starts, sizes, indexes, positions):
+                body = bytes(whole[start + BODY_OFFSET:start + size])
+                with whole[start:start + size] as view:
+                    per_record(DLedgerEntry(body, magic, index, term, pos, 0, 0, 0, size), view, BODY_OFFSET)
+    return BatchedAppendHook(per_record, on_records)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.integers(0, 100), min_size=2, max_size=30), min_size=1, max_size=8),
+       st.booleans())
+def test_a_hooks_batch_form_writes_what_its_record_form_writes_and_runs_once_per_joined_batch(batches, plain_too):
+    """The joined leader append gives a ``BatchedAppendHook`` the whole batch at once: the files
+    are the record loop's with the per-record form. With a plain hook beside it, every hook is
+    run per record (the batch form is not called)."""
+    base = tempfile.mkdtemp(prefix="dledger-fast-")
+    try:
+        stores = [DLedgerMmapFileStore.open(os.path.join(base, name), data_file_size=8192, index_file_size=32 * 16)
+                  for name in ("joined", "loop")]
+        stores[1]._writer._append_leader_joined = lambda *a: None
+        seen, batch_calls = [[], []], []
+        for s, log in zip(stores, seen):
+            s.persist_term(1, None)
+            s.add_append_hook(_batched_stamp_hook(log, batch_calls) if s is stores[0] else _stamp_hook(log))
+            if plain_too:
+                s.add_append_hook(lambda entry, record, off: None)
+            s.batch_append_as_leader([b"first"])      # the first segment (an empty store writes by the loop)
+        for k, sizes in enumerate(batches):
+            bodies = [bytes((k + i + j) % 256 for j in range(n)) for i, n in enumerate(sizes)]
+            assert stores[0].batch_append_as_leader(bodies) == stores[1].batch_append_as_leader(bodies)
+        assert _files(stores[0]) == _files(stores[1])
+        assert seen[0] == seen[1]
+        if plain_too:
+            assert batch_calls == []
+        else:
+            # the first batch fits the first segment: joined; later ones may cross its end (the loop)
+            assert batch_calls and batch_calls[0] == len(batches[0]) and len(batch_calls) <= len(batches)
+        for i in range(stores[0].ledger_end_index + 1):
+            assert stores[0].get(i).crc_ok()
+        for s in stores:
+            s.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_batch_form_that_raises_leaves_nothing_written(open_file_store):
+    store = open_file_store()
+    store.persist_term(1, None)
+
+    def on_records(records, starts, *rest):
+        struct.pack_into(">q", records, starts[0] + BODY_OFFSET, 7)
+        raise ValueError("refused")
+
+    store.batch_append_as_leader([b"a" * 20])
+    files = _files(store)
+    store.add_append_hook(BatchedAppendHook(lambda entry, record, off: None, on_records))
+    with pytest.raises(ValueError, match="refused"):
+        store.batch_append_as_leader([b"c" * 20, b"d" * 20])
+    assert store.ledger_end_index == 0 and _files(store) == files
+    store._writer.hooks.clear()
+    assert store.batch_append_as_leader([b"f" * 20, b"g" * 20]).first_index == 1
+    assert store.get(1).body == b"f" * 20

@@ -35,6 +35,26 @@ DEFAULT_INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
 AppendHook = Callable[[DLedgerEntry, memoryview, int], None]
 
 
+class BatchedAppendHook:
+    """An append hook with a batch form. Called per record as any hook is; and where the store
+    writes a batch of records in one piece (``LogWriter``'s joined leader append), it calls
+    ``on_records(records, starts, sizes, indexes, positions, term, magic)`` once instead:
+    ``records`` a writable buffer of the batch's records back to back (index, term and pos set,
+    CRCs not yet), record ``k`` at ``starts[k]``, ``sizes[k]`` bytes, header included, with its
+    index, log position, and the batch's term and magic. It must change the bytes exactly as
+    ``per_record`` on each record in order would (the store takes the CRCs afterwards); the
+    store uses it only when every hook it runs has one."""
+
+    __slots__ = ("per_record", "on_records")
+
+    def __init__(self, per_record: AppendHook, on_records: Callable[..., None]) -> None:
+        self.per_record = per_record
+        self.on_records = on_records
+
+    def __call__(self, entry: DLedgerEntry, record: memoryview, body_offset: int) -> None:
+        self.per_record(entry, record, body_offset)
+
+
 class RepairRefusedError(DLedgerError):
     """A repair was refused: the candidate does not prove itself the damaged entry, or the
     entry cannot be located locally. Nothing was written."""

@@ -227,7 +227,8 @@ class LogWriter:
                         positions: list[int], indexes: range) -> bytearray:
         """The batch's records joined, each given to the hooks as ``_write_hooked`` gives it (an
         entry with its index, term, pos, size and magic; a view of its record; the body's
-        offset), then each CRC taken over the final body: the same bytes as the per-entry path,
+        offset), or all at once to each hook's batch form when every hook has one
+        (``log_store.BatchedAppendHook``), then each CRC taken over the final body: the same bytes as the per-entry path,
         with the store's own per-entry work done by ``map``. A hook that raises leaves nothing
         written (the records are not in the file yet)."""
         n = len(bodies)
@@ -236,12 +237,17 @@ class LogWriter:
         buf = bytearray(b"".join(chain.from_iterable(zip(heads, bodies))))
         starts = list(accumulate(sizes[:-1], initial=0))
         hooks = self.hooks
+        batch_forms = [getattr(hook, "on_records", None) for hook in hooks]
+        if all(batch_forms):                 # each hook's batch form (``BatchedAppendHook``)
+            for on_records in batch_forms:
+                on_records(buf, starts, sizes, indexes, positions, term, magic)
         with memoryview(buf) as whole:
-            for body, index, pos, size, start in zip(bodies, indexes, positions, sizes, starts):
-                entry = DLedgerEntry(body, magic, index, term, pos, 0, 0, 0, size)
-                with whole[start:start + size] as view:
-                    for hook in hooks:
-                        hook(entry, view, BODY_OFFSET)
+            if not all(batch_forms):
+                for body, index, pos, size, start in zip(bodies, indexes, positions, sizes, starts):
+                    entry = DLedgerEntry(body, magic, index, term, pos, 0, 0, 0, size)
+                    with whole[start:start + size] as view:
+                        for hook in hooks:
+                            hook(entry, view, BODY_OFFSET)
             body_views = map(whole.__getitem__, map(slice, map(add, starts, repeat(BODY_OFFSET, n)),
                                                      map(add, starts, sizes)))
             crcs = list(map(crc32, body_views))
