@@ -358,3 +358,18 @@ def test_a_checkpoint_syncs_only_the_files_that_changed_since_the_last(tmp_path,
     assert not [p for p in synced if "consumequeue" in p]
     reput.close()
     store.close()
+
+
+def test_the_service_dispatches_with_the_loops_its_run_asked_for(tmp_path, hot_loops):
+    """This file runs with each implementation (``conftest.BOTH_SCANS``): the reput service's
+    scan and the key index's writes are the ones asked for."""
+    from dledger.broker import index_file, speedups
+
+    reput = ReputService(str(tmp_path / "r"))
+    try:
+        if hot_loops == "C":
+            assert reput._scan is speedups.compiled.scan_messages and index_file._compiled is speedups.compiled
+        else:
+            assert type(reput._scan).__name__ == "MessageScanner" and index_file._compiled is None
+    finally:
+        reput.close()

@@ -34,9 +34,8 @@ from concurrent.futures import Future
 from operator import itemgetter
 
 from dledger.broker import consumer
-from dledger.broker.message_codec import (PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION,
-                                          MessageFormatError, decode, encode_message, locate,
-                                          message_id, split_host)
+from dledger.broker.append_stamps import stamp_messages, stamp_one
+from dledger.broker.message_codec import MessageFormatError, decode, encode_message, message_id, split_host
 from dledger.broker.put_checks import put_problem
 from dledger.broker.put_result import (AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, put_ok,
                                        refused)
@@ -46,6 +45,7 @@ from dledger.broker.role_change import RoleTracker
 from dledger.broker.store_view import entry_end, max_position, min_position, read_at
 from dledger.core import RoleChange
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
+from dledger.store.log_store import BatchedAppendHook
 from dledger.metrics.histogram import Histogram
 from dledger.protocol import DLedgerResponseCode as Code
 
@@ -59,10 +59,6 @@ CHECKPOINT_INTERVAL_MS = 1000
 #: dispatch lag buckets, ms (upper bounds): store timestamp to consume-queue unit written
 DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750,
                            1000, 2000, 5000, 10000)
-_STAMP = struct.Struct(">q")
-#: the queue offset and the physical offset, side by side in the message
-_STAMP2 = struct.Struct(">qq")
-assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
 #: the fields a message of ``put_messages`` may have (``put_message``'s arguments)
 _PUT_FIELDS = frozenset({"topic", "queue_id", "body", "tags", "keys", "properties", "born_host", "flag"})
 
@@ -109,7 +105,7 @@ class DLedgerCommitLog:
         self.consumer_state = ConsumerState(self)
         #: when the last dispatch ran (runtime ms): dispatches are at least an interval apart
         self._dispatched_at = -dispatch_interval_ms
-        server.add_append_hook(self._hook)
+        server.add_append_hook(BatchedAppendHook(self._hook, self._hook_records))
         server.add_role_change_handler(self._on_role_change)
         server.add_commit_listener(self._on_commit)
         if server.started:
@@ -134,21 +130,24 @@ class DLedgerCommitLog:
     # the append hook and the queue-offset table (runtime thread, leader)
     # =====================================================================================
     def _hook(self, entry, view, body_offset: int) -> None:
+        """The append hook, per record (``append_stamps.stamp_one``)."""
         if entry.magic != MAGIC_NORMAL:
             return
-        found = locate(view, body_offset)
-        if found is None:
-            return
-        topic, queue_id, ts_pos = found
         if entry.term != self._table_term:
             self._rebuild_table(entry.term)
-        key = (topic, queue_id)
-        qo = self._table.get(key, 0)
-        self._table[key] = qo + 1
-        now = int(self.server.runtime.wall_time() * 1000)
-        _STAMP2.pack_into(view, body_offset + QUEUE_OFFSET_POSITION, qo, entry.pos + body_offset)
-        _STAMP.pack_into(view, body_offset + ts_pos, now)
-        self._stamped[entry.pos] = (qo, now)
+        stamp_one(view, body_offset, entry.pos, self._table, self._stamped,
+                  int(self.server.runtime.wall_time() * 1000))
+
+    def _hook_records(self, records, starts: list[int], sizes: list[int], indexes, positions: list[int], term: int,
+                      magic: int) -> None:
+        """The append hook's batch form: the records of one joined batch stamped at once
+        (``append_stamps.stamp_messages``), the same stamps as ``_hook`` on each."""
+        if magic != MAGIC_NORMAL:
+            return
+        if term != self._table_term:
+            self._rebuild_table(term)
+        stamp_messages(records, starts, sizes, positions, self._table, self._stamped,
+                       int(self.server.runtime.wall_time() * 1000))
 
     def _rebuild_table(self, term: int) -> None:
         """Next queue offsets from the consume queues and the local log's undispatched tail."""

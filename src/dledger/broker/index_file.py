@@ -33,6 +33,7 @@ import struct
 import time
 
 from dledger.broker.message_codec import KEY_SEPARATOR, java_string_hash
+from dledger.broker.speedups import compiled as _compiled
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = 40
@@ -180,7 +181,22 @@ class IndexFile:
     def put_hashes(self, work: list[tuple[int, int, int]], start: int = 0) -> int:
         """Add the entries ``work[start:]``, each ``(key_hash, phy_offset, store_timestamp)``,
         in order until the file is full; how many went in. The header reaches the file at the
-        next ``write_header``."""
+        next ``write_header``. Compiled where the broker's hot loops are (``speedups``), else
+        ``_put_hashes_python``, the reference: the same bytes and fields."""
+        if _compiled is None:
+            return self._put_hashes_python(work, start)
+        taken, count, used, begin, begin_phy = _compiled.put_index_entries(
+            self.mm, self.slots, self._entries_base, self.index_count, self.index_num, self.begin_timestamp,
+            self.hash_slot_count, work, start)
+        if taken:
+            self.index_count, self.hash_slot_count, self.begin_timestamp = count, used, begin
+            if begin_phy is not None:
+                self.begin_phy_offset = begin_phy
+            _h, self.end_phy_offset, self.end_timestamp = work[start + taken - 1]
+        return taken
+
+    def _put_hashes_python(self, work: list[tuple[int, int, int]], start: int = 0) -> int:
+        """``put_hashes`` in Python (the reference of the compiled loop)."""
         count, room = self.index_count, self.index_num
         if count >= room or start >= len(work):
             return 0

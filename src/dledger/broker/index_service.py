@@ -6,8 +6,9 @@ store time) when that one is full. A message whose physical offset is below the 
 ``endPhyOffset`` was indexed already and is skipped (RocketMQ's rule; it makes a replay after a
 crash harmless). ``lookup(topic, key)`` returns candidate physical offsets, newest first.
 
-``build_index`` writes the files' headers before it returns; ``index_messages`` (the reput
-service's path, given the KEYS property as it is) leaves them to ``commit``, once per batch
+``build_index`` writes the files' headers before it returns; ``index_messages`` (given the KEYS
+property as it is) and ``index_hashed`` (the reput service's path: the keys hashed by the
+dispatch scan) leave them to ``commit``, once per batch
 (``index_file`` says how a header that never got written is undone on open).
 """
 
@@ -59,19 +60,25 @@ class IndexService:
         dropped) for each ``(topic, uniq_key, keys, phy_offset, store_timestamp)`` in order,
         with the header left to ``commit``."""
         hasher = self._hash.message
+        self.index_hashed([(hashes, phy_offset, store_timestamp) for topic, uniq_key, keys, phy_offset, store_timestamp
+                           in messages if (hashes := hasher(topic, uniq_key, keys))])
+
+    def index_hashed(self, messages: list[tuple[tuple[int, ...] | list[int], int, int]]) -> None:
+        """``index_messages`` with each message's keys already hashed (the dispatch scan's key
+        hashes): ``(key_hashes, phy_offset, store_timestamp)`` in order, none empty, with the
+        header left to ``commit``. A message the newest file already ends beyond is skipped
+        (indexed already)."""
         files = self.files
         last = files[-1] if files else None
         end = last.end_phy_offset if last is not None and last.index_count > 1 else None
         work: list[tuple[int, int, int]] = []
         add = work.append
-        for topic, uniq_key, keys, phy_offset, store_timestamp in messages:
+        for hashes, phy_offset, store_timestamp in messages:
             if end is not None and phy_offset < end:
                 continue                     # indexed already (the newest file ends beyond it)
-            hashes = hasher(topic, uniq_key, keys)
-            if hashes:
-                end = phy_offset
-                for h in hashes:
-                    add((h, phy_offset, store_timestamp))
+            end = phy_offset
+            for h in hashes:
+                add((h, phy_offset, store_timestamp))
         self._put_all(work)
 
     def _put_all(self, work: list[tuple[int, int, int]]) -> None:

@@ -3,9 +3,10 @@ every replica (RocketMQ's ``DefaultMessageStore.ReputMessageService``).
 
 It walks the log's committed entries in index order, from its checkpoint on, reading them in
 checked runs (``store.get_raw_range(..., checked=True)``: one copy per data segment and batch,
-every record checked against its index unit and CRC, no entry object per index; the record
-layout is read by ``entry.iter_record_bodies``). Each NORMAL entry whose body is a message (``message_codec.dispatch_fields``, which reads only
-the fields dispatch needs) becomes one consume-queue unit (physical offset = entry position +
+every record checked against its index unit and CRC, no entry object per index). One pass over
+each run (``dispatch_scan.scan_messages``: compiled where it could be built, else its Python
+reference, ``message_codec.dispatch_fields`` per record, which reads only the fields dispatch
+needs) finds each NORMAL entry whose body is a message; it becomes one consume-queue unit (physical offset = entry position +
 the 48-byte entry header, size, tags hash code) at the queue offset stamped in the message, and
 index keys for its UNIQ_KEY and KEYS. Each message is parsed once, there: a reader of one
 queue's bodies (``keep_bodies_of``: the consumer state's records) takes them from that parse
@@ -47,9 +48,9 @@ import os
 from dledger.broker import dispatch_checkpoint
 from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
-from dledger.broker.message_codec import dispatch_fields, tags_hash_code
+from dledger.broker.dispatch_scan import new_scanner
 from dledger.broker.put_checks import queue_id_problem, topic_problem
-from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, iter_record_bodies
+from dledger.entry import BODY_OFFSET
 from dledger.errors import CorruptStoreError, DLedgerError
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT = dispatch_checkpoint.NAME
 #: bytes asked of one range read (a run stops earlier at a segment end or the batch's end)
 READ_BYTES = 4 << 20
-_TAG_CODES_MAX = 4096
 
 
 class ReputService:
@@ -74,7 +74,8 @@ class ReputService:
         self.on_dispatch = None
         #: ``listener([(physical_offset, store_timestamp), ...])`` after each batch (off: None)
         self.on_dispatch_batch = None
-        self._tag_codes: dict[str | None, int] = {}
+        #: ``dispatch_scan.scan_messages``: the compiled scan, or the reference's with its caches
+        self._scan = new_scanner()
         #: (the log's first index, its position) when the log begins after index 0 (this
         #: replica caught up past the leader's retention, or retention removed its head)
         self._log_start: tuple[int, int] | None = None
@@ -207,8 +208,7 @@ class ReputService:
 
     def _dispatch_run(self, records: bytes, dispatched: list | None) -> None:
         """Dispatch the records of ``records`` (one checked run), the first of ``next_index``."""
-        fields = dispatch_fields
-        queues, codes = self.queues, self._tag_codes
+        queues = self.queues
         listener = self.on_dispatch
         done = [] if listener is not None or dispatched is not None else None
         keyed = []
@@ -216,46 +216,38 @@ class ReputService:
         next_index = self.next_index
         next_pos = self.next_physical_offset
         try:
-            for index, magic, pos, body, end in iter_record_bodies(records, next_index):
-                size = end - body + BODY_OFFSET          # the record's, header included
-                if magic == MAGIC_NORMAL and end > body:
-                    found = fields(records, body, end)
-                    if found is not None:
-                        topic, queue_id, queue_offset, store_timestamp, tags, keys, uniq, at, length = found
-                        offset = pos + BODY_OFFSET
-                        cq = queues.get((topic, queue_id))
-                        if cq is None:
-                            why = topic_problem(topic) or queue_id_problem(queue_id)
-                            if why:                # written by another writer: no directory for it
-                                self.problems.append(f"message at {pos + BODY_OFFSET} not dispatched: {why}")
-                                next_index, next_pos = index + 1, pos + size
-                                continue
-                            cq = self.queue(topic, queue_id)
-                        if queue_offset > cq.max_offset and self._log_start is not None \
-                                and cq.max_physical_offset <= self._log_start[1]:
-                            # the queue's earlier messages are all before the log's begin (none
-                            # in this replica's log): the queue starts again at this one
-                            cq.restart_at(queue_offset)
-                        if queue_offset != cq.max_offset:
-                            self.problems.append(f"{topic}/{queue_id}: message at {offset} carries queue "
-                                                 f"offset {queue_offset}, the queue's next is {cq.max_offset}")
-                        code = codes.get(tags)
-                        if code is None:
-                            if len(codes) >= _TAG_CODES_MAX:
-                                codes.clear()
-                            code = codes[tags] = tags_hash_code(tags)
-                        if keep is not None and (topic, queue_id) == keep:
-                            self._kept[cq.max_offset] = (offset, bytes(records[body + at:body + at + length]))
-                        cq.put_next(offset, size - BODY_OFFSET, code)
-                        if uniq or keys:
-                            keyed.append((topic, uniq, keys, offset, store_timestamp))
-                        if done is not None:
-                            done.append((offset, store_timestamp))
+            for (index, pos, size, topic, queue_id, queue_offset, store_timestamp, code, hashes, at,
+                 length) in self._scan(records, next_index):
+                if topic is not None:
+                    offset = pos + BODY_OFFSET
+                    cq = queues.get((topic, queue_id))
+                    if cq is None:
+                        why = topic_problem(topic) or queue_id_problem(queue_id)
+                        if why:                # written by another writer: no directory for it
+                            self.problems.append(f"message at {offset} not dispatched: {why}")
+                            next_index, next_pos = index + 1, pos + size
+                            continue
+                        cq = self.queue(topic, queue_id)
+                    if queue_offset > cq.max_offset and self._log_start is not None \
+                            and cq.max_physical_offset <= self._log_start[1]:
+                        # the queue's earlier messages are all before the log's begin (none
+                        # in this replica's log): the queue starts again at this one
+                        cq.restart_at(queue_offset)
+                    if queue_offset != cq.max_offset:
+                        self.problems.append(f"{topic}/{queue_id}: message at {offset} carries queue "
+                                             f"offset {queue_offset}, the queue's next is {cq.max_offset}")
+                    if keep is not None and (topic, queue_id) == keep:
+                        self._kept[cq.max_offset] = (offset, bytes(records[at:at + length]))
+                    cq.put_next(offset, size - BODY_OFFSET, code)
+                    if hashes:
+                        keyed.append((hashes, offset, store_timestamp))
+                    if done is not None:
+                        done.append((offset, store_timestamp))
                 next_index, next_pos = index + 1, pos + size
         finally:
             self.next_index, self.next_physical_offset = next_index, next_pos
             if keyed:
-                self.index.index_messages(keyed)
+                self.index.index_hashed(keyed)
         if done:
             if listener is not None:
                 for offset, store_timestamp in done:

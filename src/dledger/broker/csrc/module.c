@@ -1,0 +1,60 @@
+/* dledger.broker._speedups: the broker's per-message hot loops in C, an optional twin of their
+ * pure-Python references (the references define the results; the tests hold both to the same
+ * answers, and the package works without this module: dledger/broker/speedups.py loads it;
+ * docs/broker.md, "The compiled hot loops").
+ *
+ *   scan_messages(records, first_index) -> list of
+ *       (index, pos, size, topic, queue_id, queue_offset, store_timestamp, tags_code,
+ *        key_hashes, body_at, body_length)
+ *       one tuple per record of a run of whole DLedger records (as the store's checked range
+ *       read returns them); topic is None where the record is not a dispatchable message.
+ *       (scan.c; its reference: dispatch_scan.MessageScanner)
+ *   locate(buf, base=0) -> (topic, queue_id, store_timestamp_position) or None
+ *       (stamps.c; its reference: message_codec.locate)
+ *   stamp_messages(records, starts, sizes, positions, table, stamped, now) -> how many were stamped
+ *       the append hook's batch form (stamps.c; its reference: append_stamps.python_stamp_messages)
+ *   put_index_entries(mm, slots, entries_base, count, index_num, begin_timestamp, used, work, start)
+ *       -> (taken, count, used, begin_timestamp, begin_phy_offset or None)
+ *       IndexFile.put_hashes' loop (index_entries.c; its reference: IndexFile._put_hashes_python)
+ *
+ * Nothing here trusts a length it has not checked against the buffer: a record whose size
+ * runs past the run (or is shorter than its header) raises ValueError naming it.
+ */
+#include "speedups.h"
+
+static PyMethodDef methods[] = {
+    {"scan_messages", dledger_scan_messages, METH_VARARGS,
+     "scan_messages(records, first_index) -> [(index, pos, size, topic, queue_id, queue_offset, "
+     "store_timestamp, tags_code, key_hashes, body_at, body_length), ...]: one tuple per record of a "
+     "run of whole records; topic None where the record is not a dispatchable message."},
+    {"locate", dledger_locate, METH_VARARGS,
+     "locate(buf, base=0) -> (topic, queue_id, store_timestamp_position) of the message at buf[base:], "
+     "or None when those bytes are not a message of the length they claim."},
+    {"stamp_messages", dledger_stamp_messages, METH_VARARGS,
+     "stamp_messages(records, starts, sizes, positions, table, stamped, now) -> how many were stamped: "
+     "the append hook's batch form (append_stamps.stamp_messages' reference)."},
+    {"put_index_entries", dledger_put_index_entries, METH_VARARGS,
+     "put_index_entries(mm, slots, entries_base, count, index_num, begin_timestamp, used, work, start) -> "
+     "(taken, count, used, begin_timestamp, begin_phy_offset or None): IndexFile.put_hashes' loop."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "dledger.broker._speedups",
+    "The broker's per-message hot loops in C (optional twins of their Python references).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    PyObject *m;
+    if (dledger_scan_init() < 0)
+        return NULL;
+    m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "ABI_VERSION", ABI_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
