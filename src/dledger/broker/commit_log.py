@@ -45,9 +45,9 @@ from dledger.broker.role_change import RoleTracker
 from dledger.broker.store_view import entry_end, max_position, min_position, read_at
 from dledger.core import RoleChange
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
-from dledger.store.log_store import BatchedAppendHook
 from dledger.metrics.histogram import Histogram
 from dledger.protocol import DLedgerResponseCode as Code
+from dledger.store.log_store import BatchedAppendHook
 
 log = logging.getLogger(__name__)
 
