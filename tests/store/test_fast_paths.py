@@ -151,21 +151,23 @@ def _stamp_hook(seen):
     return hook
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=30), min_size=1, max_size=12),
-       st.sampled_from([2048, 8192]))
-def test_joined_leader_batches_with_append_hooks_write_the_same_bytes_as_the_record_loop(batches, data_file_size):
-    """With append hooks the joined path runs them on views of the joined records and takes each
-    CRC after them: the files, the answers and what every hook saw are the record loop's."""
+def _joined_against_loop(batches, data_file_size: int, hooks, first: list[bytes] | None = None) -> None:
+    """Write ``batches`` (lists of body sizes) into two stores, the first by the joined path, the
+    second by the record loop (its joined path turned off), each with the hooks ``hooks(k,
+    seen)`` gives for store ``k`` (``seen``: that store's list for the hooks to fill), after a
+    first batch ``first``: the same answers, files and observations, and every CRC good."""
     base = tempfile.mkdtemp(prefix="dledger-fast-")
     try:
         stores = [DLedgerMmapFileStore.open(os.path.join(base, name), data_file_size=data_file_size,
                                             index_file_size=32 * 16) for name in ("joined", "loop")]
         stores[1]._writer._append_leader_joined = lambda *a: None
         seen = [[], []]
-        for s, log in zip(stores, seen):
+        for k, (s, log) in enumerate(zip(stores, seen)):
             s.persist_term(1, None)
-            s.add_append_hook(_stamp_hook(log))
+            for hook in hooks(k, log):
+                s.add_append_hook(hook)
+            if first is not None:
+                s.batch_append_as_leader(first)
         for k, sizes in enumerate(batches):
             bodies = [bytes((k + i + j) % 256 for j in range(n)) for i, n in enumerate(sizes)]
             results = [s.batch_append_as_leader(bodies) for s in stores]
@@ -178,6 +180,15 @@ def test_joined_leader_batches_with_append_hooks_write_the_same_bytes_as_the_rec
             s.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=30), min_size=1, max_size=12),
+       st.sampled_from([2048, 8192]))
+def test_joined_leader_batches_with_append_hooks_write_the_same_bytes_as_the_record_loop(batches, data_file_size):
+    """With append hooks the joined path runs them on views of the joined records and takes each
+    CRC after them: the files, the answers and what every hook saw are the record loop's."""
+    _joined_against_loop(batches, data_file_size, lambda k, seen: [_stamp_hook(seen)])
 
 
 def test_a_hook_that_raises_in_a_joined_batch_leaves_nothing_written(open_file_store):
@@ -313,34 +324,19 @@ def test_a_hooks_batch_form_writes_what_its_record_form_writes_and_runs_once_per
     """The joined leader append gives a ``BatchedAppendHook`` the whole batch at once: the files
     are the record loop's with the per-record form. With a plain hook beside it, every hook is
     run per record (the batch form is not called)."""
-    base = tempfile.mkdtemp(prefix="dledger-fast-")
-    try:
-        stores = [DLedgerMmapFileStore.open(os.path.join(base, name), data_file_size=8192, index_file_size=32 * 16)
-                  for name in ("joined", "loop")]
-        stores[1]._writer._append_leader_joined = lambda *a: None
-        seen, batch_calls = [[], []], []
-        for s, log in zip(stores, seen):
-            s.persist_term(1, None)
-            s.add_append_hook(_batched_stamp_hook(log, batch_calls) if s is stores[0] else _stamp_hook(log))
-            if plain_too:
-                s.add_append_hook(lambda entry, record, off: None)
-            s.batch_append_as_leader([b"first"])      # the first segment (an empty store writes by the loop)
-        for k, sizes in enumerate(batches):
-            bodies = [bytes((k + i + j) % 256 for j in range(n)) for i, n in enumerate(sizes)]
-            assert stores[0].batch_append_as_leader(bodies) == stores[1].batch_append_as_leader(bodies)
-        assert _files(stores[0]) == _files(stores[1])
-        assert seen[0] == seen[1]
-        if plain_too:
-            assert batch_calls == []
-        else:
-            # the first batch fits the first segment: joined; later ones may cross its end (the loop)
-            assert batch_calls and batch_calls[0] == len(batches[0]) and len(batch_calls) <= len(batches)
-        for i in range(stores[0].ledger_end_index + 1):
-            assert stores[0].get(i).crc_ok()
-        for s in stores:
-            s.close()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    batch_calls = []
+
+    def hooks(k, seen):
+        first = _batched_stamp_hook(seen, batch_calls) if k == 0 else _stamp_hook(seen)
+        return [first, lambda entry, record, off: None] if plain_too else [first]
+
+    # a first batch makes the first segment (an empty store writes by the loop)
+    _joined_against_loop(batches, 8192, hooks, first=[b"first"])
+    if plain_too:
+        assert batch_calls == []
+    else:
+        # the first batch fits the first segment: joined; later ones may cross its end (the loop)
+        assert batch_calls and batch_calls[0] == len(batches[0]) and len(batch_calls) <= len(batches)
 
 
 def test_a_batch_form_that_raises_leaves_nothing_written(open_file_store):
