@@ -143,14 +143,19 @@ class BrokerSwarm:
             self._restart(node)
         self.log.append(f"{c.now_ms} heal and restart all")
         assert c.run_until(lambda: self.g.leader() is not None, 20_000), self.why("no master after healing")
-        # puts through the master until it has committed its whole log, as the core swarm's
-        # liveness phase appends: a new master commits the entries of earlier terms only with
-        # one of its own, so until then a replica that had committed them before may have
-        # dispatched more than the master (a put may also meet a master that loses its place)
+        # puts through the master until it has committed its whole log and the group has settled
+        # on it, as the core swarm's liveness phase appends: a new master commits the entries of
+        # earlier terms only with one of its own, so until then a replica that had committed them
+        # before may have dispatched more than the master (a put may also meet a master that
+        # loses its place), and the master may change while the group settles (one elected after
+        # the puts stopped has committed nothing of its term: seed 656)
         deadline = c.now_ms + 20_000
-        while c.now_ms < deadline and not self._master_committed_all():
-            self._put()
-            c.run_until(lambda: all(f.done() for _, f in self.pending) and self._master_committed_all(), 1_000)
+        while c.now_ms < deadline:
+            if not self._master_committed_all():
+                self._put()
+            if c.run_until(lambda: all(f.done() for _, f in self.pending) and self._master_committed_all()
+                           and self.g.settled(), 1_000):
+                break
         self._collect(final=True)
         self.g.settle(20_000)
         return self.check()

@@ -54,21 +54,23 @@ class BrokerGroup:
         assert self.c.run_until(lambda: all(f.done() for f in fs), timeout_ms)
         return [f.result() for f in fs]
 
-    def settle(self, timeout_ms=5_000) -> None:
-        """Run until the leader has committed everything its log holds and every live replica
-        has committed and dispatched as far. (A leader whose commit index is still behind its
-        log, as a new one is until an entry of its term commits, is not a target: replicas that
+    def settled(self) -> bool:
+        """Whether the leader has committed everything its log holds and every live replica has
+        committed and dispatched as far. (A leader whose commit index is still behind its log,
+        as a new one is until an entry of its term commits, is not a target: replicas that
         committed more under the previous leader would differ from it.)"""
-        def done():
-            lead = self.c.leader()
-            if lead is None:
-                return False
-            target = self.c.servers[lead].node.committed_index
-            if target < self.c.servers[lead].store.ledger_end_index:
-                return False
-            return all(self.c.servers[i].node.committed_index >= target
-                       and self.logs[i].reput.next_index > target for i in self.c.live())
-        assert self.c.run_until(done, timeout_ms)
+        lead = self.c.leader()
+        if lead is None:
+            return False
+        target = self.c.servers[lead].node.committed_index
+        if target < self.c.servers[lead].store.ledger_end_index:
+            return False
+        return all(self.c.servers[i].node.committed_index >= target
+                   and self.logs[i].reput.next_index > target for i in self.c.live())
+
+    def settle(self, timeout_ms=5_000) -> None:
+        """Run until ``settled``."""
+        assert self.c.run_until(self.settled, timeout_ms)
 
 
 def cq_bytes(log: DLedgerCommitLog) -> dict[tuple[str, int], bytes]:
