@@ -24,7 +24,6 @@ import logging
 import signal
 import sys
 import threading
-
 from dledger.cli.node import (NodeConfigError, add_metrics_flags, add_node_flags, load_configs, metrics_address,
                               ready_max_lag, start_metrics, start_server)
 
@@ -167,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     metrics_address(args)                # a bad value is refused before anything starts
     ready_max_lag(args)
 
-    from dledger.broker import DLedgerCommitLog
+    from dledger.broker import DLedgerCommitLog, speedups
     from dledger.broker.server import BrokerServer
     from dledger.runtime.asyncio_runtime import AsyncioRuntime
     from dledger.server import DLedgerServer
@@ -199,8 +198,8 @@ def run(args: argparse.Namespace) -> int:
                                f"{exc.strerror or exc}") from None
         grpc = start_grpc(args, commit_log, config)
         remoting = start_remoting(remoting_flags, commit_log)
-        log.info("node %s of group %s on %s, store %s", config.self_id, config.group,
-                 config.peer_map[config.self_id], config.default_path)
+        log.info("node %s of group %s on %s, store %s; the broker's hot loops: %s", config.self_id, config.group,
+                 config.peer_map[config.self_id], config.default_path, speedups.IMPLEMENTATION)
         print(f"dledger broker: {config.self_id} serving produce and pull on {broker.address}"
               f"{f', gRPC v2 on {grpc.address}' if grpc else ''}"
               f"{f', RocketMQ remoting on {remoting.address}' if remoting else ''}; SIGTERM or SIGINT stops",
