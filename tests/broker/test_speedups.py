@@ -100,7 +100,7 @@ def test_this_build_has_the_compiled_scan_and_uses_it():
     assert compiled is not None, "the broker's compiled hot loops did not build (is there a C compiler?)"
     assert speedups.IMPLEMENTATION == "C"
     assert dispatch_scan.new_scanner() is compiled.scan_messages
-    assert dispatch_scan.locate is compiled.locate
+    assert append_stamps.locate is compiled.locate and append_stamps.stamp_messages is compiled.stamp_messages
 
 
 @settings(max_examples=400, deadline=None)
@@ -214,11 +214,12 @@ def test_random_bytes_never_crash_the_compiled_scan():
 
 def test_without_the_compiled_module_or_when_told_the_references_run(caplog, monkeypatch):
     env = dict(os.environ, DLEDGER_PURE_PYTHON="1")
-    out = subprocess.run([sys.executable, "-c", "from dledger.broker import dispatch_scan as d, index_file as i, "
-                          "speedups as s; print(s.IMPLEMENTATION, type(d.new_scanner()).__name__, "
-                          "d.locate.__module__, i._compiled)"],
+    out = subprocess.run([sys.executable, "-c", "from dledger.broker import append_stamps as a, dispatch_scan as d, "
+                          "index_file as i, speedups as s; print(s.IMPLEMENTATION, type(d.new_scanner()).__name__, "
+                          "a.locate.__module__, a.stamp_messages.__name__, i._compiled)"],
                          env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["Python", "MessageScanner", "dledger.broker.message_codec", "None"]
+    assert out.stdout.split() == ["Python", "MessageScanner", "dledger.broker.message_codec", "python_stamp_messages",
+                                  "None"]
     # a compiled module of another interface (built from another version of the source)
     monkeypatch.setattr(compiled, "ABI_VERSION", speedups.ABI_VERSION + 1)
     with caplog.at_level(logging.WARNING, logger="dledger.broker.speedups"):
@@ -342,6 +343,13 @@ def zero_length_topic() -> bytes:
     return struct.pack(">i", len(raw)) + raw[4:]
 
 
+def no_room_for_properties_length() -> bytes:
+    """A message with one byte after its topic: no room for the 2-byte properties length."""
+    raw = encode_message(topic="T", body=b"b")
+    raw = raw[:-1]
+    return struct.pack(">i", len(raw)) + raw[4:]
+
+
 def negative_body_length() -> bytes:
     raw = bytearray(encode_message(topic="T", body=b"b"))
     at = raw.index(b"\x00\x00\x00\x01b\x01T")             # bodyLength 1, then the body and the topic
@@ -352,13 +360,16 @@ def negative_body_length() -> bytes:
 def test_the_scans_agree_where_the_rules_are_fine():
     """The cases random texts rarely draw: a property named twice (the last wins), keys with
     empty pieces (dropped), an item with two separators (not a property), a message in a NOOP
-    or membership entry (not dispatched), a topic length of 0 (not a message)."""
+    or membership entry (not dispatched), a topic length of 0 or no room for the properties'
+    length after the topic (not a message)."""
     props = ["TAGS\x01a\x02TAGS\x01b\x02", "KEYS\x01 k1  k2 \x02KEYS\x01k3\x02", "UNIQ_KEY\x01u1\x02UNIQ_KEY\x01u2",
              "KEYS\x01a\x01b\x02TAGS\x01t\x01\x02", "KEYS\x01\x02UNIQ_KEY\x01\x02TAGS\x01\x02", "\x02\x02KEYS\x01x\x02\x02"]
     raws = [with_properties(encode_message(topic="T", body=b"b"), p.encode()) for p in props]
     zero_topic = zero_length_topic()
+    # the last record ends the run: reading a properties length past it would read past the buffer
     items = [(MAGIC_NORMAL, raw) for raw in raws] + [(MAGIC_NOOP, raws[0]), (MAGIC_CONFIG_CHANGE, raws[1]),
-                                                     (MAGIC_NORMAL, bytes(zero_topic))]
+                                                     (MAGIC_NORMAL, bytes(zero_topic)),
+                                                     (MAGIC_NORMAL, no_room_for_properties_length())]
     records = run_of(items)
     want = reference(records)
     assert compiled.scan_messages(records, 7) == want
@@ -366,4 +377,4 @@ def test_the_scans_agree_where_the_rules_are_fine():
     assert want[1][8] == tuple(key_hash(f"T#{k}") for k in ("k3",))
     assert want[2][8] == (key_hash("T#u2"),)
     assert want[3][7] == 0 and want[3][8] == ()
-    assert [w[3] for w in want[len(raws):]] == [None, None, None]
+    assert [w[3] for w in want[len(raws):]] == [None, None, None, None]

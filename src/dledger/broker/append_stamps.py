@@ -12,7 +12,8 @@ the message's queueOffset field with its physical offset (``position + 48``) aft
 body is not a message are left as they are. It answers how many it stamped.
 
 ``python_stamp_messages`` is the reference; the compiled twin (``speedups``) is used where it
-was built. The commit log's append hook (``commit_log``) runs it once per batch where the store
+was built. ``locate`` is ``message_codec.locate`` (a message's topic, queue id and
+store-timestamp position), compiled where it was built. The commit log's append hook (``commit_log``) runs it once per batch where the store
 writes a batch in one piece, and the per-record form (the same stamps) elsewhere.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import struct
 
-from dledger.broker.dispatch_scan import locate
+from dledger.broker import message_codec
 from dledger.broker.message_codec import PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION
 from dledger.broker.speedups import compiled
 from dledger.entry import BODY_OFFSET
@@ -28,6 +29,8 @@ from dledger.entry import BODY_OFFSET
 _STAMP = struct.Struct(">q")
 _STAMP2 = struct.Struct(">qq")
 assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
+
+locate = compiled.locate if compiled is not None else message_codec.locate
 
 
 def stamp_one(view, body_offset: int, position: int, table: dict, stamped: dict, now: int) -> bool:

@@ -15,12 +15,9 @@ key index's hashes of ``topic#UNIQ_KEY`` and ``topic#key`` for each key of KEYS 
 empty keys dropped (``IndexService.index_messages``' keys, in that order), and the stored body
 is ``records[body_at:body_at + body_length]``.
 
-``locate(buf, base=0)`` is ``message_codec.locate`` (the append hook's reading of a message's
-topic, queue id and store-timestamp position).
-
-Two implementations give the same answers: ``MessageScanner`` and ``message_codec.locate`` are
-the reference, in Python, built from the parsers the rest of the broker uses; the compiled twins
-are in ``dledger.broker._speedups`` (``speedups``: when they are used, and how to turn them off).
+Two implementations give the same answers: ``MessageScanner`` is the reference, in Python, built
+from the parsers the rest of the broker uses; the compiled twin is in ``dledger.broker._speedups``
+(``speedups``: when it is used, and how to turn it off).
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from collections.abc import Iterator
 
 from dledger.broker.index_file import KeyHasher
 from dledger.broker.message_codec import dispatch_fields, tags_hash_code
-from dledger.broker.message_codec import locate as python_locate
 from dledger.broker.speedups import compiled
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL, iter_record_bodies
 
@@ -70,6 +66,3 @@ class MessageScanner:
 def new_scanner():
     """A ``scan_messages`` for one reput service (the reference keeps caches per scanner)."""
     return compiled.scan_messages if compiled is not None else MessageScanner()
-
-
-locate = compiled.locate if compiled is not None else python_locate

@@ -1,11 +1,12 @@
 """The broker's compiled hot loops: whether this process has them, and which it uses.
 
-``dledger.broker._speedups`` (C, ``_speedups.c``) holds compiled twins of three per-message
-loops of the broker, each with its pure-Python reference, which defines the results:
+``dledger.broker._speedups`` (C, sources in ``csrc/``) holds compiled twins of the broker's
+per-message loops, each with its pure-Python reference, which defines the results:
 
-- the dispatch scan (``dispatch_scan.scan_messages``; reference ``dispatch_scan.MessageScanner``),
-- the append hook's reading of a message (``dispatch_scan.locate``; reference
-  ``message_codec.locate``),
+- the dispatch scan (``dispatch_scan.new_scanner()``; reference ``dispatch_scan.MessageScanner``),
+- the append hook's stamps, once per joined batch (``append_stamps.stamp_messages``; reference
+  ``append_stamps.python_stamp_messages``), and its reading of one message
+  (``append_stamps.locate``; reference ``message_codec.locate``),
 - the key index's writes (``IndexFile.put_hashes``; reference ``IndexFile._put_hashes_python``).
 
 It is built at install where a C compiler is present (``setup.py``: an optional extension, so an

@@ -228,9 +228,9 @@ class LogWriter:
         """The batch's records joined, each given to the hooks as ``_write_hooked`` gives it (an
         entry with its index, term, pos, size and magic; a view of its record; the body's
         offset), or all at once to each hook's batch form when every hook has one
-        (``log_store.BatchedAppendHook``), then each CRC taken over the final body: the same bytes as the per-entry path,
-        with the store's own per-entry work done by ``map``. A hook that raises leaves nothing
-        written (the records are not in the file yet)."""
+        (``log_store.BatchedAppendHook``), then each CRC taken over the final body: the same
+        bytes as the per-entry path, with the store's own per-entry work done by ``map``. A hook
+        that raises leaves nothing written (the records are not in the file yet)."""
         n = len(bodies)
         heads = map(RECORD_PREFIX.pack, repeat(magic, n), sizes, indexes, repeat(term, n), positions,
                     repeat(0, n), repeat(0, n), repeat(0, n), lens)
@@ -238,11 +238,12 @@ class LogWriter:
         starts = list(accumulate(sizes[:-1], initial=0))
         hooks = self.hooks
         batch_forms = [getattr(hook, "on_records", None) for hook in hooks]
-        if all(batch_forms):                 # each hook's batch form (``BatchedAppendHook``)
+        batched = all(batch_forms)           # each hook's batch form (``BatchedAppendHook``)
+        if batched:
             for on_records in batch_forms:
                 on_records(buf, starts, sizes, indexes, positions, term, magic)
         with memoryview(buf) as whole:
-            if not all(batch_forms):
+            if not batched:
                 for body, index, pos, size, start in zip(bodies, indexes, positions, sizes, starts):
                     entry = DLedgerEntry(body, magic, index, term, pos, 0, 0, 0, size)
                     with whole[start:start + size] as view:

@@ -95,46 +95,19 @@ fail:
  * 0 when not, -1 on error. body_base: where p lies in the run (for body_at) */
 static int message_fields(const unsigned char *p, Py_ssize_t n, Py_ssize_t body_base, topic_cache *tc,
                           PyObject *item) {
-    int32_t total, magic, queue_id, sys_flag, body_len, topic_len, props_len;
-    int64_t queue_offset, store_timestamp;
-    Py_ssize_t off, body_at;
+    int32_t props_len;
+    Py_ssize_t off;
+    message_head m;
     PyObject *topic, *hashes;
     uint32_t tags_code = 0;
     found_properties fp;
     int ok;
 
-    if (n < MIN_MESSAGE)
+    /* locate's rule, and room for the properties' length after the topic */
+    if (!locate_in(p, n, &m) || m.topic_at + m.topic_len + 2 > n)
         return 0;
-    total = be32(p);
-    magic = be32(p + 4);
-    if (total != n || (magic != MAGIC_V1 && magic != MAGIC_V2))
-        return 0;
-    queue_id = be32(p + 12);
-    queue_offset = be64(p + 20);
-    sys_flag = be32(p + 36);
-    off = BORN_HOST_POSITION + ((sys_flag & BORNHOST_V6_FLAG) ? 20 : 8);
-    if (off + 8 > n)
-        return 0;
-    store_timestamp = be64(p + off);
-    off += 8 + ((sys_flag & STOREHOST_V6_FLAG) ? 20 : 8) + 12;
-    if (off + 4 > n)
-        return 0;
-    body_len = be32(p + off);
-    off += 4;
-    body_at = off;
-    if (body_len < 0 || off + (Py_ssize_t)body_len + 3 > n)
-        return 0;
-    off += body_len;
-    if (magic == MAGIC_V1) {
-        topic_len = p[off];
-        off += 1;
-    } else {
-        topic_len = be16(p + off);
-        off += 2;
-    }
-    if (topic_len <= 0 || off + topic_len + 2 > n)
-        return 0;
-    topic = cached_topic(tc, p + off, topic_len);
+    off = m.topic_at;
+    topic = cached_topic(tc, p + off, m.topic_len);
     if (topic == NULL) {
         if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
             PyErr_Clear();
@@ -142,7 +115,7 @@ static int message_fields(const unsigned char *p, Py_ssize_t n, Py_ssize_t body_
         }
         return -1;
     }
-    off += topic_len;
+    off += m.topic_len;
     props_len = be16(p + off);
     if (props_len < 0 || off + 2 + props_len != n)
         return 0;
@@ -158,13 +131,13 @@ static int message_fields(const unsigned char *p, Py_ssize_t n, Py_ssize_t body_
         return -1;
     Py_INCREF(topic);
     PyTuple_SET_ITEM(item, 3, topic);
-    PyTuple_SET_ITEM(item, 4, PyLong_FromLong(queue_id));
-    PyTuple_SET_ITEM(item, 5, PyLong_FromLongLong(queue_offset));
-    PyTuple_SET_ITEM(item, 6, PyLong_FromLongLong(store_timestamp));
+    PyTuple_SET_ITEM(item, 4, PyLong_FromLong(m.queue_id));
+    PyTuple_SET_ITEM(item, 5, PyLong_FromLongLong(be64(p + 20)));           /* queueOffset */
+    PyTuple_SET_ITEM(item, 6, PyLong_FromLongLong(be64(p + m.ts_pos)));     /* storeTimestamp */
     PyTuple_SET_ITEM(item, 7, PyLong_FromLong((int32_t)tags_code));
     PyTuple_SET_ITEM(item, 8, hashes);
-    PyTuple_SET_ITEM(item, 9, PyLong_FromSsize_t(body_base + body_at));
-    PyTuple_SET_ITEM(item, 10, PyLong_FromLong(body_len));
+    PyTuple_SET_ITEM(item, 9, PyLong_FromSsize_t(body_base + m.body_at));
+    PyTuple_SET_ITEM(item, 10, PyLong_FromLong(m.body_len));
     for (off = 4; off <= 10; off++) {
         if (PyTuple_GET_ITEM(item, off) == NULL)
             return -1;

@@ -134,39 +134,44 @@ static inline PyObject *cached_topic(topic_cache *tc, const unsigned char *p, Py
     return topic;
 }
 
-/* message_codec.locate's reading of the message at p[0:n]: 1 with where its topic lies, its
- * queue id and where its storeTimestamp lies; 0 when those bytes are not a message of the
- * length they claim (the topic's UTF-8 is the caller's to check) */
-static inline int locate_in(const unsigned char *p, Py_ssize_t n, Py_ssize_t *topic_at, int32_t *topic_len,
-                     int32_t *queue_id, Py_ssize_t *ts_pos) {
-    int32_t total, magic, sys_flag, body_len;
+/* Where the fields of the message at p[0:n] lie (message_codec.locate's reading) */
+typedef struct {
+    int32_t queue_id, body_len, topic_len;
+    Py_ssize_t ts_pos, body_at, topic_at;  /* storeTimestamp, the stored body, the topic's bytes */
+} message_head;
+
+/* 1 with the head of the message at p[0:n]; 0 when those bytes are not a message of the length
+ * they claim (message_codec.locate's rule; the topic's UTF-8 is the caller's to check) */
+static inline int locate_in(const unsigned char *p, Py_ssize_t n, message_head *m) {
+    int32_t total, magic, sys_flag;
     Py_ssize_t off;
     if (n < MIN_MESSAGE)
         return 0;
     total = be32(p);
     magic = be32(p + 4);
-    *queue_id = be32(p + 12);
+    m->queue_id = be32(p + 12);
     sys_flag = be32(p + 36);
     if (total != n || (magic != MAGIC_V1 && magic != MAGIC_V2))
         return 0;
-    *ts_pos = BORN_HOST_POSITION + ((sys_flag & BORNHOST_V6_FLAG) ? 20 : 8);
-    off = *ts_pos + 8 + ((sys_flag & STOREHOST_V6_FLAG) ? 20 : 8) + 12;
+    m->ts_pos = BORN_HOST_POSITION + ((sys_flag & BORNHOST_V6_FLAG) ? 20 : 8);
+    off = m->ts_pos + 8 + ((sys_flag & STOREHOST_V6_FLAG) ? 20 : 8) + 12;
     if (off + 4 > n)
         return 0;
-    body_len = be32(p + off);
-    off += 4 + (Py_ssize_t)body_len;
-    if (body_len < 0 || off + 3 > n)
+    m->body_len = be32(p + off);
+    m->body_at = off + 4;
+    off = m->body_at + (Py_ssize_t)m->body_len;
+    if (m->body_len < 0 || off + 3 > n)
         return 0;
     if (magic == MAGIC_V2) {
-        *topic_len = be16(p + off);
+        m->topic_len = be16(p + off);
         off += 2;
     } else {
-        *topic_len = p[off];
+        m->topic_len = p[off];
         off += 1;
     }
-    if (*topic_len <= 0 || off + *topic_len > n)
+    if (m->topic_len <= 0 || off + m->topic_len > n)
         return 0;
-    *topic_at = off;
+    m->topic_at = off;
     return 1;
 }
 

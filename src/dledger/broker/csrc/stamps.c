@@ -4,8 +4,8 @@
 
 PyObject *dledger_locate(PyObject *self, PyObject *args) {
     Py_buffer view;
-    Py_ssize_t base = 0, topic_at, ts_pos;
-    int32_t topic_len, queue_id;
+    Py_ssize_t base = 0;
+    message_head m;
     const unsigned char *p;
     PyObject *topic, *out = NULL;
 
@@ -18,16 +18,16 @@ PyObject *dledger_locate(PyObject *self, PyObject *args) {
     if (base > view.len)
         goto none;
     p = (const unsigned char *)view.buf + base;
-    if (!locate_in(p, view.len - base, &topic_at, &topic_len, &queue_id, &ts_pos))
+    if (!locate_in(p, view.len - base, &m))
         goto none;
-    topic = PyUnicode_DecodeUTF8((const char *)p + topic_at, topic_len, "strict");
+    topic = PyUnicode_DecodeUTF8((const char *)p + m.topic_at, m.topic_len, "strict");
     if (topic == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
             goto done;
         PyErr_Clear();
         goto none;
     }
-    out = Py_BuildValue("(Nin)", topic, queue_id, ts_pos);
+    out = Py_BuildValue("(Nin)", topic, m.queue_id, m.ts_pos);
     goto done;
 none:
     out = Py_NewRef(Py_None);
@@ -63,8 +63,7 @@ PyObject *dledger_stamp_messages(PyObject *self, PyObject *args) {
         Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
         Py_ssize_t size = PyLong_AsSsize_t(PyList_GET_ITEM(sizes, i));
         long long pos = PyLong_AsLongLong(PyList_GET_ITEM(positions, i));
-        Py_ssize_t topic_at, ts_pos;
-        int32_t topic_len, queue_id;
+        message_head m;
         unsigned char *body;
         PyObject *topic, *key, *qo_obj, *stamp;
         long long qo;
@@ -77,16 +76,16 @@ PyObject *dledger_stamp_messages(PyObject *self, PyObject *args) {
             goto done;
         }
         body = (unsigned char *)view.buf + start + BODY_OFFSET;
-        if (!locate_in(body, size - BODY_OFFSET, &topic_at, &topic_len, &queue_id, &ts_pos))
+        if (!locate_in(body, size - BODY_OFFSET, &m))
             continue;
-        topic = cached_topic(&tc, body + topic_at, topic_len);
+        topic = cached_topic(&tc, body + m.topic_at, m.topic_len);
         if (topic == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
                 goto done;
             PyErr_Clear();
             continue;
         }
-        key = Py_BuildValue("(Oi)", topic, queue_id);
+        key = Py_BuildValue("(Oi)", topic, m.queue_id);
         if (key == NULL)
             goto done;
         qo_obj = PyDict_GetItemWithError(table, key);
@@ -116,7 +115,7 @@ PyObject *dledger_stamp_messages(PyObject *self, PyObject *args) {
             goto done;
         put_be64(body + 20, qo);
         put_be64(body + 28, pos + BODY_OFFSET);
-        put_be64(body + ts_pos, now);
+        put_be64(body + m.ts_pos, now);
         count++;
     }
     out = PyLong_FromSsize_t(count);
