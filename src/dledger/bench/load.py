@@ -164,7 +164,8 @@ async def client_load(client, payload: int, seconds: float, *, rate: float | Non
                     on_progress(len(tally.done) * len(bodies))
 
         prog = loop.create_task(progress())
-        await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(window))), warmup_s + seconds + 30)
+        async with asyncio.timeout(warmup_s + seconds + 30):
+            await asyncio.gather(*(worker() for _ in range(window)))
         prog.cancel()
     else:
         interval = 1.0 / rate

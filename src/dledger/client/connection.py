@@ -82,7 +82,8 @@ class NodeConnection:
             if self.is_open:
                 return
             try:
-                await asyncio.wait_for(self._connect(), max(timeout, 0.001))
+                async with asyncio.timeout(max(timeout, 0.001)):
+                    await self._connect()
             except HandshakeRefused as exc:        # the node said why
                 raise NotSent(f"{self.node_id} at {self.host}:{self.port} refused the connection: "
                               f"{exc.reason}") from None
@@ -182,14 +183,19 @@ class NodeConnection:
 
     async def close(self) -> None:
         writer = self._writer
-        for task in self._tasks:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-        self._tasks = []
-        if writer is not None:
-            self._drop(writer, "the client closed")
+        try:
+            if tasks:
+                # ``asyncio.wait`` hands back the tasks' own ends without raising them, and raises
+                # only the caller's cancellation: catching CancelledError around ``await task``
+                # would swallow a Ctrl-C that comes while the caller waits here
+                done, _ = await asyncio.wait(tasks)
+                for task in done:
+                    if not task.cancelled():
+                        task.exception()    # taken: a loop that failed on its way out is not news
+        finally:
+            if writer is not None:
+                self._drop(writer, "the client closed")
 

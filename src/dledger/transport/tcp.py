@@ -277,7 +277,8 @@ class TcpNetwork:
         self._pending.add(writer)
         decoder = FrameDecoder(o.max_frame_bytes)
         try:
-            peer = await asyncio.wait_for(self._server_handshake(reader, writer, decoder), self._handshake_s)
+            async with asyncio.timeout(self._handshake_s):
+                peer = await self._server_handshake(reader, writer, decoder)
         except _HANDSHAKE_ERRORS as exc:
             self.stats["handshake_failed"] += 1
             why = str(exc) or type(exc).__name__
@@ -457,9 +458,9 @@ class PeerLink:
     async def _connect(self, name: str) -> Connection:
         net, ep = self.ep.network, self.ep
         o = net.options
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, ssl=net.client_ssl, limit=o.read_chunk * 2),
-            o.connect_timeout_ms / 1000)
+        async with asyncio.timeout(o.connect_timeout_ms / 1000):
+            reader, writer = await asyncio.open_connection(self.host, self.port, ssl=net.client_ssl,
+                                                           limit=o.read_chunk * 2)
         try:
             sock = writer.get_extra_info("socket")
             if sock is not None:
@@ -473,7 +474,8 @@ class PeerLink:
                 writer.write(frame_payload(hs.on_challenge(challenge)))
                 await writer.drain()
 
-            await asyncio.wait_for(handshake(), o.handshake_timeout_ms / 1000)
+            async with asyncio.timeout(o.handshake_timeout_ms / 1000):
+                await handshake()
         except BaseException:
             writer.close()
             raise

@@ -78,7 +78,8 @@ class TlsOrPlainAcceptor:
     async def _hand_on(self, conn: socket.socket) -> None:
         try:
             try:
-                first = await asyncio.wait_for(self._peek(conn), self.handshake_s)
+                async with asyncio.timeout(self.handshake_s):
+                    first = await self._peek(conn)
             except (OSError, asyncio.TimeoutError) as exc:
                 self.stats["handshake_failed"] += 1
                 log.debug("%s: a connection sent nothing: %r", self.name, exc)

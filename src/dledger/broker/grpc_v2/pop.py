@@ -127,7 +127,8 @@ class PopConsumption:
             if not result.ok:
                 raise PopError("refused", f"{result.status.name}: {result.detail or ''}".rstrip(": "))
             try:
-                outcome = await asyncio.wait_for(fut, APPLY_TIMEOUT_S)
+                async with asyncio.timeout(APPLY_TIMEOUT_S):
+                    outcome = await fut
             except asyncio.TimeoutError:
                 raise PopError("timeout", f"the record was committed but not applied within {APPLY_TIMEOUT_S} s") from None
             if isinstance(outcome, ValueError):
@@ -229,7 +230,8 @@ class PopConsumption:
                     return []
                 if wait_until > now:
                     try:
-                        await asyncio.wait_for(arrived.wait(), (wait_until - now) / 1000)
+                        async with asyncio.timeout((wait_until - now) / 1000):
+                            await arrived.wait()
                     except asyncio.TimeoutError:
                         pass
             finally:

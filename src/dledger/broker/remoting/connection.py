@@ -77,7 +77,8 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
     try:
         while True:
             try:
-                data = await asyncio.wait_for(reader.read(65536), idle_s)
+                async with asyncio.timeout(idle_s):
+                    data = await reader.read(65536)
             except asyncio.TimeoutError:
                 break
             if not data:

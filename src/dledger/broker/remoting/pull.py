@@ -69,7 +69,8 @@ class PullHolds:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._check())
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(fut)
         except asyncio.TimeoutError:
             return False
         finally:

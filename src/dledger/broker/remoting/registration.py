@@ -50,7 +50,8 @@ async def request(address: str, cmd: RemotingCommand, timeout: float = TIMEOUT_S
         finally:
             writer.close()
 
-    return await asyncio.wait_for(exchange(), timeout)
+    async with asyncio.timeout(timeout):
+        return await exchange()
 
 
 def registration_body(commit_log, default_queues: int, topics: list[str] | None = None) -> bytes:
@@ -94,7 +95,8 @@ class Registrar:
             ok = await self.register_all()
             wait, retry = (self.interval, RETRY_S) if ok else (min(retry, self.interval), min(retry * 2, self.interval))
             try:
-                await asyncio.wait_for(self._kick.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._kick.wait()
             except asyncio.TimeoutError:
                 pass
 
