@@ -97,7 +97,7 @@ def test_an_append_whose_answer_is_lost_is_unknown_and_sent_once(scripted):
         assert c.append(b"y").code == Code.SUCCESS and node.appends == 2     # the client still works
 
 
-@pytest.mark.parametrize("code", [Code.EXPIRED_TERM, Code.WAIT_QUORUM_ACK_TIMEOUT])
+@pytest.mark.parametrize("code", [Code.EXPIRED_TERM, Code.WAIT_QUORUM_ACK_TIMEOUT, Code.INTERNAL_ERROR])
 def test_an_unclear_answer_is_unknown_and_not_resent(scripted, code):
     node = scripted([code])
     with DLedgerClient(node.peers, "t", timeout_s=2.0) as c:

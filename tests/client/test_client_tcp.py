@@ -117,6 +117,38 @@ def test_the_leader_killed_mid_stream_loses_no_acknowledged_append_and_reports_t
         g.stop_all()
 
 
+def test_an_append_pending_when_the_leader_shuts_down_is_unknown_never_refused(tmp_path):
+    """A leader that shuts down fails its pending appends (INTERNAL_ERROR) and sends those
+    answers: the appends are in its log and on any follower that took them, so they may still
+    commit. The client reports them unknown; it reported them refused (certainly not taken),
+    found by the kill-mid-stream test above on a loaded machine."""
+    g = TcpGroup(tmp_path, max_wait_ack_time_ms=60_000).start_all()
+    try:
+        lead = g.leader()
+        for s in g.servers.values():
+            if s is not lead:
+                s.shutdown()               # no quorum: an append stays pending
+        pending = when(lead, lambda s: s.node.pusher.pending_count() >= 1)
+        outcome = []
+        with DLedgerClient(g.peers, "t", timeout_s=WAIT) as c:
+            def append():
+                try:
+                    outcome.append(c.append(b"pending"))
+                except Exception as exc:    # noqa: BLE001 - the outcome under test
+                    outcome.append(exc)
+
+            t = threading.Thread(target=append)
+            t.start()
+            assert pending.wait(WAIT)
+            lead.shutdown()
+            t.join(WAIT)
+            assert not t.is_alive()
+        assert isinstance(outcome[0], AppendOutcomeUnknown), outcome
+        assert outcome[0].code == Code.INTERNAL_ERROR     # the leader's answer came, and was unclear
+    finally:
+        g.stop_all()
+
+
 def test_transfer_leadership_through_the_client(tcp_group):
     g = tcp_group
     lead = g.leader()

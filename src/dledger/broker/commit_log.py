@@ -62,13 +62,18 @@ DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 
 #: the fields a message of ``put_messages`` may have (``put_message``'s arguments)
 _PUT_FIELDS = frozenset({"topic", "queue_id", "body", "tags", "keys", "properties", "born_host", "flag"})
 
+#: the status of a put whose append was answered with a code other than SUCCESS. The answers
+#: given before the leader took the append (NOT_LEADER, LEADER_TRANSFERRING, DISK_FULL,
+#: LEADER_PENDING_FULL) say it was not written; the answers given after (WAIT_QUORUM_ACK_TIMEOUT,
+#: EXPIRED_TERM: the term moved on while the message waited for a quorum) say it may still
+#: commit: FLUSH_SLAVE_TIMEOUT. Any other code is UNKNOWN_ERROR, also "it may be in the log".
 _STATUS_FOR_CODE = {
     Code.NOT_LEADER: PutMessageStatus.SERVICE_NOT_AVAILABLE,
     Code.LEADER_TRANSFERRING: PutMessageStatus.SERVICE_NOT_AVAILABLE,
-    Code.EXPIRED_TERM: PutMessageStatus.SERVICE_NOT_AVAILABLE,
     Code.DISK_FULL: PutMessageStatus.SERVICE_NOT_AVAILABLE,
     Code.LEADER_PENDING_FULL: PutMessageStatus.OS_PAGECACHE_BUSY,
     Code.WAIT_QUORUM_ACK_TIMEOUT: PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    Code.EXPIRED_TERM: PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
 }
 
 

@@ -2,12 +2,13 @@
 
 ``status`` is PUT_OK when a quorum holds the message. The others, and when they happen:
 SERVICE_NOT_AVAILABLE (this node is not the writable master; ``leader_id`` names the leader
-when it is known), FLUSH_SLAVE_TIMEOUT (no quorum acknowledged in time; the message may still
-commit later), MESSAGE_ILLEGAL (an empty or oversized topic or message, a bad host, a queue id
-out of range), PROPERTIES_SIZE_EXCEEDED (properties over 32767 bytes), OS_PAGECACHE_BUSY (the
-leader's pending window is full), UNKNOWN_ERROR (anything else: ``detail`` says what). Only
-PUT_OK carries ``wrote_offset`` (the message's physical offset), ``wrote_bytes``,
-``queue_offset`` and ``msg_id``; a refused message was not written.
+when it is known), FLUSH_SLAVE_TIMEOUT (no quorum acknowledged in time, or the term moved on
+while the message waited for one; the message may still commit later), MESSAGE_ILLEGAL (an
+empty or oversized topic or message, a bad host, a queue id out of range),
+PROPERTIES_SIZE_EXCEEDED (properties over 32767 bytes), OS_PAGECACHE_BUSY (the leader's pending
+window is full), UNKNOWN_ERROR (anything else: ``detail`` says what; the message may be in the
+log). Only PUT_OK carries ``wrote_offset`` (the message's physical offset), ``wrote_bytes``,
+``queue_offset`` and ``msg_id``; a message refused before its append was taken was not written.
 """
 
 from __future__ import annotations

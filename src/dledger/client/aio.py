@@ -9,7 +9,8 @@ added). Every call has ``timeout_s`` seconds:
 - an append is sent again only when it certainly was not taken: its connection could not be
   opened, or the node answered NOT_LEADER, LEADER_TRANSFERRING or LEADER_PENDING_FULL. Once an
   append was sent and its answer is lost (connection broken, no answer in time) or the answer
-  is EXPIRED_TERM or WAIT_QUORUM_ACK_TIMEOUT, it raises ``AppendOutcomeUnknown`` and is not
+  is EXPIRED_TERM, WAIT_QUORUM_ACK_TIMEOUT or INTERNAL_ERROR (the node failed while it held
+  the append, a leader shutting down, say), it raises ``AppendOutcomeUnknown`` and is not
   resent: a resend could store the body twice (the leader does not de-duplicate). When every
   attempt failed before the append was taken, it raises ``ClusterUnavailableError``: nothing
   was appended;
@@ -52,8 +53,9 @@ from dledger.transport.auth import client_tls_context, load_secret
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5
 #: answers given before the leader took the append: a resend cannot duplicate it
 NOT_TAKEN = (Code.NOT_LEADER, Code.LEADER_TRANSFERRING, Code.LEADER_PENDING_FULL)
-#: answers after which the append may still commit
-UNCLEAR = (Code.EXPIRED_TERM, Code.WAIT_QUORUM_ACK_TIMEOUT)
+#: answers after which the append may still commit (INTERNAL_ERROR: the node failed while it
+#: held the append, as a leader that shuts down fails its pending appends, which are in its log)
+UNCLEAR = (Code.EXPIRED_TERM, Code.WAIT_QUORUM_ACK_TIMEOUT, Code.INTERNAL_ERROR)
 #: the largest body any node stores (a record is at most ``MAX_RECORD_SIZE`` with its header);
 #: a node whose data segments are smaller than that takes less: its segment size less 56 bytes
 MAX_BODY = MAX_RECORD_SIZE - BODY_OFFSET

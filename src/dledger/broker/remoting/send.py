@@ -14,7 +14,7 @@ The answer is ``SendMessageResponseHeader``: ``msgId`` (the offset message id; a
 its ids with commas), ``queueId``, ``queueOffset``. Statuses map as RocketMQ's
 ``SendMessageProcessor`` does: MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED → MESSAGE_ILLEGAL
 (13); a node that is not the master → SERVICE_NOT_AVAILABLE (14); no quorum within the put
-timeout, or a full pending window → SYSTEM_ERROR (1) with ``[PC_SYNCHRONIZED]`` in the remark (as
+timeout, the term moved on while the message waited for one, or a full pending window → SYSTEM_ERROR (1) with ``[PC_SYNCHRONIZED]`` in the remark (as
 Java's DLedgerCommitLog, which turns WAIT_QUORUM_ACK_TIMEOUT into OS_PAGECACHE_BUSY because
 clients ignore FLUSH_SLAVE_TIMEOUT): the clients send again, to another queue or broker, so a
 message answered so may be stored twice; a queue id outside the topic's queues → SYSTEM_ERROR (1); a system topic
