@@ -118,6 +118,10 @@ FIXED_LONG: dict[tuple, str] = {
                                "member in its term and kept asking in that term (its own vote gone), "
                                "each round ended before the second recovering answer, so it never "
                                "asked for a unanimous round",
+    (248914, 5, "fsync"): "I4, n1's committed entry 1 replaced by other bytes: the magic of its no-op's "
+                          "record (empty body, CRC 0) flipped at rest to CONFIG_CHANGE; recovery kept "
+                          "it refused, but the local repair rebuilt the unit from the record, as a "
+                          "record with CRC 0 was not counted as intact when judging a magic in doubt",
 }
 LONG_SAFETY_MS = 20_000
 

@@ -20,6 +20,7 @@ import os
 
 import pytest
 
+from dledger.entry import MAGIC_NOOP
 from dledger.errors import CorruptStoreError
 from dledger.sim.corruption import UNIT_FIELDS
 from dledger.sim.disk import crash_store
@@ -157,3 +158,42 @@ def test_a_record_whose_magic_flipped_to_another_valid_one_is_never_rebuilt_into
     finally:
         s.close()
     assert segment_bytes(a) == ref_files
+
+
+@pytest.mark.parametrize("durability", ["page_cache", "fsync"])
+def test_a_no_op_whose_magic_flipped_to_a_config_change_is_never_rebuilt_into_its_unit(
+        tmp_path, durability):
+    """Swarm seed 248914: the record of a no-op (empty body, so its CRC is 0, the CRC-32 of
+    nothing) flips its magic from NOOP to CONFIG_CHANGE. The open keeps it refused, but the
+    local repair rebuilt the unit from the record: a record with CRC 0 was not taken as intact
+    when judging whether only the magic differs, so the doubt was missed and the node then
+    served and committed a configuration entry where every peer holds a no-op. The local
+    repair must refuse; a peer's copy repairs record and unit."""
+    d = str(tmp_path / "a")
+    s = open_small(d, durability)
+    s.clear_suspect()
+    s.persist_term(1, None)
+    append_bodies(s, [body(0, BODY)])
+    s.batch_append_as_leader([b""], MAGIC_NOOP)                   # entry 1: a no-op
+    append_bodies(s, [body(i, BODY) for i in range(2, 6)])
+    s.update_committed_index(5)
+    s.flush()
+    copies = {i: s.get_raw(i) for i in range(6)}
+    s.close()
+    ref_files = segment_bytes(d)
+    loc = record_location(d, 1, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+    flip_bit(loc.path, loc.offset + 3, 0)                         # magic 2 -> 3
+    s = open_small(d, durability)
+    try:
+        with pytest.raises(CorruptStoreError):
+            s.get_raw(1)
+        with pytest.raises(RepairRefusedError, match="only in the magic"):
+            s.repair(1)
+        with pytest.raises(CorruptStoreError):
+            s.get_raw(1)                                          # still refused, unit untouched
+        assert 1 in s.damaged()
+        s.repair(1, copies[1])
+        assert [s.get_raw(i) for i in range(6)] == [copies[i] for i in range(6)]
+    finally:
+        s.close()
+    assert segment_bytes(d) == ref_files

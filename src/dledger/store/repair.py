@@ -329,7 +329,8 @@ class Repair:
             e = decode(f.mm, off, limit=f.wrote_position)
         except CorruptEntryError:
             return None
-        if (e.magic != unit.magic and e.magic in VALID_MAGICS and e.body_crc and e.pos == unit.pos
+        if (e.magic != unit.magic and e.magic in VALID_MAGICS and crc_vouches(e.body_crc, e.size)
+                and e.pos == unit.pos
                 and (e.index, e.term, e.size) == (unit.index, unit.term, unit.size)
                 and not matches_unit(unit, e.magic, e.size, e.index, e.term, e.pos, e.body_crc)):
             return e
