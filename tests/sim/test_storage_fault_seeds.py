@@ -122,6 +122,10 @@ FIXED_LONG: dict[tuple, str] = {
                           "record (empty body, CRC 0) flipped at rest to CONFIG_CHANGE; recovery kept "
                           "it refused, but the local repair rebuilt the unit from the record, as a "
                           "record with CRC 0 was not counted as intact when judging a magic in doubt",
+    (800301, 5, "fsync"): "I11, a committed entry held by fewer than a majority: a lost write took the sector "
+                          "holding the back of n2's last record's header (acknowledged, its index unit on "
+                          "disk); recovery read the zeros as an append a power cut interrupted and cut it "
+                          "without reporting LOST_TAIL",
 }
 LONG_SAFETY_MS = 20_000
 

@@ -137,6 +137,33 @@ def test_a_lost_sector_that_held_the_last_entries_leaves_their_units_and_a_lost_
         s.close()
 
 
+def test_a_lost_sector_that_held_the_back_of_the_last_header_leaves_its_unit_and_a_lost_tail(tmp_path):
+    """The same lost write, with the last record's header across the sector boundary: its magic
+    and size survive in the sector before, the rest reads zeros (the trace of bytes that never
+    reached the disk, as an append a power cut interrupted leaves). Its index unit is on disk,
+    naming it, and units are written only after their data is synced: the record was whole and
+    acknowledged, so the store reports LOST_TAIL (seed 800301: recovery cut it as a torn tail
+    without it, and the replica helped elect a leader without an entry it had acknowledged)."""
+    d = str(tmp_path / "s")
+    s = open_small(d, "fsync")
+    s.clear_suspect()
+    s.persist_term(1, None)
+    s.batch_append_as_leader([bytes([7]) * 100] * 2)
+    third = s.append_as_leader(DLedgerEntry(body=bytes([8]) * 148))
+    last = s.append_as_leader(DLedgerEntry(body=bytes([9]) * 60))
+    assert last.pos + 8 <= 512 < last.pos + 48 < last.pos + last.size
+    from dledger.sim.disk import crash_store
+    crash_store(s)
+    from helpers.store_files import zero
+    zero(segments(d)[0], 512, 512)                    # the second sector's bytes are lost
+    s = open_small(d, "fsync")
+    try:
+        assert s.ledger_end_index == third.index
+        assert s.suspect is SuspectReason.LOST_TAIL
+    finally:
+        s.close()
+
+
 def test_a_clean_end_with_no_unit_after_it_is_not_a_lost_tail(tmp_path):
     """The counterpart: the same store with nothing lost opens as it was, not suspect, and the
     unit of the entry after the end is what tells them apart."""

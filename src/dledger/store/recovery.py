@@ -43,6 +43,9 @@ The rules (see also ``docs/format.md``):
      power cut; it and the records after it (same unfinished append) are cut.
    - In ``fsync`` mode a bad last record without that trace may be an acknowledged entry
      damaged in place: it is cut and ``lost_tail`` is set (the store reports ``LOST_TAIL``).
+     With that trace, it is the interrupted append, unless its index unit is on disk and
+     names it (units are written after their record's sync: a lost write took part of a
+     synced record; seed 800301): ``lost_tail`` is set too.
    - A zero header is the log's clean end, unless the index unit of the entry that would
      begin there is on disk and names that very place (``lost_write_at_end``): units are
      written after their record (in ``fsync`` mode after its sync), so the record was there
@@ -487,6 +490,17 @@ class _Planner:
                 # (the node must reopen) and the store reports that acknowledged entries may
                 # be lost.
                 scan.lost_tail = True
+            if (bad and scan.durability is FSYNC and not scan.lost_tail
+                    and self.lost_write_at_end(k, pos, last_term)):
+                # fsync mode: the bad last record shows bytes that never reached the disk, as
+                # an append a power cut interrupted leaves, yet its index unit is on disk naming
+                # it: units are written after their record's sync, so the record was whole and
+                # a lost write of synced data took part of it (seed 800301)
+                scan.lost_tail = True
+                scan.warn("store %s: entry %d in %s at offset %d shows bytes that never reached "
+                          "the disk, yet its index unit is on disk (a lost write of synced data): "
+                          "entries from %d on may have been acknowledged", scan.store_dir, k,
+                          where[0], where[1], k)
             if scan.page_cache_kept and scan.durability is PAGE_CACHE and bad_file is not None and (
                     (bad and (last_index >= 0 or unvouched) and not never_written(bad_file, pos - bad_file.file_from_offset))
                     or (unconfirmed_tail and self.intact_entries_after(last_index, pos, last_term))):
