@@ -48,8 +48,9 @@ def pytest_generate_tests(metafunc):
 def hot_loops(request, monkeypatch):
     """The implementation of the broker's hot loops a test runs with ("C" or "Python"): a
     parameter in ``BOTH_SCANS``' files, what this build uses elsewhere. "Python" puts the
-    references in the reput service's, the append hook's and the key index's hands."""
-    from dledger.broker import append_stamps, commit_log, dispatch_scan, index_file, message_codec, reput, speedups
+    references in the reput service's, the append hook's, the key index's and the put encoder's hands."""
+    from dledger.broker import (append_stamps, commit_log, dispatch_scan, index_file, message_codec, put_encode, reput,
+                                speedups)
 
     which = getattr(request, "param", speedups.IMPLEMENTATION)
     if which == "Python":
@@ -57,6 +58,7 @@ def hot_loops(request, monkeypatch):
         monkeypatch.setattr(append_stamps, "locate", message_codec.locate)
         monkeypatch.setattr(commit_log, "stamp_messages", append_stamps.python_stamp_messages)
         monkeypatch.setattr(index_file, "_compiled", None)
+        monkeypatch.setattr(put_encode, "_encode_puts", None)
     elif speedups.compiled is None:
         pytest.fail("the broker's compiled hot loops did not build (is there a C compiler?): reinstall with one")
     return which

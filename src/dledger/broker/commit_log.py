@@ -26,7 +26,6 @@ simulator, run the cluster until ``done()``; ``put_message`` blocks for it (real
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import struct
 from collections import Counter
@@ -35,8 +34,8 @@ from operator import itemgetter
 
 from dledger.broker import consumer
 from dledger.broker.append_stamps import stamp_messages, stamp_one
-from dledger.broker.message_codec import MessageFormatError, decode, encode_message, message_id, split_host
-from dledger.broker.put_checks import put_problem
+from dledger.broker.message_codec import MessageFormatError, decode, message_id, split_host
+from dledger.broker.put_encode import PutEncoder
 from dledger.broker.put_result import (AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, put_ok,
                                        refused)
 from dledger.broker.consumer_state import ConsumerState
@@ -59,8 +58,6 @@ CHECKPOINT_INTERVAL_MS = 1000
 #: dispatch lag buckets, ms (upper bounds): store timestamp to consume-queue unit written
 DISPATCH_LAG_BUCKETS_MS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750,
                            1000, 2000, 5000, 10000)
-#: the fields a message of ``put_messages`` may have (``put_message``'s arguments)
-_PUT_FIELDS = frozenset({"topic", "queue_id", "body", "tags", "keys", "properties", "born_host", "flag"})
 
 #: the status of a put whose append was answered with a code other than SUCCESS. The answers
 #: given before the leader took the append (NOT_LEADER, LEADER_TRANSFERRING, DISK_FULL,
@@ -85,6 +82,7 @@ class DLedgerCommitLog:
         cfg = server.config
         self.root = root or cfg.default_path
         self.store_host = split_host(cfg.peer_map.get(cfg.self_id, "127.0.0.1:0"))
+        self._encoder = PutEncoder(self.store_host)
         self.max_message_size = max_message_size
         #: the offset message id less its 16 hex digits of offset (the store host's part)
         self._id_prefix = message_id(self.store_host, 0)[:-16]
@@ -237,33 +235,6 @@ class DLedgerCommitLog:
         """The largest message this store takes (the server's entry limit less the header)."""
         return min(self.max_message_size, getattr(self.server.store, "max_entry_size", 1 << 62) - BODY_OFFSET)
 
-    def _encode(self, topic, queue_id, body, tags, keys, properties, born_host, flag, born_ms: int,
-                limit: int) -> bytes | PutMessageResult:
-        why = put_problem(topic, queue_id, body, tags, keys, properties, born_host, flag)
-        if why is not None:
-            return refused(PutMessageStatus.MESSAGE_ILLEGAL, why)
-        if isinstance(keys, str):
-            keys = [keys]
-        props = dict(properties) if properties else {}
-        if tags:
-            props["TAGS"] = tags
-        if keys:
-            props["KEYS"] = " ".join(keys)
-        try:
-            raw = encode_message(topic=topic, body=body if type(body) is bytes else bytes(body), queue_id=queue_id,
-                                 flag=flag, properties=props, born_timestamp=born_ms,
-                                 born_host=self.store_host if born_host is None else born_host,
-                                 store_host=self.store_host)
-        except MessageFormatError as exc:
-            status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if exc.field == "properties"
-                      else PutMessageStatus.MESSAGE_ILLEGAL)
-            return refused(status, str(exc))
-        except (TypeError, AttributeError) as exc:
-            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"bad value: {exc}")
-        if len(raw) > limit:
-            return refused(PutMessageStatus.MESSAGE_ILLEGAL, f"message: {len(raw)} bytes; at most {limit}")
-        return raw
-
     def _not_writable(self) -> PutMessageResult | None:
         srv = self.server
         if self.closed or not srv.started:
@@ -303,8 +274,8 @@ class DLedgerCommitLog:
     def put_message_async(self, topic: str, queue_id: int, body: bytes, *, tags: str | None = None,
                           keys=(), properties: dict | None = None, born_host=None, flag: int = 0) -> AwaitableFuture:
         """Put one message; a future of ``PutMessageResult`` (bad input: a status, at once)."""
-        raw = self._encode(topic, queue_id, body, tags, keys, properties, born_host, flag,
-                           int(self.server.runtime.wall_time() * 1000), self._limit())
+        raw = self._encoder.encode(topic, queue_id, body, tags, keys, properties, born_host, flag,
+                                   int(self.server.runtime.wall_time() * 1000), self._limit())
         if isinstance(raw, PutMessageResult):
             return done_future(raw)
         return self._append([raw], single=True)
@@ -312,24 +283,9 @@ class DLedgerCommitLog:
     def put_messages_async(self, messages) -> AwaitableFuture:
         """Put a batch: ``messages`` are dicts of ``put_message``'s arguments. A future of the
         list of results, one per message; a refused message stops the whole batch."""
-        if not isinstance(messages, (list, tuple)):
-            return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
-                                  f"messages: must be a list of dicts, got {type(messages).__name__}")])
-        raws = []
-        born_ms, limit, encode = int(self.server.runtime.wall_time() * 1000), self._limit(), self._encode
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict):
-                return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
-                                      f"messages[{i}]: must be a dict, got {type(m).__name__}")])
-            if not _PUT_FIELDS.issuperset(m):
-                unknown = m.keys() - _PUT_FIELDS
-                return done_future([refused(PutMessageStatus.MESSAGE_ILLEGAL,
-                                      f"messages[{i}]: unknown field(s) {', '.join(sorted(map(str, unknown)))}")])
-            raw = encode(m.get("topic"), m.get("queue_id", 0), m.get("body"), m.get("tags"), m.get("keys", ()),
-                         m.get("properties"), m.get("born_host"), m.get("flag", 0), born_ms, limit)
-            if type(raw) is not bytes:
-                return done_future([dataclasses.replace(raw, detail=f"messages[{i}]: {raw.detail}")])
-            raws.append(raw)
+        raws = self._encoder.encode_batch(messages, int(self.server.runtime.wall_time() * 1000), self._limit())
+        if type(raws) is not list:
+            return done_future([raws])
         if not raws:
             return done_future([])
         return self._append(raws, single=False)

@@ -223,7 +223,16 @@ def properties_bytes(properties: dict[str, str] | None) -> bytes:
             for name, value in (("property name", k), ("property value", v)):
                 if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:
                     raise MessageFormatError(name, f"{value!r} holds a separator character (\\x01 or \\x02)")
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        for k, v in properties.items():           # which one UTF-8 cannot hold (a lone surrogate)
+            for name, value in (("property name", k), ("property value", v)):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise MessageFormatError(name, f"{value[:40]!r} is not encodable as UTF-8 ({exc.reason})") from None
+        raise
 
 
 def decode(buf, *, inflate: bool = True) -> Message:
@@ -307,8 +316,8 @@ def encode_message(*, topic: str, body: bytes, queue_id: int = 0, flag: int = 0,
     if len(props) > MAX_PROPERTIES_SIZE:
         raise MessageFormatError("properties", f"{len(props)} bytes; at most {MAX_PROPERTIES_SIZE}")
     stored_body = zlib.compress(body) if sys_flag & COMPRESSED_FLAG else bytes(body)
-    born, born_port = _host_field(born_host, "bornHost")
-    store, store_port = _host_field(store_host, "storeHost")
+    born, born_port = host_field(born_host, "bornHost")
+    store, store_port = host_field(store_host, "storeHost")
     sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
     if len(born) == 16:
         sys_flag |= BORNHOST_V6_FLAG
@@ -336,7 +345,7 @@ def _topic_field(topic: str) -> tuple[bool, bytes]:
     return v2, (_I16.pack(len(topic_b)) if v2 else bytes([len(topic_b)])) + topic_b
 
 
-def _host_field(host, name: str) -> tuple[bytes, int]:
+def host_field(host, name: str) -> tuple[bytes, int]:
     """``(4 or 16 address bytes, port)`` of a host; ``MessageFormatError`` naming ``name``."""
     try:
         try:

@@ -23,19 +23,19 @@ def _kind(value) -> str:
 
 
 def topic_problem(topic) -> str | None:
-    if type(topic) is str and topic in _GOOD_TOPICS:
+    if type(topic) is str and topic in GOOD_TOPICS:
         return None
     why = _topic_problem(topic)
     if why is None and type(topic) is str:
-        if len(_GOOD_TOPICS) >= _GOOD_TOPICS_MAX:
-            _GOOD_TOPICS.clear()
-        _GOOD_TOPICS.add(topic)
+        if len(GOOD_TOPICS) >= GOOD_TOPICS_MAX:
+            GOOD_TOPICS.clear()
+        GOOD_TOPICS.add(topic)
     return why
 
 
 #: topics found good (a put's topic is checked once, not per message); at most this many
-_GOOD_TOPICS: set[str] = set()
-_GOOD_TOPICS_MAX = 4096
+GOOD_TOPICS: set[str] = set()
+GOOD_TOPICS_MAX = 4096
 
 
 def _topic_problem(topic) -> str | None:
@@ -107,4 +107,4 @@ def host_problem(host, name: str) -> str | None:
     return None
 
 
-__all__ = ["MAX_TOPIC_BYTES", "host_problem", "put_problem", "queue_id_problem", "topic_problem"]
+__all__ = ["GOOD_TOPICS", "MAX_TOPIC_BYTES", "host_problem", "put_problem", "queue_id_problem", "topic_problem"]

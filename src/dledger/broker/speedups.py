@@ -7,7 +7,9 @@ per-message loops, each with its pure-Python reference, which defines the result
 - the append hook's stamps, once per joined batch (``append_stamps.stamp_messages``; reference
   ``append_stamps.python_stamp_messages``), and its reading of one message
   (``append_stamps.locate``; reference ``message_codec.locate``),
-- the key index's writes (``IndexFile.put_hashes``; reference ``IndexFile._put_hashes_python``).
+- the key index's writes (``IndexFile.put_hashes``; reference ``IndexFile._put_hashes_python``),
+- the loop of ``put_messages`` (``put_encode.PutEncoder.encode_batch``: each message's checks
+  and layout; reference ``PutEncoder.encode``).
 
 It is built at install where a C compiler is present (``setup.py``: an optional extension, so an
 install without a compiler warns and goes on) and used when it imports and its ``ABI_VERSION``
@@ -24,7 +26,7 @@ import os
 log = logging.getLogger(__name__)
 
 #: the compiled module's interface this package expects (``_speedups.c``'s ``ABI_VERSION``)
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def load():

@@ -16,6 +16,9 @@
  *   put_index_entries(mm, slots, entries_base, count, index_num, begin_timestamp, used, work, start)
  *       -> (taken, count, used, begin_timestamp, begin_phy_offset or None)
  *       IndexFile.put_hashes' loop (index_entries.c; its reference: IndexFile._put_hashes_python)
+ *   encode_puts(messages, start, born_ms, limit, good_topics, hosts, store_host, crc32, out)
+ *       -> the index of the first message it did not take
+ *       put_messages' loop (encode.c; its reference: put_encode.PutEncoder.encode)
  *
  * Nothing here trusts a length it has not checked against the buffer: a record whose size
  * runs past the run (or is shorter than its header) raises ValueError naming it.
@@ -36,6 +39,9 @@ static PyMethodDef methods[] = {
     {"put_index_entries", dledger_put_index_entries, METH_VARARGS,
      "put_index_entries(mm, slots, entries_base, count, index_num, begin_timestamp, used, work, start) -> "
      "(taken, count, used, begin_timestamp, begin_phy_offset or None): IndexFile.put_hashes' loop."},
+    {"encode_puts", dledger_encode_puts, METH_VARARGS,
+     "encode_puts(messages, start, born_ms, limit, good_topics, hosts, store_host, crc32, out) -> the index of "
+     "the first message not taken: put_messages' loop (put_encode.PutEncoder.encode's twin)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -47,7 +53,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *m;
-    if (dledger_scan_init() < 0)
+    if (dledger_scan_init() < 0 || dledger_encode_init() < 0)
         return NULL;
     m = PyModule_Create(&module);
     if (m == NULL)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* bump with any change of what a function takes or gives (speedups.py checks it) */
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 #define BODY_OFFSET 48
 #define MAGIC_NORMAL 1
@@ -181,5 +181,7 @@ int dledger_scan_init(void);
 PyObject *dledger_locate(PyObject *self, PyObject *args);
 PyObject *dledger_stamp_messages(PyObject *self, PyObject *args);
 PyObject *dledger_put_index_entries(PyObject *self, PyObject *args);
+PyObject *dledger_encode_puts(PyObject *self, PyObject *args);
+int dledger_encode_init(void);
 
 #endif
