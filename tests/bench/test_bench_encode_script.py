@@ -2,17 +2,13 @@
 are refused naming them, and a small run prints both loops' CPU per message and that they
 gave the same bytes."""
 
-import os
 import re
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "benchmarks", "bench_broker_encode.py")
+from helpers.bench_scripts import run_benchmark
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=120)
+    return run_benchmark("bench_broker_encode.py", *args)
 
 
 def test_help_gives_examples():

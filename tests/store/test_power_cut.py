@@ -111,6 +111,16 @@ def test_a_lost_sector_under_entries_whose_units_are_on_disk_is_a_lost_write_and
         s.close()
 
 
+def _crashed_losing(s, d: str, offset: int, length: int):
+    """The fsync store ``s`` (in ``d``) crashed, then ``length`` bytes of its first data segment
+    from ``offset`` lost (read as zeros: a lost write), and opened again."""
+    from dledger.sim.disk import crash_store
+    from helpers.store_files import zero
+    crash_store(s)
+    zero(segments(d)[0], offset, length)
+    return open_small(d, "fsync")
+
+
 def test_a_lost_sector_that_held_the_last_entries_leaves_their_units_and_a_lost_tail(tmp_path):
     """The last append's record starts inside a sector and a lost write takes the sector's new
     bytes: from that record on the data reads all zeros, a clean end of the log, yet the
@@ -125,11 +135,7 @@ def test_a_lost_sector_that_held_the_last_entries_leaves_their_units_and_a_lost_
     first = s.batch_append_as_leader([bytes([7]) * 100] * 2)
     last = s.append_as_leader(DLedgerEntry(body=bytes([9]) * 60))
     assert last.pos < 512 < last.pos + last.size + 512
-    from dledger.sim.disk import crash_store
-    crash_store(s)
-    from helpers.store_files import zero
-    zero(segments(d)[0], last.pos, 512 - last.pos)   # the sector's bytes from the record on are lost
-    s = open_small(d, "fsync")
+    s = _crashed_losing(s, d, last.pos, 512 - last.pos)   # the sector's bytes from the record on are lost
     try:
         assert s.ledger_end_index == first.last_index
         assert s.suspect is SuspectReason.LOST_TAIL
@@ -152,11 +158,7 @@ def test_a_lost_sector_that_held_the_back_of_the_last_header_leaves_its_unit_and
     third = s.append_as_leader(DLedgerEntry(body=bytes([8]) * 148))
     last = s.append_as_leader(DLedgerEntry(body=bytes([9]) * 60))
     assert last.pos + 8 <= 512 < last.pos + 48 < last.pos + last.size
-    from dledger.sim.disk import crash_store
-    crash_store(s)
-    from helpers.store_files import zero
-    zero(segments(d)[0], 512, 512)                    # the second sector's bytes are lost
-    s = open_small(d, "fsync")
+    s = _crashed_losing(s, d, 512, 512)               # the second sector's bytes are lost
     try:
         assert s.ledger_end_index == third.index
         assert s.suspect is SuspectReason.LOST_TAIL
