@@ -59,6 +59,7 @@ def hot_loops(request, monkeypatch):
         monkeypatch.setattr(commit_log, "stamp_messages", append_stamps.python_stamp_messages)
         monkeypatch.setattr(index_file, "_compiled", None)
         monkeypatch.setattr(put_encode, "_encode_puts", None)
+        monkeypatch.setattr(reput, "compiled", None)
     elif speedups.compiled is None:
         pytest.fail("the broker's compiled hot loops did not build (is there a C compiler?): reinstall with one")
     return which

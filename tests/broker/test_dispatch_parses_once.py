@@ -3,10 +3,13 @@
 The dispatch (``DLedgerCommitLog.dispatch_committed``: the reput service's walk of checked
 runs and what runs after each batch, the consumer state's records included) reads the fields
 of each committed message once, in the dispatch scan (``dispatch_scan.scan_messages``, compiled
-or its reference, which calls ``message_codec.dispatch_fields`` once per record), calls no other
+or its reference, which calls ``message_codec.dispatch_fields`` once per record; or, compiled,
+the same scan gathered per consume queue, ``scan_queues``), calls no other
 message parser and builds no entry object (``store.get``, ``entry.decode``): counted here while a
 broker group dispatches user messages with tags and keys and consumer-offset records, which the
-consumer state used to parse a second time. Run with each scan (``conftest.BOTH_SCANS``)."""
+consumer state used to parse a second time. Run with each scan (``conftest.BOTH_SCANS``). A run the
+gathered scan cannot take (a queue's first message, a gap in stamped offsets) is scanned again
+message by message; only the scan whose result is used is counted."""
 
 from __future__ import annotations
 
@@ -62,6 +65,17 @@ def parses(monkeypatch):
         return new
 
     monkeypatch.setattr(reput, "new_scanner", counting_scanner(reput.new_scanner))
+    gathered = reput.ReputService._dispatch_gathered
+
+    def counting_gathered(self, found, dispatched):
+        """A run the compiled scan gathered per queue: its messages count when the gathered
+        dispatch is used (else the walk scans the run, counted above)."""
+        used = gathered(self, found, dispatched)
+        if used and inside:
+            counts[inside[-1]]["scan"] += len(found[2])
+        return used
+
+    monkeypatch.setattr(reput.ReputService, "_dispatch_gathered", counting_gathered)
 
     originals = {(message_codec, n): getattr(message_codec, n) for n in MESSAGE_PARSERS}
     originals[(entry, "entry.decode")] = entry.decode

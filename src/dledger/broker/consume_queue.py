@@ -145,6 +145,16 @@ class ConsumeQueue:
         self.max_offset += 1
         self.max_physical_offset = physical_offset + size
 
+    def put_run(self, units: bytes, count: int, physical_end: int) -> None:
+        """``count`` units after the last one at once: ``units`` holds them packed, in order
+        (the reput service's gathered path); ``physical_end`` is the last one's message end."""
+        pending = self._pending
+        if not pending:
+            self._pending_from = self.max_offset
+        pending.append(units)
+        self.max_offset += count
+        self.max_physical_offset = physical_end
+
     def restart_at(self, queue_offset: int) -> None:
         """Drop every unit; the queue starts again at ``queue_offset`` (its next unit is that
         one). For a replica whose log now begins after the messages this queue held: they are

@@ -81,6 +81,20 @@ class IndexService:
                 add((h, phy_offset, store_timestamp))
         self._put_all(work)
 
+    def index_hash_work(self, work: list[tuple[int, int, int]]) -> None:
+        """``index_hashed`` given its work already: ``(key_hash, phy_offset, store_timestamp)``
+        for every key of every message, in log order (physical offsets grow). The messages
+        the newest file already ends beyond are skipped, as there."""
+        if not work:
+            return
+        files = self.files
+        last = files[-1] if files else None
+        if last is not None and last.index_count > 1:
+            end = last.end_phy_offset
+            if work[0][1] < end:
+                work = [w for w in work if w[1] >= end]
+        self._put_all(work)
+
     def _put_all(self, work: list[tuple[int, int, int]]) -> None:
         files = self.files
         i = 0

@@ -8,7 +8,11 @@ each run (``dispatch_scan.scan_messages``: compiled where it could be built, els
 reference, ``message_codec.dispatch_fields`` per record, which reads only the fields dispatch
 needs) finds each NORMAL entry whose body is a message; it becomes one consume-queue unit (physical offset = entry position +
 the 48-byte entry header, size, tags hash code) at the queue offset stamped in the message, and
-index keys for its UNIQ_KEY and KEYS. Each message is parsed once, there: a reader of one
+index keys for its UNIQ_KEY and KEYS. Where the compiled loops were built, the scan gathers a
+run per consume queue (``scan_queues``: each queue's units packed in order, every key's hash)
+and each queue takes its units at once, when every queue of the run exists and its stamped
+offsets go on from its next one; any other run (a queue's first message, a broken promise) is
+walked message by message, the reference, which writes the same. Each message is parsed once, there: a reader of one
 queue's bodies (``keep_bodies_of``: the consumer state's records) takes them from that parse
 (``take_kept``), never parsing the message again. Other entries (NOOP, membership, bodies that are not
 messages) are passed over. Blank padding at segment ends is never seen: the runs hold records
@@ -50,6 +54,7 @@ from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
 from dledger.broker.dispatch_scan import new_scanner
 from dledger.broker.put_checks import queue_id_problem, topic_problem
+from dledger.broker.speedups import compiled
 from dledger.entry import BODY_OFFSET
 from dledger.errors import CorruptStoreError, DLedgerError
 
@@ -58,6 +63,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT = dispatch_checkpoint.NAME
 #: bytes asked of one range read (a run stops earlier at a segment end or the batch's end)
 READ_BYTES = 4 << 20
+#: the most consume queues a run gathered per queue may touch (more: message by message)
+MAX_GATHERED_QUEUES = 256
 
 
 class ReputService:
@@ -76,6 +83,8 @@ class ReputService:
         self.on_dispatch_batch = None
         #: ``dispatch_scan.scan_messages``: the compiled scan, or the reference's with its caches
         self._scan = new_scanner()
+        #: the compiled run gathered per consume queue (``_dispatch_gathered``), None without it
+        self._scan_queues = compiled.scan_queues if compiled is not None else None
         #: (the log's first index, its position) when the log begins after index 0 (this
         #: replica caught up past the leader's retention, or retention removed its head)
         self._log_start: tuple[int, int] | None = None
@@ -207,7 +216,51 @@ class ReputService:
         return end - begin + 1
 
     def _dispatch_run(self, records: bytes, dispatched: list | None) -> None:
-        """Dispatch the records of ``records`` (one checked run), the first of ``next_index``."""
+        """Dispatch the records of ``records`` (one checked run), the first of ``next_index``:
+        gathered per consume queue by the compiled scan where it can (``_dispatch_gathered``),
+        else message by message (the reference)."""
+        if self._scan_queues is not None:
+            keep = self.keep_bodies_of or (None, 0)
+            gathered = self._scan_queues(records, self.next_index, MAX_GATHERED_QUEUES, keep[0], keep[1])
+            if gathered is not None and self._dispatch_gathered(gathered, dispatched):
+                return
+        self._dispatch_messages(records, dispatched)
+
+    def _dispatch_gathered(self, gathered, dispatched: list | None) -> bool:
+        """A run's dispatch gathered per consume queue (``scan_queues``): each queue's units
+        written at once, every key indexed at once. Only when each queue exists and its run of
+        stamped offsets begins at its next one: then the walk message by message would write
+        the same units, keys, kept bodies and listeners' pairs, and note no problem. False
+        (nothing done) otherwise: the walk then scans the run again, message by message (a
+        queue's first message, a broken promise of the leader)."""
+        queue_runs, work, done, kept, next_index, next_pos = gathered
+        queues, cqs = self.queues, []
+        for topic, queue_id, first, _count, _units, _end in queue_runs:
+            cq = queues.get((topic, queue_id))
+            if cq is None or first != cq.max_offset:
+                return False
+            cqs.append(cq)
+        if kept:
+            first = queues[self.keep_bodies_of].max_offset
+            for k, offset_and_body in enumerate(kept):
+                self._kept[first + k] = offset_and_body
+        for cq, (_topic, _queue_id, _first, count, units, end) in zip(cqs, queue_runs):
+            cq.put_run(units, count, end)
+        if next_pos >= 0:
+            self.next_index, self.next_physical_offset = next_index, next_pos
+        if work:
+            self.index.index_hash_work(work)
+        if done:
+            listener = self.on_dispatch
+            if listener is not None:
+                for offset, store_timestamp in done:
+                    listener(offset, store_timestamp)
+            if dispatched is not None:
+                dispatched.extend(done)
+        return True
+
+    def _dispatch_messages(self, records: bytes, dispatched: list | None) -> None:
+        """The reference walk: each message of the run in turn, its queue's unit, its keys."""
         queues = self.queues
         listener = self.on_dispatch
         done = [] if listener is not None or dispatched is not None else None

@@ -4,6 +4,8 @@
 per-message loops, each with its pure-Python reference, which defines the results:
 
 - the dispatch scan (``dispatch_scan.new_scanner()``; reference ``dispatch_scan.MessageScanner``),
+  and the same scan gathered per consume queue (``scan_queues``, used by
+  ``ReputService._dispatch_gathered``; reference the reput service's walk message by message),
 - the append hook's stamps, once per joined batch (``append_stamps.stamp_messages``; reference
   ``append_stamps.python_stamp_messages``), and its reading of one message
   (``append_stamps.locate``; reference ``message_codec.locate``),
@@ -26,7 +28,7 @@ import os
 log = logging.getLogger(__name__)
 
 #: the compiled module's interface this package expects (``_speedups.c``'s ``ABI_VERSION``)
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 def load():

@@ -9,6 +9,9 @@
  *       one tuple per record of a run of whole DLedger records (as the store's checked range
  *       read returns them); topic is None where the record is not a dispatchable message.
  *       (scan.c; its reference: dispatch_scan.MessageScanner)
+ *   scan_queues(records, first_index, max_queues, keep_topic, keep_queue_id) -> None or
+ *       (queues, work, done, kept, next_index, next_position): the same run's dispatch gathered per
+ *       consume queue (scan.c; its reference: ReputService's walk over scan_messages' items)
  *   locate(buf, base=0) -> (topic, queue_id, store_timestamp_position) or None
  *       (stamps.c; its reference: message_codec.locate)
  *   stamp_messages(records, starts, sizes, positions, table, stamped, now) -> how many were stamped
@@ -30,6 +33,10 @@ static PyMethodDef methods[] = {
      "scan_messages(records, first_index) -> [(index, pos, size, topic, queue_id, queue_offset, "
      "store_timestamp, tags_code, key_hashes, body_at, body_length), ...]: one tuple per record of a "
      "run of whole records; topic None where the record is not a dispatchable message."},
+    {"scan_queues", dledger_scan_queues, METH_VARARGS,
+     "scan_queues(records, first_index, max_queues, keep_topic, keep_queue_id) -> None or (queues, work, done, "
+     "kept, next_index, next_position): "
+     "the dispatch of a checked run gathered per consume queue (ReputService's walk over scan_messages' items)."},
     {"locate", dledger_locate, METH_VARARGS,
      "locate(buf, base=0) -> (topic, queue_id, store_timestamp_position) of the message at buf[base:], "
      "or None when those bytes are not a message of the length they claim."},

@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* bump with any change of what a function takes or gives (speedups.py checks it) */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 #define BODY_OFFSET 48
 #define MAGIC_NORMAL 1
@@ -177,6 +177,7 @@ static inline int locate_in(const unsigned char *p, Py_ssize_t n, message_head *
 
 /* the module's functions (scan.c, stamps.c, index_entries.c) */
 PyObject *dledger_scan_messages(PyObject *self, PyObject *args);
+PyObject *dledger_scan_queues(PyObject *self, PyObject *args);
 int dledger_scan_init(void);
 PyObject *dledger_locate(PyObject *self, PyObject *args);
 PyObject *dledger_stamp_messages(PyObject *self, PyObject *args);
