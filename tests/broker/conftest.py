@@ -60,6 +60,7 @@ def hot_loops(request, monkeypatch):
         monkeypatch.setattr(index_file, "_compiled", None)
         monkeypatch.setattr(put_encode, "_encode_puts", None)
         monkeypatch.setattr(reput, "compiled", None)
+        monkeypatch.setattr(commit_log, "_put_results", None)
     elif speedups.compiled is None:
         pytest.fail("the broker's compiled hot loops did not build (is there a C compiler?): reinstall with one")
     return which

@@ -11,7 +11,8 @@ per-message loops, each with its pure-Python reference, which defines the result
   (``append_stamps.locate``; reference ``message_codec.locate``),
 - the key index's writes (``IndexFile.put_hashes``; reference ``IndexFile._put_hashes_python``),
 - the loop of ``put_messages`` (``put_encode.PutEncoder.encode_batch``: each message's checks
-  and layout; reference ``PutEncoder.encode``).
+  and layout; reference ``PutEncoder.encode``), and its answers (``put_results``; reference
+  ``DLedgerCommitLog._results``' loop over ``put_result.put_ok``).
 
 It is built at install where a C compiler is present (``setup.py``: an optional extension, so an
 install without a compiler warns and goes on) and used when it imports and its ``ABI_VERSION``
@@ -28,7 +29,7 @@ import os
 log = logging.getLogger(__name__)
 
 #: the compiled module's interface this package expects (``_speedups.c``'s ``ABI_VERSION``)
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 def load():

@@ -22,6 +22,8 @@
  *   encode_puts(messages, start, born_ms, limit, good_topics, hosts, store_host, crc32, out)
  *       -> the index of the first message it did not take
  *       put_messages' loop (encode.c; its reference: put_encode.PutEncoder.encode)
+ *   put_results(positions, raws, stamped, prefix, leader_id, cls, status) -> list or None
+ *       a batch put's PUT_OK answers (results.c; its reference: DLedgerCommitLog._results)
  *
  * Nothing here trusts a length it has not checked against the buffer: a record whose size
  * runs past the run (or is shorter than its header) raises ValueError naming it.
@@ -49,6 +51,9 @@ static PyMethodDef methods[] = {
     {"encode_puts", dledger_encode_puts, METH_VARARGS,
      "encode_puts(messages, start, born_ms, limit, good_topics, hosts, store_host, crc32, out) -> the index of "
      "the first message not taken: put_messages' loop (put_encode.PutEncoder.encode's twin)."},
+    {"put_results", dledger_put_results, METH_VARARGS,
+     "put_results(positions, raws, stamped, prefix, leader_id, cls, status) -> the PUT_OK answers of a batch "
+     "put, or None when the reference must answer (DLedgerCommitLog._results' twin)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* bump with any change of what a function takes or gives (speedups.py checks it) */
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 #define BODY_OFFSET 48
 #define MAGIC_NORMAL 1
@@ -183,6 +183,7 @@ PyObject *dledger_locate(PyObject *self, PyObject *args);
 PyObject *dledger_stamp_messages(PyObject *self, PyObject *args);
 PyObject *dledger_put_index_entries(PyObject *self, PyObject *args);
 PyObject *dledger_encode_puts(PyObject *self, PyObject *args);
+PyObject *dledger_put_results(PyObject *self, PyObject *args);
 int dledger_encode_init(void);
 
 #endif
