@@ -9,7 +9,8 @@ loopback TCP (``python -m dledger.bench.node --broker``: a ``DLedgerServer`` wra
 ``DLedgerCommitLog``, page_cache durability, 1 s election timeout), the load inside the
 leader's process as a broker's request threads put: ``put_messages_async`` of 64 messages
 with 16 calls in flight for ``--seconds`` (saturation), then ``put_message_async`` at
-``--rate`` messages/s (a steady load below saturation). Every node dispatches in its own
+``--rate`` messages/s (a steady load below saturation), and with ``--batched-rate R`` the
+batches of 64 again at R messages/s (the dispatch lag at a share of saturation). Every node dispatches in its own
 process. For each body size (128 B, 1 KiB) and load it prints PUT_OK messages/s, the put
 latency (call to answer, p50/p99), the dispatch lag over every message on every replica (store
 timestamp stamped by the append hook to the end of the dispatch batch that wrote the
@@ -171,13 +172,17 @@ def wait_dispatched(cluster: ProcessCluster, timeout_s: float = 60.0) -> dict[st
         time.sleep(0.05)
 
 
-def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH, window: int = 16) -> list[dict]:
-    """One 3-process group: a saturation run then a fixed-rate run; one row (a dict) each."""
+def run_processes(payload: int, seconds: float, rate: float, batch: int = BATCH, window: int = 16,
+                  batched_rate: float | None = None) -> list[dict]:
+    """One 3-process group: a saturation run then a fixed-rate run (and, with ``batched_rate``,
+    batches of ``batch`` at that many messages/s); one row (a dict) each."""
     rows = []
     with ProcessCluster(dledger_node_argv("page_cache", heart_beat_leak=10, extra=["--broker"])) as cluster:
         leader = cluster.wait_leader()
         runs = (("saturation", {"rate": None, "batch": batch, "window": window, "seconds": seconds}),
                 ("rate", {"rate": rate, "batch": 1, "window": 1, "seconds": max(2.0, seconds / 2)}))
+        if batched_rate:
+            runs += (("batched_rate", {"rate": batched_rate, "batch": batch, "window": window, "seconds": seconds}),)
         for load, params in runs:
             for i in cluster.alive():
                 cluster.ask(i, {"op": "stats", "reset": True})
@@ -203,7 +208,9 @@ def process_table_row(r: dict) -> list:
     cpu = r["cpu_us_per_message"]
     leader = next((v for k, v in cpu.items() if k.startswith("L:")), 0)
     followers = [v for k, v in cpu.items() if not k.startswith("L:")]
-    return ["saturation" if r["load"] == "saturation" else f"{r['rate']:,.0f}/s", f"{r['payload']} B",
+    load = {"saturation": "saturation", "batched_rate": f"{r['rate']:,.0f}/s in {BATCH}s"}.get(r["load"],
+                                                                                            f"{r['rate']:,.0f}/s")
+    return [load, f"{r['payload']} B",
             f"{r['messages_per_s']:,.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}", _fmt(r["lag_p50_ms"]),
             _fmt(r["lag_p99_ms"]), f"{leader:.0f}", "/".join(f"{v:.0f}" for v in followers), r["not_ok"]]
 
@@ -216,6 +223,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="examples:\n  python benchmarks/bench_broker.py --seconds 10\n"
+                                        "  python benchmarks/bench_broker.py --payload 128 --batched-rate 80000\n"
                                         "  python benchmarks/bench_broker.py --engine inproc --messages 50000\n"
                                         "  python benchmarks/bench_broker.py --protocol all    # bench_broker_protocols.py")
     ap.add_argument("--engine", choices=("processes", "inproc", "both"), default="processes",
@@ -223,6 +231,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="processes: seconds of saturation load (default 5)")
     ap.add_argument("--rate", type=float, default=2000.0,
                     help="processes: messages/s of the steady load (default 2000)")
+    ap.add_argument("--batched-rate", type=float, default=None,
+                    help=f"processes: also a row of put_messages of {BATCH} at this many messages/s (below "
+                         f"saturation: the dispatch lag at a given share of it)")
     ap.add_argument("--messages", type=int, default=100_000, help="inproc: messages per row (default 100000)")
     ap.add_argument("--producers", type=int, default=4, help="inproc: producer threads (default 4)")
     ap.add_argument("--window", type=int, default=256, help="inproc: messages in flight per producer (default 256)")
@@ -233,6 +244,8 @@ def main(argv=None) -> None:
                     help="one JSON object per row on stdout (keys as bench_tcp_cluster.py's: payload, load, "
                          "messages_per_s, p50_ms, p99_ms, lag_p99_ms, ...), after one with the run's machine")
     args = ap.parse_args(argv)
+    if args.batched_rate is not None and not args.batched_rate > 0:
+        ap.error(f"--batched-rate must be above 0, got {args.batched_rate:g}")
     sizes = [int(x) for x in args.payload.split(",") if x.strip()]
     if args.json:
         print(json.dumps({"run": {"machine": machine(), "command": command()}}), flush=True)
@@ -241,7 +254,7 @@ def main(argv=None) -> None:
     if args.engine in ("processes", "both"):
         rows = []
         for size in sizes:
-            rows.extend(run_processes(size, args.seconds, args.rate))
+            rows.extend(run_processes(size, args.seconds, args.rate, batched_rate=args.batched_rate))
         if args.json:
             for r in rows:
                 print(json.dumps({"engine": "processes", **r}), flush=True)

@@ -50,16 +50,20 @@ class _Tally:
         return res
 
 
-def callback_load(submit: Callable, payload: int, seconds: float, *, rate: float | None = None, batch: int = 64,
+def callback_load(submit: Callable, payload: int, seconds: float, *, rate: float | None = None, batch: int | None = None,
                   window: int = 16, warmup_s: float = 0.5, on_progress: Callable[[int], None] | None = None
                   ) -> LoadResult:
     """Run appends from this (host) thread for ``warmup_s + seconds`` through ``submit(bodies,
     done)``, which starts appending ``bodies`` (a list) and arranges for ``done(code)`` to be
-    called, from any thread, with the answer's code once they commit: ``rate`` single appends
-    per second, or (``rate`` None) calls of ``batch`` bodies with ``window`` calls in flight."""
+    called, from any thread, with the answer's code once they commit: ``rate`` appends per
+    second in calls of ``batch`` bodies (``rate / batch`` calls a second), or (``rate`` None)
+    calls of ``batch`` bodies with ``window`` calls in flight. ``batch`` defaults to 1 with a
+    ``rate`` (one append at a time), else 64."""
+    if batch is None:
+        batch = 64 if rate is None else 1
     tally = _Tally()
     slots = threading.Semaphore(window if rate is None else 1 << 30)
-    bodies = _bodies(payload, batch if rate is None else 1)
+    bodies = _bodies(payload, batch)
     n = len(bodies)
     perf = time.perf_counter
     record = tally.done.append
@@ -78,7 +82,7 @@ def callback_load(submit: Callable, payload: int, seconds: float, *, rate: float
     end = t0 + warmup_s + seconds
     calls = 0
     next_report = t0 + 1.0
-    interval = 1.0 / rate if rate else 0.0
+    interval = batch / rate if rate else 0.0
     tick = t0
     while True:
         if rate is None:
@@ -134,7 +138,7 @@ async def client_load(client, payload: int, seconds: float, *, rate: float | Non
     tally = _Tally()
     perf = time.perf_counter
     record = tally.done.append
-    bodies = _bodies(payload, batch if rate is None else 1)
+    bodies = _bodies(payload, batch)
     calls = 0
 
     async def one(call, arg, entries: int) -> None:

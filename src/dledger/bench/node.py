@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     runtime.run_sync(load_profiler.enable)
                 submit = server_submit(server) if commit_log is None else commit_log_submit(commit_log)
                 res = callback_load(submit, int(cmd["payload"]), float(cmd["seconds"]), rate=cmd.get("rate"),
-                                    batch=int(cmd.get("batch", 64)), window=int(cmd.get("window", 16)),
+                                    batch=int(cmd["batch"]) if cmd.get("batch") is not None else None,
+                                    window=int(cmd.get("window", 16)),
                                     warmup_s=float(cmd.get("warmup_s", 0.5)),
                                     on_progress=lambda n: _say({"op": "progress", "committed": n}))
                 if load_profiler is not None:
