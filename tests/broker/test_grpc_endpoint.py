@@ -17,13 +17,7 @@ from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2 as spb
 from dledger.broker.grpc_v2.rocketmq_v2 import service_pb2_grpc
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.inproc import Hub
-
-
-def poll(cond, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
+from helpers.polling import poll
 
 
 @pytest.fixture

@@ -8,15 +8,9 @@ from dledger import DLedgerConfig, DLedgerServer
 from dledger.broker import DLedgerCommitLog, PutMessageStatus
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.inproc import Hub
+from helpers.polling import poll
 
 PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
-
-
-def poll(cond, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_blocking_and_awaited_puts_on_a_real_runtime_reach_every_replica(tmp_path):

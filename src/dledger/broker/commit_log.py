@@ -15,7 +15,8 @@ every entry the new leader will commit: the offsets continue from the log with n
 
 The role-change handler (``role_change.RoleTracker``) makes the store writable on the leader
 and read-only elsewhere; a put anywhere else gets SERVICE_NOT_AVAILABLE naming the leader.
-Dispatch (``reput.ReputService``) runs on every replica on a timer of the server's runtime.
+Dispatch (``reput.ReputService``) runs on every replica on a timer of the server's runtime;
+its checkpoint once a second syncs and writes on a thread of its own (``checkpoint_writer``).
 Consumer reads are in ``consumer``. The broker's files live under ``root`` (default: the node's
 store directory ``<store_base_dir>/dledger-<id>``): ``consumequeue/``, ``keyindex/`` (DLedger
 already has an ``index/`` there) and ``dispatch.checkpoint``.
@@ -34,6 +35,7 @@ from operator import itemgetter
 
 from dledger.broker import consumer
 from dledger.broker.append_stamps import stamp_messages, stamp_one
+from dledger.broker.checkpoint_writer import CheckpointWriter
 from dledger.broker.message_codec import MessageFormatError, decode, message_id, split_host
 from dledger.broker.put_encode import PutEncoder
 from dledger.broker.put_result import (AwaitableFuture, PutMessageResult, PutMessageStatus, done_future, put_ok,
@@ -93,6 +95,9 @@ class DLedgerCommitLog:
         self.dispatch_interval_ms = dispatch_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self._checkpoint_at = 0
+        #: runs each checkpoint's syncs and writes: on a thread of its own where the runtime
+        #: flushes in the background (an asyncio runtime), else at once (the simulator)
+        self.checkpoints = CheckpointWriter(getattr(server.runtime, "background_flush", False))
         self.reput = ReputService(self.root, units_per_file=cq_units_per_file, index_options=index_options)
         self.roles = RoleTracker(cfg.self_id)
         #: per topic-queue next offset, valid for the leader term ``_table_term``
@@ -210,20 +215,36 @@ class DLedgerCommitLog:
         if n >= 4096:                                       # a backlog: on at once
             self._timer = rt.call_soon(self._dispatch_tick)
             self._timer_at = now
-        elif self.reput.dirty:                              # the checkpoint still to write
-            self._timer_at = max(now + self.dispatch_interval_ms, self._checkpoint_at + self.checkpoint_interval_ms)
+        elif self.reput.dirty or self.checkpoints.busy():   # a checkpoint to write, or to take in
+            self._timer_at = now + self.dispatch_interval_ms
+            if not self.checkpoints.busy():
+                self._timer_at = max(self._timer_at, self._checkpoint_at + self.checkpoint_interval_ms)
             self._timer = rt.call_at(self._timer_at, self._dispatch_tick)
 
     def dispatch_committed(self) -> int:
-        """Dispatch what is committed and not dispatched yet (runtime thread); how many entries."""
+        """Dispatch what is committed and not dispatched yet (runtime thread); how many entries.
+        A checkpoint once an interval: its syncs and writes are handed to ``checkpoints``, the
+        next one waits until the last one finished."""
         srv = self.server
         n = self.reput.dispatch_up_to(srv.store, srv.node.committed_index)
         now = srv.runtime.now_ms()
-        if self.reput.dirty and now - self._checkpoint_at >= self.checkpoint_interval_ms:
-            self.reput.checkpoint()
-            self.consumer_state.save()
+        self._reap_checkpoint()
+        if self.reput.dirty and now - self._checkpoint_at >= self.checkpoint_interval_ms \
+                and not self.checkpoints.busy():
+            job = self.reput.checkpoint_job()
+            job.writes.append(self.consumer_state.snapshot())
+            self.checkpoints.submit(job)
             self._checkpoint_at = now
+            self._reap_checkpoint()
         return n
+
+    def _reap_checkpoint(self, wait: bool = False) -> None:
+        """Take in the checkpoint job once it finished: a failed one is logged, and what it
+        synced is synced again at the next checkpoint."""
+        job = self.checkpoints.reap(wait)
+        if job is not None and job.error is not None:
+            log.error("%s: the dispatch checkpoint failed, to be tried again: %s", self.root, job.error)
+            self.reput.checkpoint_failed(job)
 
     def _on_dispatched(self, batch: list[tuple[int, int]]) -> None:
         """A dispatch batch was written: each message's lag, to the end of the batch."""
@@ -414,6 +435,8 @@ class DLedgerCommitLog:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            if checkpoint:          # the last checkpoint goes after the one in flight
+                self._reap_checkpoint(wait=True)
             self.reput.close(checkpoint=checkpoint)
             if checkpoint:
                 self.consumer_state.save()

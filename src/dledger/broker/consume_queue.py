@@ -15,7 +15,7 @@ non-zero unit gives ``min_offset`` back.
 
 Units are gathered and written by ``commit`` (one write per file per batch), as plain file
 writes (a process crash keeps them: the page cache survives); ``flush``
-syncs. ``truncate_from_physical(offset)`` drops every unit whose message starts at or after
+syncs (or a checkpoint job does, with the descriptors ``sync_fds`` hands it). ``truncate_from_physical(offset)`` drops every unit whose message starts at or after
 ``offset`` (recovery: units beyond what the dispatcher's checkpoint vouches for).
 """
 
@@ -249,14 +249,32 @@ class ConsumeQueue:
         self.max_physical_offset = sum(self.unit(count - 1)[:2]) if count > self.min_offset else 0
         return True
 
-    def flush(self) -> None:
-        """Write what is pending and sync the files, when anything changed since the last
-        flush (a checkpoint syncs only the queues that moved)."""
+    def sync_fds(self) -> list[int]:
+        """For a checkpoint: write what is pending and, when anything changed since the last
+        sync (a checkpoint syncs only the queues that moved), a descriptor of each file to
+        sync, duplicated: the caller syncs and closes them (``checkpoint_writer``), and calls
+        ``mark_unsynced`` if that failed."""
         self.commit()
-        if self._dirty:
-            for fd in self._fds.values():
+        if not self._dirty:
+            return []
+        self._dirty = False
+        return [os.dup(fd) for fd in self._fds.values()]
+
+    def mark_unsynced(self) -> None:
+        self._dirty = True
+
+    def flush(self) -> None:
+        """Write what is pending and sync the files, when anything changed since the last sync."""
+        fds = self.sync_fds()
+        try:
+            for fd in fds:
                 os.fsync(fd)
-            self._dirty = False
+        except BaseException:
+            self._dirty = True
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def close(self, commit: bool = True) -> None:
         """Close the files (``commit=False``: as a crash does, leaving units not written yet)."""

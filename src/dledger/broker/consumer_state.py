@@ -41,6 +41,7 @@ from typing import Callable
 
 import msgpack
 
+from dledger.broker.checkpoint_writer import write_atomic
 from dledger.broker.message_codec import MessageFormatError, decode
 from dledger.broker.put_checks import queue_id_problem, topic_problem
 from dledger.broker.put_result import PutMessageStatus, done_future, refused
@@ -180,21 +181,16 @@ class ConsumerState:
             apply(record)
 
     # -- the saved table ------------------------------------------------------------------
+    def snapshot(self) -> tuple[str, bytes]:
+        """The offsets table and the count it covers, as ``save`` writes them: ``(path,
+        bytes)`` (for a checkpoint job, which writes it after the dispatch checkpoint)."""
+        doc = {"applied": self.applied, "offsets": [[g, t, q, o] for (g, t, q), o in sorted(self.offsets.items())]}
+        return self.path, json.dumps(doc, separators=(",", ":")).encode()
+
     def save(self) -> None:
         """Write the offsets table and the count it covers, atomically (with the dispatch
         checkpoint: the count never exceeds what the checkpoint vouches for)."""
-        doc = {"applied": self.applied, "offsets": [[g, t, q, o] for (g, t, q), o in sorted(self.offsets.items())]}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(*self.snapshot())
 
     def _load(self) -> None:
         try:

@@ -2,7 +2,7 @@
 
 ``<root>/dispatch.checkpoint`` names the next entry to dispatch and, for every consume queue
 and key-index file, how many units (entries) it held when the checkpoint was written. It is
-written only after those files were synced (``ReputService.flush``), to a temporary file that
+written only after those files were synced (``ReputService.checkpoint_job``), to a temporary file that
 is synced, renamed over the old one, and the directory synced: so after any crash or power
 loss it describes files that hold at least that much, intact. What lies beyond it may be
 lost, torn or half written; recovery cuts every file back to the counts and dispatches again
@@ -27,6 +27,8 @@ import os
 import zlib
 from urllib.parse import quote, unquote
 from dataclasses import dataclass, field
+
+from dledger.broker.checkpoint_writer import write_atomic
 
 NAME = "dispatch.checkpoint"
 MAGIC = "dledger-dispatch-checkpoint 1"
@@ -92,20 +94,7 @@ def read(root: str) -> DispatchCheckpoint:
 
 def write(root: str, cp: DispatchCheckpoint) -> None:
     """Durably replace the checkpoint (the files it counts must be synced first)."""
-    path = os.path.join(root, NAME)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, cp.text().encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_atomic(os.path.join(root, NAME), cp.text().encode())
 
 
 __all__ = ["MAGIC", "NAME", "DispatchCheckpoint", "parse", "read", "write"]

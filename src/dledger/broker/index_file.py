@@ -146,8 +146,8 @@ class IndexFile:
         if not 1 <= self.index_count <= index_num:
             self.index_count = 1           # a new file, or a header a power cut tore
         self._entries_base = HEADER_SIZE + slots * SLOT_SIZE
-        #: the header as of the last ``flush`` (None: never flushed by this object)
-        self._flushed_header = None
+        #: the header as of the last sync (None: never synced by this object)
+        self._synced_header = None
         if undo:
             self._undo_unwritten()
 
@@ -301,13 +301,19 @@ class IndexFile:
             self.index_count += 1
         self.write_header()
 
-    def flush(self) -> None:
-        """Sync the file when its header changed since the last flush (entries and slots are
-        only written together with a header write, before a checkpoint)."""
+    def sync_fd(self) -> int | None:
+        """For a checkpoint: a new descriptor of the file to sync when its header changed since
+        the last sync (entries and slots are only written together with a header write, before
+        a checkpoint), else None. The caller syncs it (an fsync writes the pages dirtied through
+        the mapping) and closes it, and calls ``mark_unsynced`` if that failed."""
         header = HEADER.unpack_from(self.mm, 0)
-        if header != self._flushed_header:
-            self.mm.flush()
-            self._flushed_header = header
+        if header == self._synced_header:
+            return None
+        self._synced_header = header
+        return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def mark_unsynced(self) -> None:
+        self._synced_header = None
 
     def close(self) -> None:
         self.mm.close()

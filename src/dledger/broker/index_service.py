@@ -160,10 +160,17 @@ class IndexService:
             os.unlink(f.path)
         self.files = []
 
-    def flush(self) -> None:
+    def sync_fds(self) -> tuple[list[int], list[IndexFile]]:
+        """For a checkpoint: everything written, and a descriptor to sync of each file whose
+        header changed since its last sync, with those files (``IndexFile.sync_fd``)."""
         self.commit()
+        fds, files = [], []
         for f in self.files:
-            f.flush()
+            fd = f.sync_fd()
+            if fd is not None:
+                fds.append(fd)
+                files.append(f)
+        return fds, files
 
     def close(self, commit: bool = True) -> None:
         """Close the files (``commit=False``: as a crash does, the header left as it is)."""

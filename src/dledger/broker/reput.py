@@ -21,8 +21,9 @@ and the walk stops before it, as it would reading entry by entry.
 
 Checkpoint (``dispatch_checkpoint``): the consume queues and the key index are plain file
 writes and an mmap, made after every batch (a process crash keeps them: the page cache
-survives); ``checkpoint()`` syncs them and then durably records the next entry and every file's
-count. The commit log calls it every ``checkpoint_interval_ms`` and at close. On open, every
+survives); a checkpoint syncs them and then durably records the next entry and every file's
+count. The commit log makes one every ``checkpoint_interval_ms`` (``checkpoint_job``, run on the
+checkpoint thread: ``checkpoint_writer``) and at close (``checkpoint``, at once). On open, every
 file is cut back to the checkpoint's counts (whatever a power cut tore or lost beyond them)
 and the walk resumes at its ``next_index``: what was dispatched after it is dispatched again,
 to the same units (they follow from the committed log), so nothing is dispatched twice and
@@ -50,6 +51,7 @@ import logging
 import os
 
 from dledger.broker import dispatch_checkpoint
+from dledger.broker.checkpoint_writer import CheckpointJob
 from dledger.broker.consume_queue import ConsumeQueue, list_queues
 from dledger.broker.index_service import IndexService
 from dledger.broker.dispatch_scan import new_scanner
@@ -126,16 +128,39 @@ class ReputService:
             cp = dispatch_checkpoint.DispatchCheckpoint()
         self.next_index, self.next_physical_offset = cp.next_index, cp.next_physical_offset
 
-    def checkpoint(self) -> None:
-        """Sync the consume queues and the key index, then durably record how far they go:
-        the point recovery comes back to after a crash or a power cut."""
+    def checkpoint_job(self) -> CheckpointJob:
+        """A checkpoint as it stands now, to be run (``CheckpointJob.run``, here or on the
+        checkpoint thread): sync the consume queues and the key index that moved, then durably
+        record how far they go, the point recovery comes back to after a crash or a power cut.
+        A job that failed goes back to ``checkpoint_failed``."""
+        job = CheckpointJob()
         for cq in self.queues.values():
-            cq.flush()
-        self.index.flush()
-        dispatch_checkpoint.write(self.root, dispatch_checkpoint.DispatchCheckpoint(
+            fds = cq.sync_fds()
+            if fds:
+                job.fds += fds
+                job.synced.append(cq)
+        fds, files = self.index.sync_fds()
+        job.fds += fds
+        job.synced += files
+        cp = dispatch_checkpoint.DispatchCheckpoint(
             self.next_index, self.next_physical_offset,
-            {key: cq.max_offset for key, cq in self.queues.items() if cq.max_offset}, self.index.counts()))
+            {key: cq.max_offset for key, cq in self.queues.items() if cq.max_offset}, self.index.counts())
+        job.writes.append((self.checkpoint_path, cp.text().encode()))
         self.dirty = False
+        return job
+
+    def checkpoint_failed(self, job: CheckpointJob) -> None:
+        """``job`` did not finish: what it synced is synced again at the next checkpoint."""
+        job.mark_unsynced()
+        self.dirty = True
+
+    def checkpoint(self) -> None:
+        """A checkpoint, made now on this thread (``OSError`` when it failed)."""
+        job = self.checkpoint_job()
+        job.run()
+        if job.error is not None:
+            self.checkpoint_failed(job)
+            raise OSError(f"{self.root}: the dispatch checkpoint failed: {job.error}")
 
     # -- queues ---------------------------------------------------------------------------
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:

@@ -1,8 +1,6 @@
 """A three-node broker group in this process (real runtime, in-process transport), each node
 serving the remoting protocol on a loopback port: ``remoting_group`` yields it."""
 
-import time
-
 import pytest
 
 from dledger import DLedgerConfig, DLedgerServer
@@ -10,15 +8,9 @@ from dledger.broker import DLedgerCommitLog
 from dledger.broker.remoting.server import RemotingServer
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.inproc import Hub
+from helpers.polling import poll
 
 PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
-
-
-def poll(cond, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what} not met in time"
-        time.sleep(0.01)
 
 
 class Group:

@@ -17,7 +17,7 @@ from dledger.broker.message_codec import message_id
 from dledger.broker.remoting import codes
 from dledger.broker.remoting.command import RemotingCommand, encode
 
-from broker.remoting.conftest import poll
+from helpers.polling import poll
 from broker.remoting.remoting_client import RemotingClient
 
 PROPS = "KEYS\x01order-1\x02TAGS\x01TagA\x02UNIQ_KEY\x017F0000010001ABCDEF0123456789ABCD\x02color\x01red\x02"

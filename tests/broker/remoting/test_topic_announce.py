@@ -8,7 +8,7 @@ from dledger.broker.remoting import codes
 from dledger.broker.remoting.server import RemotingServer
 from dledger.namesrv import NameServer
 
-from broker.remoting.conftest import poll
+from helpers.polling import poll
 from broker.remoting.remoting_client import RemotingClient
 
 from .test_remoting_server import send
