@@ -333,9 +333,6 @@ class ReputService:
             if dispatched is not None:
                 dispatched.extend(done)
 
-    def flush(self) -> None:
-        self.checkpoint()
-
     def close(self, checkpoint: bool = True) -> None:
         """A last checkpoint, then close the files; ``checkpoint=False``: as a crash leaves
         them (nothing more written)."""
