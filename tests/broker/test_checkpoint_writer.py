@@ -125,6 +125,21 @@ def test_without_a_background_thread_a_job_runs_at_once_on_the_caller(tmp_path):
     assert writer.reap() is job
 
 
+def test_a_job_that_raises_on_the_callers_thread_is_reaped_as_failed(tmp_path):
+    def fsync(fd):
+        raise RuntimeError("a bug in the sync")
+
+    writer = CheckpointWriter(background=False, fsync=fsync)
+    (tmp_path / "q").write_bytes(b"u")
+    queue = Marked()
+    job = CheckpointJob(fds=[os.open(tmp_path / "q", os.O_RDONLY)], writes=[(str(tmp_path / "cp"), b"1")],
+                        synced=[queue])
+    with pytest.raises(RuntimeError, match="a bug in the sync"):
+        writer.submit(job)
+    assert writer.reap() is job and job.error == "checkpoint failed: RuntimeError('a bug in the sync')"
+    assert not (tmp_path / "cp").exists()
+
+
 # -- on a real runtime --------------------------------------------------------------------------
 class Group:
     """Three broker replicas on one asyncio runtime (in-process transport), checkpoints every

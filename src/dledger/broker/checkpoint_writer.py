@@ -128,8 +128,12 @@ class CheckpointWriter:
         self._job = job
         if self.background:
             job.future = _thread().submit(job.run, self.fsync)
-        else:
+            return
+        try:
             job.run(self.fsync)
+        except BaseException as exc:        # a bug, not the disk: reaped as a failed job
+            job.error = job.error or f"checkpoint failed: {exc!r}"
+            raise
 
     def reap(self, wait: bool = False) -> CheckpointJob | None:
         """The job handed over, once it finished (``wait``: wait for it); None while it runs or
