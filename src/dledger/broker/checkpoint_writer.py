@@ -5,7 +5,7 @@ that goes: it fsyncs the consume queues that moved and the key-index files whose
 then writes the dispatch checkpoint and the consumer offsets table, each to a temporary file
 that is synced, renamed over the old one, and its directory synced. Made on the runtime thread,
 that is six or more fsyncs in one turn, and every put and push waits behind them: 7-15 ms each
-second on this project's benchmark machine, up to 100 ms when the three replicas synced at once
+second on this project's benchmark machine, 89-110 ms when the three replicas synced at once
 (docs/benchmarks.md).
 
 A ``CheckpointJob`` is what one checkpoint does, captured on the runtime thread in one turn
