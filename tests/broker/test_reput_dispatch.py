@@ -321,6 +321,50 @@ def test_a_checkpoint_syncs_the_queues_and_the_index_before_it_is_written(tmp_pa
     store.close()
 
 
+@pytest.mark.parametrize("failing", ["queue", "index"])
+def test_a_checkpoint_out_of_descriptors_hands_nothing_over_and_syncs_everything_next_time(
+        tmp_path, monkeypatch, failing):
+    """Capturing a checkpoint takes a descriptor of each file to sync: when the process has
+    none left (EMFILE), nothing is handed over, none leaks, and every file is still to sync."""
+    import errno
+
+    store = open_store(tmp_path / "store")
+    fill(store, "mmmmmmmm")
+    reput = ReputService(str(tmp_path / "r"), units_per_file=5, index_options=INDEX)
+    dispatch_all(reput, store)
+    assert len(reput.queues) > 1 and reput.index.files
+    before = set(os.listdir("/proc/self/fd"))
+    real_dup, real_open = os.dup, os.open
+    calls = []
+
+    def dup(fd):
+        calls.append(fd)
+        if failing == "queue" and len(calls) == 2:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_dup(fd)
+
+    def open_(path, flags, *args):
+        if failing == "index" and "/keyindex/" in str(path):
+            raise OSError(errno.EMFILE, "Too many open files", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "dup", dup)
+    monkeypatch.setattr(os, "open", open_)
+    with pytest.raises(OSError, match="Too many open files"):
+        reput.checkpoint_job()
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) == before
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")),
+                                                  real_fsync(fd)))
+    reput.checkpoint()
+    cq_files = {os.readlink(f"/proc/self/fd/{fd}") for cq in reput.queues.values() for fd in cq._fds.values()}
+    assert cq_files <= set(synced) and {f.path for f in reput.index.files} <= set(synced)
+    reput.close()
+    store.close()
+
+
 def test_a_message_whose_topic_no_put_may_use_is_not_dispatched_and_makes_no_directory(tmp_path):
     store = open_store(tmp_path / "store")
     for topic, qid in (("../escape", 0), ("T", -3), ("T", 0)):

@@ -14,9 +14,10 @@ files go). Its units before ``min_offset`` read as zeros (a sparse file); on ope
 non-zero unit gives ``min_offset`` back.
 
 Units are gathered and written by ``commit`` (one write per file per batch), as plain file
-writes (a process crash keeps them: the page cache survives); ``flush``
-syncs (or a checkpoint job does, with the descriptors ``sync_fds`` hands it). ``truncate_from_physical(offset)`` drops every unit whose message starts at or after
-``offset`` (recovery: units beyond what the dispatcher's checkpoint vouches for).
+writes (a process crash keeps them: the page cache survives); ``flush`` syncs (or a
+checkpoint job does, with the descriptors ``sync_fds`` hands it).
+``truncate_from_physical(offset)`` drops every unit whose message starts at or after ``offset``
+(recovery: units beyond what the dispatcher's checkpoint vouches for).
 """
 
 from __future__ import annotations
@@ -257,8 +258,16 @@ class ConsumeQueue:
         self.commit()
         if not self._dirty:
             return []
+        fds: list[int] = []
+        try:
+            for fd in self._fds.values():
+                fds.append(os.dup(fd))
+        except BaseException:           # out of descriptors: nothing handed over, still dirty
+            for fd in fds:
+                os.close(fd)
+            raise
         self._dirty = False
-        return [os.dup(fd) for fd in self._fds.values()]
+        return fds
 
     def mark_unsynced(self) -> None:
         self._dirty = True

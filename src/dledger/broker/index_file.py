@@ -309,8 +309,9 @@ class IndexFile:
         header = HEADER.unpack_from(self.mm, 0)
         if header == self._synced_header:
             return None
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         self._synced_header = header
-        return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        return fd
 
     def mark_unsynced(self) -> None:
         self._synced_header = None

@@ -165,11 +165,18 @@ class IndexService:
         header changed since its last sync, with those files (``IndexFile.sync_fd``)."""
         self.commit()
         fds, files = [], []
-        for f in self.files:
-            fd = f.sync_fd()
-            if fd is not None:
-                fds.append(fd)
-                files.append(f)
+        try:
+            for f in self.files:
+                fd = f.sync_fd()
+                if fd is not None:
+                    fds.append(fd)
+                    files.append(f)
+        except BaseException:           # out of descriptors: nothing handed over
+            for fd in fds:
+                os.close(fd)
+            for f in files:
+                f.mark_unsynced()
+            raise
         return fds, files
 
     def close(self, commit: bool = True) -> None:

@@ -134,14 +134,20 @@ class ReputService:
         record how far they go, the point recovery comes back to after a crash or a power cut.
         A job that failed goes back to ``checkpoint_failed``."""
         job = CheckpointJob()
-        for cq in self.queues.values():
-            fds = cq.sync_fds()
-            if fds:
-                job.fds += fds
-                job.synced.append(cq)
-        fds, files = self.index.sync_fds()
-        job.fds += fds
-        job.synced += files
+        try:
+            for cq in self.queues.values():
+                fds = cq.sync_fds()
+                if fds:
+                    job.fds += fds
+                    job.synced.append(cq)
+            fds, files = self.index.sync_fds()
+            job.fds += fds
+            job.synced += files
+        except BaseException:       # out of descriptors: no job, and every file still to sync
+            for fd in job.fds:
+                os.close(fd)
+            job.mark_unsynced()
+            raise
         cp = dispatch_checkpoint.DispatchCheckpoint(
             self.next_index, self.next_physical_offset,
             {key: cq.max_offset for key, cq in self.queues.items() if cq.max_offset}, self.index.counts())
