@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from dledger import DLedgerConfig, DLedgerServer
-from dledger.broker import DLedgerCommitLog, dispatch_checkpoint
+from dledger.broker import DLedgerCommitLog, checkpoint_writer, dispatch_checkpoint
 from dledger.broker.checkpoint_writer import CheckpointJob, CheckpointWriter, write_atomic
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.inproc import Hub
@@ -137,6 +137,26 @@ def test_a_job_that_raises_on_the_callers_thread_is_reaped_as_failed(tmp_path):
     with pytest.raises(RuntimeError, match="a bug in the sync"):
         writer.submit(job)
     assert writer.reap() is job and job.error == "checkpoint failed: RuntimeError('a bug in the sync')"
+    assert not (tmp_path / "cp").exists()
+
+
+def test_a_job_the_checkpoint_thread_cannot_take_is_reaped_as_failed_and_its_descriptors_closed(
+        tmp_path, monkeypatch):
+    class ShutDown:
+        def submit(self, *_args):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(checkpoint_writer, "_thread", ShutDown)
+    writer = CheckpointWriter(background=True)
+    (tmp_path / "q").write_bytes(b"u")
+    before = set(os.listdir("/proc/self/fd"))
+    fd = os.open(tmp_path / "q", os.O_RDONLY)
+    job = CheckpointJob(fds=[fd], writes=[(str(tmp_path / "cp"), b"1")])
+    with pytest.raises(RuntimeError, match="interpreter shutdown"):
+        writer.submit(job)
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert not writer.busy()
+    assert writer.reap() is job and job.error.startswith("checkpoint failed: RuntimeError")
     assert not (tmp_path / "cp").exists()
 
 

@@ -84,9 +84,13 @@ class CheckpointJob:
         except OSError as exc:
             self.error = f"{exc.strerror or exc} ({exc.filename or 'a file being synced'})"
         finally:
-            for fd in self.fds:
-                os.close(fd)
-            self.fds = []
+            self.close_fds()
+
+    def close_fds(self) -> None:
+        """Close the descriptors the job owns (once it ran, or when it never will)."""
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
 
     def mark_unsynced(self) -> None:
         """What the job synced counts as not synced: the next checkpoint syncs it again."""
@@ -126,13 +130,16 @@ class CheckpointWriter:
         if self._job is not None:
             raise RuntimeError("a checkpoint job is still to be reaped")
         self._job = job
-        if self.background:
-            job.future = _thread().submit(job.run, self.fsync)
-            return
         try:
-            job.run(self.fsync)
-        except BaseException as exc:        # a bug, not the disk: reaped as a failed job
+            if self.background:
+                job.future = _thread().submit(job.run, self.fsync)
+            else:
+                job.run(self.fsync)
+        except BaseException as exc:
+            # a bug, or no thread to be had (the interpreter is shutting down): reaped as a
+            # failed job, its descriptors closed
             job.error = job.error or f"checkpoint failed: {exc!r}"
+            job.close_fds()
             raise
 
     def reap(self, wait: bool = False) -> CheckpointJob | None:
