@@ -74,6 +74,12 @@ FOUND: dict[tuple, str] = {
     (1108, 3, "page_cache", "memory", None): "L1, no append committed: a voter behind the entry that made a "
                                             "candidate a voter refused it; a candidate that knows a newer "
                                             "configuration is now judged on its log",
+    (1401269, 5, "fsync", "file", None): "L1, replicas did not converge (the checker's fault): the leader that "
+                                        "committed the final append stood down once it committed its own "
+                                        "removal; the next leader held no entry of its term, so by Raft's "
+                                        "commit rule it committed nothing, and two voters never applied the "
+                                        "final append; the liveness phase now appends again while the "
+                                        "leader's log ends in an earlier term",
 }
 FRESH = [(FIRST_DRAWN + 700_000_000 + k, nodes, durability, store, None)
          for k, (nodes, durability, store) in enumerate([(3, "page_cache", "memory"), (5, "fsync", "memory"),
