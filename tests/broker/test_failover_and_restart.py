@@ -169,3 +169,25 @@ def test_a_follower_cut_off_catches_up_and_dispatches_what_it_missed_once(tmp_pa
         g.settle()
         check_exactly_once(g, sent)
         assert g.logs[lagger].max_queue_offset("A", 0) == 13
+
+
+def test_a_new_master_shows_every_acknowledged_message_without_waiting_for_a_put(tmp_path):
+    """The leader dies right after its last put was acknowledged, before the followers heard
+    that it committed: the new master holds the message but has committed nothing of its own
+    term, and Raft's rule commits older entries only through an entry of the current term.
+    With no producer left, its consumers must still see every acknowledged message (RocketMQ
+    waits, on becoming master, until its log is committed to the end): the commit log asks the
+    node for a read that appends a no-op, as Java DLedger's FastAdvanceCommitIndexService."""
+    with BrokerGroup(tmp_path, seed=3) as g:
+        old = g.elected()
+        sent = produce(g, 6)
+        assert all(r is not None and r.status is OK for _item, r in sent)
+        g.c.crash(old)                   # at once: the followers' commit index lags its
+        assert g.c.run_until(lambda: g.leader() not in (None, old), 5_000)
+        new = g.leader()
+        node = g.c.servers[new].node
+        g.c.run_for(2_000)               # no put: only the master's own doing
+        assert node.committed_index == g.c.servers[new].store.ledger_end_index
+        want = [body for (t, q, body), _r in sent if (t, q) == ("A", 0)]
+        got = [m.body for m in g.logs[new].get_messages("A", 0, 0, 100)[0]]
+        assert got == want

@@ -45,10 +45,11 @@ from dledger.broker.reput import ReputService
 from dledger.broker.role_change import RoleTracker
 from dledger.broker.speedups import compiled
 from dledger.broker.store_view import entry_end, max_position, min_position, read_at
-from dledger.core import RoleChange
+from dledger.core import Role, RoleChange
 from dledger.entry import BODY_OFFSET, MAGIC_NORMAL
 from dledger.metrics.histogram import Histogram
 from dledger.protocol import DLedgerResponseCode as Code
+from dledger.protocol import ReadMode
 from dledger.store.log_store import BatchedAppendHook
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,32 @@ class DLedgerCommitLog:
         # what was stamped stays until its append is answered: an entry of a term this node
         # left can still commit (and be answered SUCCESS) once it leads again
         self.roles.on_change(change)
+        if change.role is Role.LEADER:
+            self._commit_earlier_terms(change.term)
         if self._timer is None and not self.closed:
             self._start_dispatch()
+
+    def _commit_earlier_terms(self, term: int) -> None:
+        """A new master whose log ends in an earlier term commits none of that tail until an
+        entry of its own term does (Raft's commit rule), so without a put its consumers would
+        not see messages the previous master acknowledged. RocketMQ waits, on becoming master,
+        until its log is committed to the end; here the commit log asks the node for a
+        RAFT_LOG_READ, which appends a no-op of the term, as Java DLedger's
+        FastAdvanceCommitIndexService does (unless the node does it itself:
+        ``enable_fast_advance_commit_index``)."""
+        srv = self.server
+        store = srv.store
+        if srv.config.enable_fast_advance_commit_index or store.ledger_end_term >= term \
+                or srv.node.committed_index >= store.ledger_end_index:
+            return
+        srv.read(ReadMode.RAFT_LOG_READ).add_done_callback(self._earlier_terms_read)
+
+    def _earlier_terms_read(self, f: Future) -> None:
+        exc = f.exception()
+        why = repr(exc) if exc is not None else f.result().code
+        if why != Code.SUCCESS:
+            log.info("%s: the no-op that commits the earlier terms' entries did not commit (%s); "
+                     "the next put commits them", self.server.config.self_id, why)
 
     # =====================================================================================
     # dispatch (runtime thread, every replica)
