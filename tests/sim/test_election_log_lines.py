@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import re
 
+import pytest
+
 from dledger.core import Role
 from dledger.core.waiting import WAITING_LOG_INTERVAL_MS
 from dledger.protocol import DLedgerResponseCode as Code, MetadataRequest
@@ -206,3 +208,32 @@ def test_a_leadership_transfer_is_asked_started_and_done_in_the_log(caplog):
             assert found, f"no line after {at} matches {pattern!r} in:\n" + "\n".join(told)
             at = found[0]
         c.check()
+
+
+@pytest.mark.parametrize("silent, recovering, want", [
+    (["n1"], [], "; check that n1 (h:1) runs at that address"),
+    (["n1", "n2"], [], "; check that n1 (h:1), n2 (h:2) run at those addresses"),
+    ([], ["n2"], "; n2 is recovering (a new or wiped store): it votes once every member answered it or a "
+                 "leader caught it up; "),
+    ([], ["n1", "n2"], "; n1, n2 are recovering (new or wiped stores): they vote once every member answered "
+                       "them or a leader caught them up; "),
+])
+def test_a_lost_round_names_one_peer_in_the_singular_and_several_in_the_plural(silent, recovering, want):
+    from types import SimpleNamespace
+
+    from dledger.core.quorum import Majority
+    from dledger.core.vote import VoteTally
+    from dledger.core.waiting import Waiting
+    from dledger.protocol import VoteResponse, VoteResult
+
+    tally = VoteTally(1, unanimous=False)
+    tally.add("n0", VoteResponse(term=1, vote_result=VoteResult.ACCEPT))
+    for peer in ("n1", "n2"):
+        if peer not in silent:
+            tally.add(peer, VoteResponse(term=1, vote_result=VoteResult.REJECT_ALREADY_VOTED,
+                                         recovering=peer in recovering))
+    tally.results.update({p: "no answer" for p in silent})
+    member = SimpleNamespace(majority=Majority(["n0", "n1", "n2"]), self_id="n0",
+                             addresses={"n0": "h:0", "n1": "h:1", "n2": "h:2"})
+    waiting = Waiting(member, recovery=None, peers_check=None, config=None, now_ms=0)
+    assert want in waiting._round(tally)

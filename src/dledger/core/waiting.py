@@ -134,9 +134,14 @@ class Waiting:
                 f"{tally.accepted} of the {need} votes it needs: {tally.votes_text()}")
         silent = [p for p, r in tally.results.items() if r == "no answer" and p != member.self_id]
         if silent:
-            text += f"; check that {names(silent, member.addresses)} run at those addresses"
+            text += (f"; check that {names(silent, member.addresses)} "
+                     f"{'runs at that address' if len(silent) == 1 else 'run at those addresses'}")
         recovering = sorted(tally.recovering_voters)
         if recovering:
-            text += (f"; {names(recovering)} are recovering (new or wiped stores): they vote once every member "
-                     f"answered them or a leader caught them up; {BOOTSTRAP_HINT}")
+            text += (f"; {names(recovering)} "
+                     + ("is recovering (a new or wiped store): it votes once every member answered it or a "
+                        "leader caught it up" if len(recovering) == 1 else
+                        "are recovering (new or wiped stores): they vote once every member answered them or "
+                        "a leader caught them up")
+                     + f"; {BOOTSTRAP_HINT}")
         return text
