@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -91,11 +92,18 @@ def test_snapshot_needs_a_state_machine_that_saves(tmp_path):
         c.servers[c.leader()].snapshot()
 
 
-def test_a_follower_down_past_the_trimmed_log_catches_up_from_a_snapshot(tmp_path):
+def _log_start_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("log start moved")]
+
+
+def test_a_follower_down_past_the_trimmed_log_catches_up_from_a_snapshot(tmp_path, caplog):
     c, machines, problems, leader, follower = behind_cluster(tmp_path)
-    c.restart(follower)
-    lstore = c.servers[leader].store
-    assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 20_000)
+    with caplog.at_level("WARNING", logger="dledger.core.snapshot_receiver"):
+        c.restart(follower)
+        lstore = c.servers[leader].store
+        assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 20_000)
+    moved = _log_start_lines(caplog)
+    assert moved and re.search(r"this log held entries 0\.\.\d+, now begins after \d+", moved[0]), moved
     sm = machines[f"{follower}#2"]
     assert sm.snapshots_loaded and sm.snapshots_loaded[-1] > 50
     append_many(c, 30, tag=b"c")
@@ -104,13 +112,16 @@ def test_a_follower_down_past_the_trimmed_log_catches_up_from_a_snapshot(tmp_pat
     c.check()
 
 
-def test_a_wiped_follower_catches_up_from_a_snapshot(tmp_path):
+def test_a_wiped_follower_catches_up_from_a_snapshot(tmp_path, caplog):
     import shutil
     c, machines, problems, leader, follower = behind_cluster(tmp_path, seed=5)
     shutil.rmtree(os.path.join(str(tmp_path), f"dledger-{follower}"))
-    c.restart(follower)
-    lstore = c.servers[leader].store
-    assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 20_000)
+    with caplog.at_level("WARNING", logger="dledger.core.snapshot_receiver"):
+        c.restart(follower)
+        lstore = c.servers[leader].store
+        assert c.run_until(lambda: c.servers[follower].node.applied_index >= lstore.ledger_end_index, 20_000)
+    moved = _log_start_lines(caplog)
+    assert moved and "this log held no entries, now begins after" in moved[0], moved
     assert machines[f"{follower}#2"].snapshots_loaded
     assert not problems and not same_history(machines)
     c.check()

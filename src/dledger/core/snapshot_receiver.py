@@ -109,9 +109,10 @@ class SnapshotReceiver:
             log.warning("refused to install the leader's %s: %s", meta, exc)
             return exc.code, target.received
         if moved:
-            log.warning("log start moved to the leader's snapshot: this log held entries %d..%d, now begins "
-                        "after %d (term %d), its next entry at position %d", before[0] + 1, before[1], index,
-                        term, req.next_pos)
+            held = (f"entries {before[0] + 1}..{before[1]}" if before[1] > before[0]
+                    else "no entries" if before[0] < 0 else f"no entries (it began after {before[0]})")
+            log.warning("log start moved to the leader's snapshot: this log held %s, now begins after %d "
+                        "(term %d), its next entry at position %d", held, index, term, req.next_pos)
         try:
             installed = target.finish(verified=True)
         except (OSError, CorruptSnapshotError) as exc:
