@@ -121,3 +121,54 @@ def test_the_membership_swarm_really_changes_the_group():
             r.close()
     assert all(seen[a] > 0 for a in ("add", "learner", "promote", "remove", "remove_leader", "wipe", "replace")), seen
     assert changed >= 10, changed
+
+
+#: snapshots and membership changes together (``--snapshots --membership``, file stores): members
+#: added, removed and replaced while logs are trimmed behind snapshots and new members catch up
+#: by installs. (seed, nodes, durability)
+COMBINED = ([(s, 3, "fsync") for s in range(8300, 8320)] + [(s, 5, "page_cache") for s in range(8300, 8315)]
+            + [(s, 3, "page_cache") for s in range(8300, 8310)] + [(s, 5, "fsync") for s in range(8300, 8310)])
+
+
+def _combined(key) -> SwarmOptions:
+    seed, nodes, durability = key
+    return SwarmOptions.from_seed(seed, nodes=nodes, durability=durability, store="file", membership=True,
+                                  snapshots=True)
+
+
+@pytest.mark.parametrize("key", COMBINED, ids=[f"{s}-{n}f-{'pc' if d == 'page_cache' else 'fs'}-snap"
+                                               for s, n, d in COMBINED])
+def test_a_seed_with_snapshots_and_membership_changes_keeps_every_invariant(key, tmp_path):
+    assert_seed_keeps_every_invariant(lambda: run_swarm(_combined(key), base_dir=tmp_path))
+
+
+def test_with_snapshots_members_change_and_catch_up_by_installs(tmp_path):
+    """Over a few of those seeds the group really changes and nodes really install snapshots
+    (the two together are what the combination is for)."""
+    import logging
+
+    installs = []
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            if "installed the leader's snapshot" in record.getMessage():
+                installs.append(record.getMessage())
+
+    handler = Count(logging.INFO)
+    root = logging.getLogger("dledger")
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    changes: dict[str, int] = {}
+    try:
+        for seed, nodes, durability in COMBINED[:10]:
+            r = run_swarm(_combined((seed, nodes, durability)), base_dir=tmp_path / str(seed))
+            assert r.opts.snapshots and r.opts.membership
+            for action, n in r.membership.items():
+                changes[action] = changes.get(action, 0) + n
+            r.close()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old)
+    assert installs, "no snapshot was installed"
+    assert sum(changes.values()) >= 5, changes
