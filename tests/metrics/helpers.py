@@ -72,8 +72,17 @@ class InprocCluster:
         return self
 
     def leader(self, group: str = "g") -> DLedgerServer:
+        """The leader of ``group``, once every member follows it (a leader the others have not
+        all heard of yet may still lose its term to a competing candidate)."""
         assert self.elected[group].wait(WAIT), "no leader"
-        return next(s for (g, _n), s in self.servers.items() if g == group and s.is_leader)
+        members = [s for (g, _n), s in self.servers.items() if g == group]
+        deadline = time.monotonic() + WAIT
+        while True:
+            lead = next((s for s in members if s.is_leader), None)
+            if lead is not None and all(s.leader_id == lead.config.self_id for s in members):
+                return lead
+            assert time.monotonic() < deadline, f"no leader all members follow: {members}"
+            time.sleep(0.01)
 
     def close(self) -> None:
         for s in self.servers.values():
