@@ -191,3 +191,26 @@ def test_a_new_master_shows_every_acknowledged_message_without_waiting_for_a_put
         want = [body for (t, q, body), _r in sent if (t, q) == ("A", 0)]
         got = [m.body for m in g.logs[new].get_messages("A", 0, 0, 100)[0]]
         assert got == want
+
+
+def test_a_commit_log_wrapped_around_a_new_leader_commits_the_earlier_terms_too(tmp_path):
+    """The same as above when the host wraps the server only once it leads: the commit log
+    adopts the role it finds and asks for the no-op then. (The followers' commit logs are
+    closed first, so that none of them asks when it is elected.)"""
+    with BrokerGroup(tmp_path, seed=3) as g:
+        old = g.elected()
+        sent = produce(g, 6)
+        for i in g.c.ids:
+            if i != old:
+                g.logs[i].close()
+        g.c.crash(old)
+        assert g.c.run_until(lambda: g.c.leader() not in (None, old), 5_000)
+        new = g.c.leader()
+        server, node = g.c.servers[new], g.c.servers[new].node
+        g.c.run_for(500)
+        assert node.committed_index < server.store.ledger_end_index      # a closed commit log asked nothing
+        g.logs[new] = type(g.logs[new])(server)
+        g.c.run_for(2_000)
+        assert node.committed_index == server.store.ledger_end_index
+        want = [body for (t, q, body), _r in sent if (t, q) == ("A", 0)]
+        assert [m.body for m in g.logs[new].get_messages("A", 0, 0, 100)[0]] == want

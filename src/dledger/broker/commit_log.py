@@ -138,6 +138,8 @@ class DLedgerCommitLog:
         node = self.server.node
         if node is not None:
             self.roles.on_change(RoleChange(node.term, node.role, node.leader_id))
+            if node.role is Role.LEADER:
+                self._commit_earlier_terms(node.term)
 
     # =====================================================================================
     # the append hook and the queue-offset table (runtime thread, leader)
@@ -182,7 +184,7 @@ class DLedgerCommitLog:
         # what was stamped stays until its append is answered: an entry of a term this node
         # left can still commit (and be answered SUCCESS) once it leads again
         self.roles.on_change(change)
-        if change.role is Role.LEADER:
+        if change.role is Role.LEADER and not self.closed:
             self._commit_earlier_terms(change.term)
         if self._timer is None and not self.closed:
             self._start_dispatch()
