@@ -136,8 +136,18 @@ def _combined(key) -> SwarmOptions:
                                   snapshots=True)
 
 
-@pytest.mark.parametrize("key", COMBINED, ids=[f"{s}-{n}f-{'pc' if d == 'page_cache' else 'fs'}-snap"
-                                               for s, n, d in COMBINED])
+#: seeds of the combined sweeps that once failed (the bug is fixed): they run with the list
+COMBINED_FOUND: dict[tuple, str] = {
+    (1510600, 5, "page_cache"): "L1, no leader after healing: n1 held the longest log but was recovering "
+                                "(a power cut), so its own vote counted in no plain round, and n3 and n4, "
+                                "standing in every term first, had always voted for themselves there; a "
+                                "recovering candidate that can no longer win a term now moves to the next",
+}
+
+
+@pytest.mark.parametrize("key", COMBINED + list(COMBINED_FOUND),
+                         ids=[f"{s}-{n}f-{'pc' if d == 'page_cache' else 'fs'}-snap"
+                              for s, n, d in COMBINED + list(COMBINED_FOUND)])
 def test_a_seed_with_snapshots_and_membership_changes_keeps_every_invariant(key, tmp_path):
     assert_seed_keeps_every_invariant(lambda: run_swarm(_combined(key), base_dir=tmp_path))
 

@@ -377,6 +377,16 @@ class Voting:
             # (else a group whose only sound voter is this one never elects: soak seed 100358;
             # an isolated node hears no one and keeps its term, as DLedger's revote does)
             result = self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
+        elif result is not ParseResult.PASSED and tally.higher_term is None and not tally.already_has_leader \
+                and not tally.unanimous and member.self_id in tally.recovering_voters \
+                and not majority.is_quorum(len(majority) - tally.already_voted - 1):
+            # a recovering candidate's own vote counts in no plain round, and the voters that
+            # gave theirs to another in this term vote in it no more: with too few left, no round
+            # of this term can pass for it, so the next goes to the next term (else a recovering
+            # node holding the longest log never wins: the others, standing in each term it
+            # reaches, have always voted for themselves there first; seed 1510600 of the swarm
+            # with snapshots and membership changes)
+            result = self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         c = self.cfg
         if result is ParseResult.PASSED:
             return (Won(tally.term, tally.votes_text()),)
