@@ -228,6 +228,40 @@ def test_a_round_that_too_many_voters_refused_for_having_voted_moves_to_the_next
         is ParseResult.WAIT_TO_REVOTE                              # a quorum may still say yes
 
 
+def _vote_round_terms(suspect, answers, until_ms=1_500):
+    """n0 of three, its store ``suspect`` (None: sound), standing alone with the vote answers
+    ``answers`` (voter -> VoteResult; the others never answer): the term of each round."""
+    from dledger.protocol import VoteResponse
+    store = DLedgerMemoryStore(data_file_size=1 << 20, suspect=suspect)
+    store.persist_term(5, None)
+    node = Node(DLedgerConfig(self_id="n0", peers=PEERS, group="g").validate(), store, random.Random(1), now_ms=0)
+    node.take_ready()
+    terms = []
+    for now in range(0, until_ms, 5):
+        node.tick(now)
+        for m in node.take_ready().messages:
+            if isinstance(m.msg, VoteRequest) and m.dst == "n1":
+                terms.append(m.msg.term)
+            if isinstance(m.msg, VoteRequest) and m.dst in answers:
+                node.receive(now + 1, Envelope(m.dst, "n0", m.request_id, True, VoteResponse(
+                    group="g", local_id=m.dst, remote_id="n0", term=m.msg.term, vote_result=answers[m.dst])))
+    return terms
+
+
+def test_a_recovering_candidate_that_can_no_longer_win_its_term_asks_in_the_next():
+    """A recovering candidate's own vote counts in no plain round: with n1 having voted for
+    another in the term and n2 silent, no round of the term can pass for it, so each goes to
+    the next term (seed 1510600 of the swarm with snapshots and membership: kept in its term,
+    it never got ahead of the candidates that voted for themselves first). Alone, with no
+    answer at all, it keeps its term: n1 and n2 could still both vote for it there, and an
+    isolated node must not inflate its term."""
+    from dledger.store.suspect import SuspectReason
+    recovering = _vote_round_terms(SuspectReason.UNCLEAN_SHUTDOWN, {"n1": R.REJECT_ALREADY_VOTED})
+    assert len(recovering) >= 4 and recovering == list(range(5, 5 + len(recovering))), recovering
+    alone = _vote_round_terms(SuspectReason.UNCLEAN_SHUTDOWN, {})
+    assert len(alone) >= 4 and set(alone) == {5}, alone
+
+
 def test_duplicated_vote_answers_count_once():
     t = VoteTally(term=5)
     from dledger.protocol import VoteResponse
