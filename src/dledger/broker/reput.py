@@ -144,8 +144,7 @@ class ReputService:
             job.fds += fds
             job.synced += files
         except BaseException:       # out of descriptors: no job, and every file still to sync
-            for fd in job.fds:
-                os.close(fd)
+            job.close_fds()
             job.mark_unsynced()
             raise
         cp = dispatch_checkpoint.DispatchCheckpoint(
