@@ -8,7 +8,7 @@ temporary directory, removed after), the leader elected first. Then ``--appends`
 every append pays for the whole round (the leader's turn that proposes it, each follower's turn
 for the push, the leader's turns for the answers), with nothing to share it with. It prints the
 event-loop thread's CPU time per append (the three nodes together), and then, per node and
-kind of turn (``Driver.propose_many``, ``on_envelope`` per message type, ``_on_timer``), how
+kind of turn (``Driver.propose_many``, ``on_envelope`` per message type and push kind, ``_on_timer``), how
 many such turns an append costs and their time per append and per turn. This is the cost that
 one-at-a-time latency is made of beyond the network's wake-ups (docs/benchmarks.md); batched
 appends share it.
@@ -37,12 +37,21 @@ from _common import command, machine, print_table  # noqa: E402
 
 from dledger import DLedgerConfig, DLedgerServer  # noqa: E402
 from dledger.core import Role  # noqa: E402
+from dledger.protocol import PushEntryRequest  # noqa: E402
 from dledger.runtime import driver as driver_module  # noqa: E402
 from dledger.runtime.asyncio_runtime import AsyncioRuntime  # noqa: E402
 from dledger.transport.inproc import Hub  # noqa: E402
 
 PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
 TURNS = ("propose_many", "on_envelope", "_on_timer")
+
+
+def _message_kind(msg) -> str:
+    """The message's type, and for a push its kind (``PushEntryRequest APPEND``): an idle COMMIT
+    push (the commit index sent on its own, when no append followed within
+    ``COMMIT_FORWARD_DELAY_MS``) is counted apart from the pushes that carry entries."""
+    name = type(msg).__name__
+    return f"{name} {msg.type.name}" if isinstance(msg, PushEntryRequest) else name
 
 
 class TurnClock:
@@ -72,7 +81,7 @@ class TurnClock:
             try:
                 return original(driver, *args, **kwargs)
             finally:
-                kind = type(args[0].msg).__name__ if name == "on_envelope" else ""
+                kind = _message_kind(args[0].msg) if name == "on_envelope" else ""
                 key = (driver.node.member_state.self_id, name, kind)
                 clock.seconds[key] += time.perf_counter() - t
                 clock.count[key] += 1
