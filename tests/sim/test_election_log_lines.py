@@ -213,10 +213,10 @@ def test_a_leadership_transfer_is_asked_started_and_done_in_the_log(caplog):
 @pytest.mark.parametrize("silent, recovering, want", [
     (["n1"], [], "; check that n1 (h:1) runs at that address"),
     (["n1", "n2"], [], "; check that n1 (h:1), n2 (h:2) run at those addresses"),
-    ([], ["n2"], "; n2 is recovering (a new or wiped store): it votes once every member answered it or a "
-                 "leader caught it up; "),
-    ([], ["n1", "n2"], "; n1, n2 are recovering (new or wiped stores): they vote once every member answered "
-                       "them or a leader caught them up; "),
+    ([], ["n2"], "; n2 is recovering (its store may have lost what it acknowledged): it votes once every member "
+                 "answered it or a leader caught it up; "),
+    ([], ["n1", "n2"], "; n1, n2 are recovering (their stores may have lost what they acknowledged): they vote once "
+                       "every member answered them or a leader caught them up; "),
 ])
 def test_a_lost_round_names_one_peer_in_the_singular_and_several_in_the_plural(silent, recovering, want):
     from types import SimpleNamespace

@@ -15,8 +15,8 @@ single-server changes with learners:
   (LEADER_NOT_READY after ``max_wait_ack_time_ms`` without, or NOT_LEADER if the leadership
   ends first; one change waits at a time);
 - ``add_learner``: a new id (UNEXPECTED_MEMBER when it is a member already) with an address;
-- ``promote``: a learner that answered the leader, is not recovering (a new or wiped store
-  that has not verified the leader's log yet would vote for nothing) and is within
+- ``promote``: a learner that answered the leader, is not recovering (a store that may have
+  lost what it acknowledged, not yet caught up by a leader, would vote for nothing) and is within
   ``learner_max_lag_entries`` of the leader's log end (FALL_BEHIND_TOO_MUCH otherwise: promote
   it once it has caught up);
 - ``remove``: a member; removing the leader hands leadership to the most caught-up live voter
@@ -95,7 +95,7 @@ def plan_change(member, store, cfg, op: str, node_id: str, address: str, match_o
                 lag = store.ledger_end_index - match_of(node_id)
                 pr = progress_of(node_id)
                 if pr is None or pr.recovering or pr.match < min(0, store.ledger_end_index):
-                    # it never answered, or answered as a new or wiped store not caught up yet: as
+                    # it never answered, or answered as recovering and not caught up yet: as
                     # a voter it would vote for nothing until a leader caught it up
                     raise ChangeRefused(Code.FALL_BEHIND_TOO_MUCH,
                                         f"learner {node_id} has not caught up with the leader yet (it has "

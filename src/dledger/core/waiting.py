@@ -139,9 +139,9 @@ class Waiting:
         recovering = sorted(tally.recovering_voters)
         if recovering:
             text += (f"; {names(recovering)} "
-                     + ("is recovering (a new or wiped store): it votes once every member answered it or a "
-                        "leader caught it up" if len(recovering) == 1 else
-                        "are recovering (new or wiped stores): they vote once every member answered them or "
-                        "a leader caught them up")
+                     + ("is recovering (its store may have lost what it acknowledged): it votes once every "
+                        "member answered it or a leader caught it up" if len(recovering) == 1 else
+                        "are recovering (their stores may have lost what they acknowledged): they vote once "
+                        "every member answered them or a leader caught them up")
                      + f"; {BOOTSTRAP_HINT}")
         return text
