@@ -126,6 +126,10 @@ FIXED_LONG: dict[tuple, str] = {
                           "holding the back of n2's last record's header (acknowledged, its index unit on "
                           "disk); recovery read the zeros as an append a power cut interrupted and cut it "
                           "without reporting LOST_TAIL",
+    (1830038, 3, "fsync"): "L1, no leader after healing: n0's records of entries 0 and 1 were damaged "
+                           "and then the size in entry 0's index unit; entry 1, damaged, could not "
+                           "place entry 0, so n0's store refused to open, and n1, its term file "
+                           "damaged, never heard from every member to relearn its term",
 }
 LONG_SAFETY_MS = 20_000
 

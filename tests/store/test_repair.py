@@ -225,6 +225,42 @@ def test_a_record_and_its_index_unit_both_damaged_are_kept_and_repaired_from_a_c
     assert segment_bytes(a) == segment_bytes(b)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("unit_field", [15, 23])      # the unit's size, its index
+def test_two_damaged_records_in_a_row_the_first_with_its_unit_are_kept_and_repaired_in_turn(
+        pristine, tmp_path, shape, unit_field):
+    """Swarm seed 1830038: the records of entries 4 and 5 are damaged, and so is the index unit
+    of entry 4. Entry 5 cannot place entry 4 by its record; its own unit places it, as entry
+    6's unit follows it. The open keeps both entries (it used to refuse to start, the node
+    staying down), each refused by reads; entry 5 is repaired from its copy first, then entry 4
+    from its copy, which entry 5, intact again, proves."""
+    a, b, durability = _replica(pristine, str(tmp_path), shape)
+    copies = _records(b, N)
+    for victim in (4, 5):
+        loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+        flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
+    unit = index_unit_location(a, 4, INDEX_FILE_SIZE)
+    flip_bit(unit.path, unit.offset + unit_field, 3)
+    s = open_small(a, durability)
+    try:
+        assert s.ledger_end_index == (N + 3 if shape == "crashed-fsync" else N - 1)
+        assert set(s.damaged()) == {4, 5}
+        for victim in (4, 5):
+            with pytest.raises(CorruptStoreError):
+                s.get(victim)
+        assert s.get_raw(6) == copies[6]
+        with pytest.raises(RepairRefusedError):
+            s.repair(4, copies[4])                       # entry 5 does not read yet: nothing proves it
+        s.repair(5, copies[5])
+        s.repair(4, copies[4])
+        assert s.damaged() == {}
+        assert s.get_raw(4) == copies[4] and s.get_raw(5) == copies[5]
+    finally:
+        s.close()
+    open_small(b, durability).close()
+    assert segment_bytes(a) == segment_bytes(b)
+
+
 def test_repair_of_an_intact_entry_changes_nothing_and_a_read_only_store_refuses(pristine, tmp_path):
     a, b, durability = _replica(pristine, str(tmp_path), "closed")
     copies = _records(b, N)

@@ -20,8 +20,9 @@ methods decide, from the unit, its neighbours and the term file, which of the tw
   until it is repaired from a peer (``store/repair.py``); what follows it is unit ``k + 1``
   or, where that one is damaged or missing, the intact record of entry ``k + 1`` at its end
   (``record_follows``; ``located_by_next_record`` also counts it as intact entries after the
-  damage); when the record's unit is damaged too, the next entry, intact, places it
-  (``placed_by_next``).
+  damage); when the record's unit is damaged too, the next entry places it
+  (``placed_by_next``): intact, or damaged itself but located by its own unit
+  (``_located_by_own_unit``: a run of two damaged records whose first unit is damaged too).
 
 - ``magic_ambiguous``: an intact record and its unit that differ only in the magic, both
   valid: the record's magic is not under its CRC, so which one flipped is not known; the entry
@@ -287,8 +288,26 @@ class DamageJudge:
         if not (pos + BODY_OFFSET <= nxt.pos < seg_end or nxt.pos == seg_end):
             return None
         h = self.scan.record_for_unit(nxt)
-        if h is None or h.index != k + 1 or h.pos != nxt.pos:
+        if (h is None or h.index != k + 1 or h.pos != nxt.pos) and not self._located_by_own_unit(nxt, last_term):
             return None
         self.scan.warn("store %s: the record and the index unit of entry %d are both damaged; entry "
                   "%d locates it", self.scan.store_dir, k, k + 1)
         return IndexUnit(0, pos, nxt.pos - pos, k, last_term)
+
+    def _located_by_own_unit(self, unit: IndexUnit, last_term: int) -> bool:
+        """Is the record of entry ``unit.index``, damaged, placed beyond doubt by its own unit:
+        the unit names it (``names_damaged``) and entry ``unit.index + 1`` begins where it ends,
+        by its unit (position, and a term not below) or by its intact record (``record_follows``)?
+        This is ``skip_damaged``'s test without its fallback to ``placed_by_next``, so a run of
+        damaged records is placed one entry ahead at most (swarm seed 1830038)."""
+        k = unit.index
+        if not self.names_damaged(unit, k, unit.pos, last_term):
+            return False
+        if self.scan.current_term is not None and unit.term > self.scan.current_term:
+            return False
+        nxt = self.scan.unit_at(k + 1)
+        end = unit.pos + unit.size
+        if nxt is not None and nxt.index == k + 1 and nxt.term >= unit.term and (
+                nxt.pos == end or (nxt.pos > end and nxt.pos % self.scan.data.mapped_file_size == 0)):
+            return True
+        return self.record_follows(unit)

@@ -34,7 +34,8 @@ peer's copy (``repair(index)`` refuses: the record's magic is not under its CRC,
 rebuilt from it could be the flipped one): the copy must agree with the local record in index,
 term, pos, size and CRC and carry one of the two magics; record and unit are rewritten from it.
 A unit that does not fit its neighbours is rebuilt from the local record (when intact) before a
-copy is checked: a copy is never judged by a damaged unit.
+copy is checked: a copy is never judged by a damaged unit. Nor is a unit judged by the unit of a
+neighbour whose entry is damaged itself (its unit may be damaged as well).
 
 A record and its index unit both damaged are repaired from a peer's copy that fits between
 the entry's neighbours (it begins where entry ``index - 1`` ends and ends where entry
@@ -104,8 +105,11 @@ class Repair:
         return pos == end or (pos > end and pos % self.state.data_list.mapped_file_size == 0)
 
     def _unit_fits(self, unit: IndexUnit) -> bool:
-        """Does ``unit`` (entry k) agree with its neighbours' units, where they are readable?"""
-        prev, nxt = self._plain_unit(unit.index - 1), self._plain_unit(unit.index + 1)
+        """Does ``unit`` (entry k) agree with its neighbours' units, where they are readable and
+        their entries are not damaged themselves? A damaged neighbour's unit may be damaged too
+        (swarm seed 1830038: entry 4's size flipped, entry 5 intact in its unit): it judges nothing."""
+        damaged = self.state.damaged
+        prev, nxt = (None if k in damaged else self._plain_unit(k) for k in (unit.index - 1, unit.index + 1))
         if prev is not None and (prev.term > unit.term or not self._follows(prev, unit.pos)):
             return False
         if nxt is not None and (nxt.term < unit.term or not self._follows(unit, nxt.pos)):
