@@ -177,8 +177,18 @@ class Group:
             log.checkpoints.fsync = fsync
             log.server.startup()
             self.logs.append(log)
-        poll(lambda: any(log.roles.writable for log in self.logs))
-        self.master = next(log for log in self.logs if log.roles.writable)
+        # a master the others have not all heard of yet may still lose its term to a competing
+        # candidate (a put then answers EXPIRED_TERM): wait until every replica follows it
+        def followed() -> bool:
+            self.master = self._followed_master()
+            return self.master is not None
+        poll(followed, what="a master every replica follows")
+
+    def _followed_master(self):
+        master = next((log for log in self.logs if log.roles.writable), None)
+        if master is None or any(log.server.leader_id != master.server.config.self_id for log in self.logs):
+            return None
+        return master
 
     def put(self, k: int):
         r = self.master.put_message("CP", k % 4, b"body-%d" % k, timeout=10, keys=[f"k{k}"])
