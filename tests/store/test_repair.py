@@ -261,6 +261,42 @@ def test_two_damaged_records_in_a_row_the_first_with_its_unit_are_kept_and_repai
     assert segment_bytes(a) == segment_bytes(b)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from(SHAPES), first=st.integers(0, N - 3), two=st.booleans(),
+       at=st.integers(0, INDEX_UNIT_SIZE - 1), bit=st.integers(0, 7))
+def test_a_damaged_record_or_two_in_a_row_with_any_bit_of_the_first_unit_flipped_open_and_are_repaired(
+        pristine, tmp_path_factory, shape, first, two, at, bit):
+    """The open never refuses nor cuts: the damaged entries are refused by reads, every other
+    entry reads as the replica's, and repairs from the copies, the last entry first, each with
+    the record after it, give files byte-identical to the replica's. (A flip of the unit's term
+    above the term file's used to refuse the open even with one damaged record: the next entry
+    now places it.)"""
+    a, b, durability = _replica(pristine, str(tmp_path_factory.mktemp("flip")), shape)
+    copies = _records(b, N)
+    victims = [first, first + 1] if two else [first]
+    for victim in victims:
+        loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+        flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
+    unit = index_unit_location(a, first, INDEX_FILE_SIZE)
+    flip_bit(unit.path, unit.offset + at, bit)
+    s = open_small(a, durability)
+    try:
+        assert s.ledger_end_index >= N - 1, "a committed entry was cut"
+        for k in range(N):
+            if k in victims:
+                with pytest.raises(CorruptStoreError):
+                    s.get(k)
+            else:
+                assert s.get_raw(k) == copies[k]
+        for victim in reversed(victims):
+            s.repair(victim, copies[victim], copies[victim + 1])
+        assert s.damaged() == {}
+    finally:
+        s.close()
+    open_small(b, durability).close()
+    assert segment_bytes(a) == segment_bytes(b)
+
+
 def test_repair_of_an_intact_entry_changes_nothing_and_a_read_only_store_refuses(pristine, tmp_path):
     a, b, durability = _replica(pristine, str(tmp_path), "closed")
     copies = _records(b, N)

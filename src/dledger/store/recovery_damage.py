@@ -223,8 +223,10 @@ class DamageJudge:
         ``k`` at ``pos`` with a sane size inside the segment, a term not below the previous
         entry's nor above the term file's, and entry ``k + 1`` follows it: its unit (position
         and term), or its intact record (``record_follows``); without a readable unit
-        ``k + 1`` the term file's term must be known to bound the unit's. Else None (or the
-        place ``placed_by_next`` finds)."""
+        ``k + 1`` the term file's term must be known to bound the unit's. Else None, or the
+        place ``placed_by_next`` finds when the unit is damaged too (it does not name ``k`` at
+        ``pos`` with a sane size, its term is above the term file's, or it disagrees with
+        entry ``k + 1``)."""
         unit = self.scan.unit_at(k)
         f = self.scan.data.find_file(pos)
         if f is None:
@@ -232,7 +234,9 @@ class DamageJudge:
         if not self.names_damaged(unit, k, pos, last_term):
             return self.placed_by_next(k, pos, last_term, f)
         if self.scan.current_term is not None and unit.term > self.scan.current_term:
-            return None          # a damaged term: no entry is written above the current term
+            # a damaged term (no entry is written above the current term): the unit is damaged
+            # too, and only the next entry can place the record
+            return self.placed_by_next(k, pos, last_term, f)
         nxt = self.scan.unit_at(k + 1)
         if nxt is not None and nxt.index == k + 1:
             end = pos + unit.size
