@@ -106,8 +106,9 @@ class Repair:
 
     def _unit_fits(self, unit: IndexUnit) -> bool:
         """Does ``unit`` (entry k) agree with its neighbours' units, where they are readable and
-        their entries are not damaged themselves? A damaged neighbour's unit may be damaged too
-        (swarm seed 1830038: entry 4's size flipped, entry 5 intact in its unit): it judges nothing."""
+        their entries are not damaged themselves? A damaged neighbour's unit may be damaged too,
+        and then it judges nothing (swarm seed 1830038: two damaged records in a row, the first
+        one's unit with its size flipped, the second one's unit intact)."""
         damaged = self.state.damaged
         prev, nxt = (None if k in damaged else self._plain_unit(k) for k in (unit.index - 1, unit.index + 1))
         if prev is not None and (prev.term > unit.term or not self._follows(prev, unit.pos)):
