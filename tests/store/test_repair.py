@@ -225,6 +225,15 @@ def test_a_record_and_its_index_unit_both_damaged_are_kept_and_repaired_from_a_c
     assert segment_bytes(a) == segment_bytes(b)
 
 
+def _damage_records_and_a_unit(d: str, victims, at: int, bit: int) -> None:
+    """Flip a bit of each victim's body, then bit ``bit`` of byte ``at`` of the first one's unit."""
+    for victim in victims:
+        loc = record_location(d, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
+        flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
+    unit = index_unit_location(d, victims[0], INDEX_FILE_SIZE)
+    flip_bit(unit.path, unit.offset + at, bit)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("unit_field", [15, 23])      # the unit's size, its index
 def test_two_damaged_records_in_a_row_the_first_with_its_unit_are_kept_and_repaired_in_turn(
@@ -236,11 +245,7 @@ def test_two_damaged_records_in_a_row_the_first_with_its_unit_are_kept_and_repai
     from its copy, which entry 5, intact again, proves."""
     a, b, durability = _replica(pristine, str(tmp_path), shape)
     copies = _records(b, N)
-    for victim in (4, 5):
-        loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
-        flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
-    unit = index_unit_location(a, 4, INDEX_FILE_SIZE)
-    flip_bit(unit.path, unit.offset + unit_field, 3)
+    _damage_records_and_a_unit(a, (4, 5), unit_field, 3)
     s = open_small(a, durability)
     try:
         assert s.ledger_end_index == (N + 3 if shape == "crashed-fsync" else N - 1)
@@ -274,11 +279,7 @@ def test_a_damaged_record_or_two_in_a_row_with_any_bit_of_the_first_unit_flipped
     a, b, durability = _replica(pristine, str(tmp_path_factory.mktemp("flip")), shape)
     copies = _records(b, N)
     victims = [first, first + 1] if two else [first]
-    for victim in victims:
-        loc = record_location(a, victim, INDEX_FILE_SIZE, DATA_FILE_SIZE)
-        flip_bit(loc.path, loc.offset + BODY_OFFSET, 0)
-    unit = index_unit_location(a, first, INDEX_FILE_SIZE)
-    flip_bit(unit.path, unit.offset + at, bit)
+    _damage_records_and_a_unit(a, victims, at, bit)
     s = open_small(a, durability)
     try:
         assert s.ledger_end_index >= N - 1, "a committed entry was cut"
