@@ -124,7 +124,7 @@ def test_an_append_pending_when_the_leader_shuts_down_is_unknown_never_refused(t
     found by the kill-mid-stream test above on a loaded machine."""
     g = TcpGroup(tmp_path, max_wait_ack_time_ms=60_000).start_all()
     try:
-        lead = g.leader()
+        lead = g.followed_leader()
         for s in g.servers.values():
             if s is not lead:
                 s.shutdown()               # no quorum: an append stays pending

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 
 from dledger import DLedgerConfig, DLedgerServer
 from dledger.core import Role
@@ -79,6 +80,20 @@ class TcpGroup:
         leaders = [s for s in self.servers.values() if s.started and s.is_leader]
         assert leaders, "the leader stepped down"
         return max(leaders, key=lambda s: s.node.term)
+
+    def followed_leader(self, timeout: float = WAIT) -> DLedgerServer:
+        """The leader once every started member follows it: a node that recovers just after the
+        first election may still stand in the next term and depose it (a test that then stops
+        the others must hold the leader that stays)."""
+        self.leader(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            started = [s for s in self.servers.values() if s.started]
+            lead = next((s for s in started if s.is_leader), None)
+            if lead is not None and all(s.leader_id == lead.config.self_id for s in started):
+                return lead
+            assert time.monotonic() < deadline, "no leader every started member follows"
+            time.sleep(0.01)
 
     def stop_all(self, close_runtime: bool = True) -> None:
         for s in self.servers.values():
