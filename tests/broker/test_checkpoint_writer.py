@@ -16,7 +16,7 @@ from dledger.broker import DLedgerCommitLog, checkpoint_writer, dispatch_checkpo
 from dledger.broker.checkpoint_writer import CheckpointJob, CheckpointWriter, write_atomic
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.inproc import Hub
-from helpers.polling import poll
+from helpers.polling import followed_leader, poll
 
 PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
 
@@ -185,10 +185,8 @@ class Group:
         poll(followed, what="a master every replica follows")
 
     def _followed_master(self):
-        master = next((log for log in self.logs if log.roles.writable), None)
-        if master is None or any(log.server.leader_id != master.server.config.self_id for log in self.logs):
-            return None
-        return master
+        lead = followed_leader([log.server for log in self.logs])
+        return next((log for log in self.logs if log.server is lead and log.roles.writable), None)
 
     def put(self, k: int):
         r = self.master.put_message("CP", k % 4, b"body-%d" % k, timeout=10, keys=[f"k{k}"])

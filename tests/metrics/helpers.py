@@ -13,6 +13,7 @@ from dledger import DLedgerConfig, DLedgerServer
 from dledger.core import Role
 from dledger.runtime.asyncio_runtime import AsyncioRuntime
 from dledger.transport.inproc import Hub
+from helpers.polling import wait_for_followed_leader
 
 WAIT = 10.0
 
@@ -76,13 +77,7 @@ class InprocCluster:
         all heard of yet may still lose its term to a competing candidate)."""
         assert self.elected[group].wait(WAIT), "no leader"
         members = [s for (g, _n), s in self.servers.items() if g == group]
-        deadline = time.monotonic() + WAIT
-        while True:
-            lead = next((s for s in members if s.is_leader), None)
-            if lead is not None and all(s.leader_id == lead.config.self_id for s in members):
-                return lead
-            assert time.monotonic() < deadline, f"no leader all members follow: {members}"
-            time.sleep(0.01)
+        return wait_for_followed_leader(members, WAIT)
 
     def close(self) -> None:
         for s in self.servers.values():

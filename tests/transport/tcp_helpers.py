@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 
 from dledger import DLedgerConfig, DLedgerServer
 from dledger.core import Role
@@ -18,6 +17,7 @@ from dledger.transport.auth import ClientHandshake, HandshakeError, Peer
 from dledger.transport.frames import FrameDecoder, encode_frame, frame_payload
 from dledger.transport.loopback import free_ports
 from dledger.transport.tcp_connection import Connection, SendQueue, TcpOptions
+from helpers.polling import wait_for_followed_leader
 
 WAIT = 10.0
 
@@ -86,14 +86,7 @@ class TcpGroup:
         first election may still stand in the next term and depose it (a test that then stops
         the others must hold the leader that stays)."""
         self.leader(timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            started = [s for s in self.servers.values() if s.started]
-            lead = next((s for s in started if s.is_leader), None)
-            if lead is not None and all(s.leader_id == lead.config.self_id for s in started):
-                return lead
-            assert time.monotonic() < deadline, "no leader every started member follows"
-            time.sleep(0.01)
+        return wait_for_followed_leader([s for s in self.servers.values() if s.started], timeout)
 
     def stop_all(self, close_runtime: bool = True) -> None:
         for s in self.servers.values():
