@@ -129,7 +129,9 @@ def test_a_leader_cut_off_by_the_proxies_stops_committing_the_majority_goes_on_a
     assert n.metadata(new)["term"] > before["term"]
     with n.client(others) as c:
         append_all(c, "majority", 5, acked)
-    assert len(acked) >= 8
+    # every append to the majority is acknowledged (one of the first three may have been left
+    # unknown by an election at the group's start: append_all counts it neither way)
+    assert sum(body.startswith(b"majority-") for body in acked.values()) == 5
     # the cut-off node committed nothing more, and an append sent to it is never acknowledged
     with n.client([old], timeout=2.0) as c:
         with pytest.raises(DLedgerError):

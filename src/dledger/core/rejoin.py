@@ -135,9 +135,11 @@ class Rejoin:
         """Whether this node may answer a leader (not while it relearns its term)."""
         return self.term_known or not self.recovering
 
-    def names_leader_of(self, term: int) -> bool:
-        """Whether an answer this node relearnt its term from named a leader of ``term``."""
-        return any(r.leader_id is not None and r.term == term for r, _late in self.answers.values())
+    def saw_election_in(self, term: int) -> bool:
+        """Whether an answer this node relearnt its term from showed an election of ``term``
+        under way or won: it named a leader of ``term``, or a vote its sender gave in it."""
+        return any(r.term == term and (r.leader_id is not None or r.vote_for not in (None, NO_MEMBER))
+                   for r, _late in self.answers.values())
 
     # =====================================================================================
     # relearning the term

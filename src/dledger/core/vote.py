@@ -13,9 +13,9 @@ The candidate:
   next round by half to one heartbeat interval only;
 - "taking leadership" (a transferee) uses the short vote delays;
 - a candidate whose term was relearnt (``core.rejoin``, a vote for no member) from answers
-  that named a leader of that term campaigns above it only after one election timeout: that
-  leader may be alive, and would be deposed by the higher term for nothing (its heartbeat
-  makes the node a follower first).
+  that showed an election of that term (a leader named, or a vote given) campaigns above it
+  only after one election timeout: that leader may be alive, or about to win, and would be
+  deposed by the higher term for nothing (its heartbeat makes the node a follower first).
 
 The voter applies DLedger's rules in DLedger's order (log check before term check): ``admit``
 judges the candidate, this node's recovery and the candidate's log; the term gate
@@ -447,12 +447,13 @@ class Voting:
         log.log(level, "%s: election in term %d lost: %s; %s", member.self_id, tally.term, votes, then)
 
     def _hearing_out_relearnt_term(self, now: int) -> bool:
-        """A relearnt term (``core.rejoin``: a vote for no member) whose answers named a
-        leader of that term: a round above it would depose that leader (this node's answers
-        would carry the higher term), so the node waits one election timeout from the first
-        round it would have run, as a follower waits before it stands; a heartbeat of that
-        leader makes it a follower meanwhile. With no leader named it campaigns at once."""
-        if not self.recovery.names_leader_of(self.member_state.curr_term):
+        """A relearnt term (``core.rejoin``: a vote for no member) whose answers showed an
+        election of that term, won (a leader named) or under way (a vote given): a round above
+        it would depose that leader or cut that election short (this node's answers would carry
+        the higher term), so the node waits one election timeout from the first round it would
+        have run, as a follower waits before it stands; the leader's heartbeat makes it a
+        follower meanwhile. With no election seen it campaigns at once."""
+        if not self.recovery.saw_election_in(self.member_state.curr_term):
             return False
         if self._relearnt_since is None:
             self._relearnt_since = now
