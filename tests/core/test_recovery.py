@@ -72,10 +72,10 @@ def metadata_queries(node):
     return {m.dst: m for m in node.take_ready().messages if isinstance(m.msg, MetadataRequest)}
 
 
-def answer_metadata(node, query: Envelope, *, term, end=-1, vote_for=None, now=0):
+def answer_metadata(node, query: Envelope, *, term, end=-1, vote_for=None, leader_id=None, now=0):
     node.receive(now, Envelope(query.dst, "n0", query.request_id, True,
                                MetadataResponse(group="g", local_id=query.dst, remote_id="n0", term=term,
-                                                ledger_end_index=end, vote_for=vote_for)))
+                                                ledger_end_index=end, vote_for=vote_for, leader_id=leader_id)))
 
 
 # -- voting ---------------------------------------------------------------------------------
@@ -166,6 +166,36 @@ def test_a_lost_term_is_relearnt_from_the_others_with_a_vote_for_no_member():
     # it may have voted in term 5: it never votes there, and votes again only above it
     assert vote(node, term=5, end_index=9, end_term=5, unanimous=True).vote_result == R.REJECT_ALREADY_VOTED
     assert node.store.suspect is SuspectReason.TERM_LOST          # its log is caught up from a leader
+
+
+def _stands(node, now) -> bool:
+    """Whether ``node``, ticked at ``now``, sends vote requests."""
+    node.tick(now)
+    return any(isinstance(m.msg, VoteRequest) for m in node.take_ready().messages)
+
+
+@pytest.mark.parametrize("answers, waits", [
+    (({"vote_for": "n1"}, {"vote_for": "n1"}), True),                     # an election under way
+    (({"vote_for": "n1", "leader_id": "n1"}, {"vote_for": "n1"}), True),  # an election won
+    (({"leader_id": "n1"}, {}), True),                                    # a leader named alone
+    (({"vote_for": NO_MEMBER}, {}), False),     # no election: a member that relearnt its own term
+])
+def test_a_relearnt_term_is_heard_out_for_an_election_timeout_only_when_the_answers_showed_an_election(answers,
+                                                                                                       waits):
+    """Standing above the relearnt term at once would depose the leader the answers named, or cut
+    short the election they showed under way; with neither, nothing is lost by standing at once."""
+    node = node_with(SuspectReason.TERM_LOST, term=0, entries=2, entry_term=3)
+    queries = metadata_queries(node)
+    for peer, fields in zip(("n1", "n2"), answers):
+        answer_metadata(node, queries[peer], term=3, end=1, **fields)
+    assert (node.store.current_term, node.store.vote_for) == (3, NO_MEMBER)
+    first_round = next(now for now in range(0, 2_000, 10) if _stands(node, now))
+    vote_delay_max = node.config.max_vote_interval_ms
+    timeout = node.config.max_heart_beat_leak * node.config.heart_beat_time_interval_ms
+    assert (first_round > vote_delay_max) == waits, first_round
+    if waits:
+        assert first_round >= timeout
+    assert node.term == 4                       # it stands above the relearnt term
 
 
 def test_with_a_member_silent_the_term_is_relearnt_only_from_answers_after_an_election_timeout():
