@@ -1,17 +1,21 @@
-"""Waiting on a real runtime: ``poll(cond)`` checks ``cond()`` every 10 ms until it holds, and
-fails the test, naming ``what``, once ``timeout`` seconds have passed (tests on the simulator
-wait in virtual time instead). ``followed_leader(servers)`` is the leader every one of
-``servers`` follows, or None (``wait_for_followed_leader`` waits for it): a leader the others have not all heard of yet may still lose its
-term to a competing candidate (one that recovered just after the election, say)."""
+"""Waiting on a real runtime: ``poll(cond)`` checks ``cond()`` every 10 ms until it returns a
+true value (returned), and fails the test, naming ``what``, once ``timeout`` seconds have passed
+(tests on the simulator wait in virtual time instead).
+
+``followed_leader(servers)`` is the leader every one of ``servers`` follows, or None
+(``wait_for_followed_leader`` waits for it): a leader the others have not all heard of yet
+may still lose its term to a competing candidate (one that recovered just after the election,
+say)."""
 
 import time
 
 
-def poll(cond, timeout: float = 20.0, what: str = "condition") -> None:
+def poll(cond, timeout: float = 20.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
-    while not cond():
+    while not (value := cond()):
         assert time.monotonic() < deadline, f"{what} not met in time"
         time.sleep(0.01)
+    return value
 
 
 def followed_leader(servers):
@@ -24,8 +28,5 @@ def followed_leader(servers):
 
 def wait_for_followed_leader(servers, timeout: float = 20.0):
     """``followed_leader(servers)`` once there is one; fails the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while (lead := followed_leader(servers)) is None:
-        assert time.monotonic() < deadline, f"no leader every one of {len(servers)} servers follows"
-        time.sleep(0.01)
-    return lead
+    return poll(lambda: followed_leader(servers), timeout,
+                what=f"a leader every one of {len(servers)} servers follows")
